@@ -1,0 +1,156 @@
+"""The `vidscale` command: parse, load a recipe, apply `--set` overrides, call one function."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from vidscale.config import ConfigError, RunConfig, apply_overrides, load_config
+
+
+def _add_config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--recipe", help="named recipe (see `vidscale recipes`)")
+    p.add_argument("--data", type=Path, help="dataset directory (sets data.root)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config field, e.g. --set optim.accumulate=4 (repeatable)",
+    )
+
+
+def resolve_config(args: argparse.Namespace, *, run_dir: Path | None = None) -> RunConfig:
+    """Recipe (or a run's saved config when resuming) + --data + --set overrides."""
+    from vidscale.recipes import get_recipe
+
+    saved = run_dir / "config.json" if run_dir is not None else None
+    if getattr(args, "resume", False) and saved is not None and saved.exists():
+        cfg = load_config(saved)
+    elif args.recipe:
+        cfg = get_recipe(args.recipe)
+    else:
+        raise ConfigError("--recipe is required (see `vidscale recipes`)")
+    overrides = list(args.overrides)
+    if args.data is not None:
+        overrides.insert(0, f"data.root={args.data}")
+    return apply_overrides(cfg, overrides)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from vidscale.train.loop import train
+
+    cfg = resolve_config(args, run_dir=args.out)
+    summary = train(cfg, run_dir=args.out, resume=args.resume)
+    if summary and args.print_summary:
+        print(json.dumps({k: v for k, v in summary.items() if k != "skipped"}, indent=2))
+    return 0
+
+
+def cmd_synth(args: argparse.Namespace) -> int:
+    from vidscale.data.synthetic import write_synthetic_dataset
+
+    summary = write_synthetic_dataset(
+        args.out,
+        seed=args.seed,
+        train_per_class=args.train_per_class,
+        val_per_class=args.val_per_class,
+        size=args.size,
+        num_frames=args.frames,
+    )
+    print(summary)
+    return 0
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from vidscale.bench.flops import format_info, info_as_dict, model_info
+    from vidscale.models.registry import ModelConfig, default_frames
+
+    frames = args.frames or default_frames(args.name)
+    cfg = ModelConfig(name=args.name, num_classes=args.num_classes, frames=frames)
+    info = model_info(cfg, frames=frames, size=args.size)
+    print(json.dumps(info_as_dict(info), indent=2) if args.json else format_info(info))
+    return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from vidscale.models.registry import list_models
+
+    print("\n".join(list_models()))
+    return 0
+
+
+def cmd_recipes(args: argparse.Namespace) -> int:
+    from vidscale.recipes import RECIPES
+
+    for name in sorted(RECIPES):
+        doc = (RECIPES[name].__doc__ or "").strip().splitlines()
+        print(f"{name:40s} {doc[0] if doc else ''}")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from vidscale.train.eval_run import evaluate_run
+
+    result = evaluate_run(args.run, last=args.last, overrides=args.overrides, data=args.data)
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="vidscale", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("train", help="train (one process, or every rank under torchrun)")
+    _add_config_args(p)
+    p.add_argument("--out", type=Path, required=True, help="run directory")
+    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints/last.pt")
+    p.add_argument("--print-summary", action="store_true", help="print summary.json at the end")
+    p.set_defaults(fn=cmd_train)
+
+    p = sub.add_parser("synth", help="write the built-in demo dataset (real H.264 files)")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--train-per-class", type=int, default=96)
+    p.add_argument("--val-per-class", type=int, default=24)
+    p.add_argument("--size", type=int, default=32, help="frame side in pixels")
+    p.add_argument("--frames", type=int, default=16, help="frames per video")
+    p.set_defaults(fn=cmd_synth)
+
+    p = sub.add_parser("info", help="parameters and multiply-accumulates of a model")
+    p.add_argument("name")
+    p.add_argument("--num-classes", type=int, default=400)
+    p.add_argument("--frames", type=int, default=0, help="0: the model's default")
+    p.add_argument("--size", type=int, default=224)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_info)
+
+    p = sub.add_parser("models", help="list registered models")
+    p.set_defaults(fn=cmd_models)
+
+    p = sub.add_parser("recipes", help="list named recipes")
+    p.set_defaults(fn=cmd_recipes)
+
+    p = sub.add_parser("eval", help="evaluate a run's checkpoints (mean/std over the last N)")
+    p.add_argument("run", type=Path)
+    p.add_argument("--last", type=int, default=1, help="evaluate the last N epoch checkpoints")
+    p.add_argument("--data", type=Path, default=None)
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    p.set_defaults(fn=cmd_eval)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.fn(args))
+    except ConfigError as err:
+        print(f"vidscale: config error: {err}", file=sys.stderr)
+        return 2
+    finally:
+        from vidscale.distributed.env import shutdown
+
+        shutdown()

@@ -1,0 +1,230 @@
+"""The run configuration: one typed dataclass per component, composed into `RunConfig`.
+
+Each component owns its config beside its code (`ModelConfig` in models/registry.py, `OptimConfig`
+in optim/factory.py, ...); this module composes them, applies `--set section.field=value`
+overrides with type checking, validates, and saves/loads the resolved config as JSON.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from vidscale.data.dataset import ClipSpec
+from vidscale.models.registry import ModelConfig
+from vidscale.optim.factory import OptimConfig
+from vidscale.schedules.lr import LRConfig
+
+
+class ConfigError(ValueError):
+    """A bad configuration value or override; the message names the field."""
+
+
+@dataclass
+class DataConfig:
+    """Where the clips come from and how they are batched (per rank, per micro-batch)."""
+
+    root: str = ""
+    train_list: str = "train.csv"
+    val_list: str = "val.csv"
+    classes: str = "classes.txt"
+    batch_size: int = 8
+    eval_batch_size: int = 0  # 0: same as batch_size
+    workers: int = 4
+    skip_missing: bool = False
+    train_clip: ClipSpec = field(default_factory=ClipSpec)
+    eval_clip: ClipSpec = field(default_factory=lambda: ClipSpec(flip=False))
+
+
+@dataclass
+class TrainConfig:
+    """The loop: how long, how often to evaluate and save, and the device fast path."""
+
+    epochs: int = 100
+    seed: int = 0
+    eval_every: int = 1
+    log_every: int = 10
+    keep_checkpoints: int = 5
+    checkpoint_every_steps: int = 0  # also save last.pt every N steps (0: epoch ends only)
+    amp: Literal["auto", "off", "bf16"] = "auto"
+    channels_last: Literal["auto", "on", "off"] = "auto"
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    progress: bool = True
+    threads: int = 0  # intra-op threads per process on CPU; 0: cores / local world size
+
+
+@dataclass
+class RunConfig:
+    """Everything a run needs; saved as `config.json` in every run directory."""
+
+    recipe: str = ""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    lr: LRConfig = field(default_factory=LRConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """A JSON-ready dict of a (nested) config dataclass."""
+    return dataclasses.asdict(cfg)
+
+
+def save_config(cfg: RunConfig, path: Path) -> None:
+    path.write_text(json.dumps(to_dict(cfg), indent=2, sort_keys=False) + "\n")
+
+
+def load_config(path: Path) -> RunConfig:
+    data = json.loads(Path(path).read_text())
+    return from_dict(RunConfig, data, prefix="")
+
+
+def from_dict(cls: type, data: dict[str, Any], *, prefix: str) -> Any:
+    """Build dataclass `cls` from a dict, converting each value to its field's type."""
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(data) - known
+    if unknown:
+        raise ConfigError(f"unknown config field(s): {sorted(prefix + k for k in unknown)}")
+    kwargs = {}
+    for name, value in data.items():
+        kwargs[name] = _convert(value, hints[name], f"{prefix}{name}")
+    return cls(**kwargs)
+
+
+def apply_overrides(cfg: RunConfig, overrides: list[str]) -> RunConfig:
+    """Return a copy of `cfg` with `section.field=value` overrides applied (values typed).
+
+    Raises `ConfigError` naming the key for an unknown field or a value of the wrong type.
+    """
+    cfg = dataclasses.replace(cfg)
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set expects key=value, got {item!r}")
+        _set_path(cfg, key.strip().split("."), raw.strip(), key.strip())
+    return cfg
+
+
+def _set_path(node: Any, parts: list[str], raw: str, key: str) -> None:
+    for depth, part in enumerate(parts):
+        if not dataclasses.is_dataclass(node):
+            raise ConfigError(f"--set {key}: {'.'.join(parts[:depth])} is not a section")
+        names = [f.name for f in dataclasses.fields(node)]
+        if part not in names:
+            where = ".".join(parts[:depth]) or "the run config"
+            raise ConfigError(f"--set {key}: unknown field {part!r} in {where}; known: {names}")
+        if depth == len(parts) - 1:
+            hint = typing.get_type_hints(type(node))[part]
+            value = _convert(_parse_raw(raw), hint, key)
+            setattr(node, part, value)
+            return
+        child = dataclasses.replace(getattr(node, part))  # copy: never mutate shared defaults
+        setattr(node, part, child)
+        node = child
+
+
+def _parse_raw(raw: str) -> Any:
+    """Parse an override value: JSON when it parses (numbers, lists, true/null), else a string."""
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        if "," in raw:
+            return [_parse_raw(x) for x in raw.split(",")]
+        return raw
+
+
+def _convert(value: Any, hint: Any, key: str) -> Any:
+    """Check and convert `value` to the annotated type `hint`; raise ConfigError naming `key`."""
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if dataclasses.is_dataclass(hint) and isinstance(hint, type):
+        if isinstance(value, hint):
+            return value
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+        return from_dict(hint, value, prefix=key + ".")
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _convert(value, arg, key)
+            except ConfigError as err:
+                errors.append(str(err))
+        raise ConfigError(f"{key}: {value!r} matches none of {hint}")
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"{key}: {value!r} is not one of {list(args)}")
+        return value
+    if origin is tuple:
+        items = value if isinstance(value, (list, tuple)) else [value]
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_convert(v, args[0], key) for v in items)
+        if len(items) != len(args):
+            raise ConfigError(f"{key}: expected {len(args)} values, got {value!r}")
+        return tuple(_convert(v, a, key) for v, a in zip(items, args, strict=True))
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "on", "off"):
+            return value.lower() in ("true", "yes", "on")
+        raise ConfigError(f"{key}: expected true/false, got {value!r}")
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise ConfigError(f"{key}: expected a string, got {value!r}")
+        return str(value)
+    if hint is Any:
+        return value
+    raise ConfigError(f"{key}: unsupported field type {hint}")
+
+
+def validate(cfg: RunConfig) -> None:
+    """Reject values that cannot work, naming the field; called before anything is built."""
+    checks: list[tuple[bool, str]] = [
+        (cfg.data.batch_size >= 1, "data.batch_size must be >= 1"),
+        (cfg.data.eval_batch_size >= 0, "data.eval_batch_size must be >= 0"),
+        (cfg.data.workers >= 0, "data.workers must be >= 0"),
+        (cfg.train.epochs >= 1, "train.epochs must be >= 1"),
+        (cfg.train.eval_every >= 1, "train.eval_every must be >= 1"),
+        (cfg.train.log_every >= 1, "train.log_every must be >= 1"),
+        (cfg.train.keep_checkpoints >= 1, "train.keep_checkpoints must be >= 1"),
+        (cfg.train.checkpoint_every_steps >= 0, "train.checkpoint_every_steps must be >= 0"),
+        (cfg.train.threads >= 0, "train.threads must be >= 0"),
+        (cfg.model.num_classes >= 0, "model.num_classes must be >= 0 (0: from the class list)"),
+        (0.0 <= cfg.model.dropout < 1.0, "model.dropout must be in [0, 1)"),
+    ]
+    for spec_name in ("train_clip", "eval_clip"):
+        spec: ClipSpec = getattr(cfg.data, spec_name)
+        checks += [
+            (spec.frames >= 1, f"data.{spec_name}.frames must be >= 1"),
+            (spec.crop_size >= 8, f"data.{spec_name}.crop_size must be >= 8"),
+            (
+                spec.short_side >= spec.crop_size,
+                f"data.{spec_name}.short_side must be >= crop_size",
+            ),
+            (spec.stride >= 1, f"data.{spec_name}.stride must be >= 1"),
+        ]
+    for ok, message in checks:
+        if not ok:
+            raise ConfigError(message)
+    try:
+        cfg.optim.validate()
+    except ValueError as err:
+        raise ConfigError(f"optim: {err}") from err

@@ -1,0 +1,100 @@
+"""Run observability on rank 0: JSON lines, TensorBoard events, progress bar, end-of-run plots."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+
+class MetricsLog:
+    """Appends one JSON object per event to `metrics.jsonl` and mirrors scalars to TensorBoard.
+
+    Only rank 0 writes; other ranks hold a disabled log so call sites need no rank checks.
+    """
+
+    def __init__(self, run_dir: Path, *, enabled: bool) -> None:
+        self.enabled = enabled
+        self.path = run_dir / "metrics.jsonl"
+        self._tb: Any = None
+        if enabled:
+            from torch.utils.tensorboard import SummaryWriter  # heavy import: rank 0 only
+
+            self._tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+
+    def write(self, kind: str, *, step: int, **values: Any) -> None:
+        if not self.enabled:
+            return
+        record = {"kind": kind, "step": step, "time": time.time(), **values}
+        with self.path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        for key, value in values.items():
+            is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if is_number and math.isfinite(value):
+                self._tb.add_scalar(f"{kind}/{key}", value, step)
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.flush()
+            self._tb.close()
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def progress(total: int, *, enabled: bool, desc: str, initial: int = 0) -> tqdm:
+    """A progress bar on rank 0 (stderr); disabled elsewhere and when not wanted."""
+    return tqdm(
+        total=total,
+        initial=initial,
+        desc=desc,
+        disable=not enabled,
+        file=sys.stderr,
+        dynamic_ncols=True,
+        leave=False,
+        unit="step",
+    )
+
+
+def plot_run(records: Iterable[dict[str, Any]], out: Path) -> list[Path]:
+    """PNG plots of loss, accuracy and LR against epoch, from `metrics.jsonl` records."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    epochs = [r for r in records if r["kind"] == "epoch"]
+    if not epochs:
+        return []
+    x = [r["epoch"] for r in epochs]
+    panels = [
+        ("loss.png", "loss", [("train_loss", "train"), ("val_loss", "validation")]),
+        ("accuracy.png", "top-1 accuracy (%)", [("train_top1", "train"), ("val_top1", "val")]),
+        ("lr.png", "learning rate (end of epoch)", [("lr", "lr")]),
+    ]
+    written = []
+    for name, ylabel, series in panels:
+        fig, ax = plt.subplots(figsize=(5, 3.5), dpi=110)
+        for key, label in series:
+            pts = [(xi, r[key]) for xi, r in zip(x, epochs, strict=True) if r.get(key) is not None]
+            if pts:
+                ax.plot(*zip(*pts, strict=True), marker="o", markersize=3, label=label)
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        if len(series) > 1:
+            ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / name)
+        plt.close(fig)
+        written.append(out / name)
+    return written
