@@ -1,0 +1,58 @@
+from pathlib import Path
+
+import pytest
+
+from vidscale.config import ConfigError, RunConfig, apply_overrides, load_config, save_config, validate
+
+
+def test_overrides_are_typed_and_do_not_mutate_the_input() -> None:
+    base = RunConfig()
+    cfg = apply_overrides(
+        base,
+        [
+            "optim.accumulate=4",
+            "optim.lr_per_8_clips=0.01",
+            "model.name=tsn_resnet18",
+            "data.train_clip.frames=16",
+            "data.train_clip.scales=1,0.875",
+            "train.progress=false",
+            "model.pretrained=null",
+        ],
+    )
+    assert cfg.optim.accumulate == 4 and isinstance(cfg.optim.lr_per_8_clips, float)
+    assert cfg.model.name == "tsn_resnet18"
+    assert cfg.data.train_clip.frames == 16
+    assert cfg.data.train_clip.scales == (1.0, 0.875)
+    assert cfg.train.progress is False
+    assert base.optim.accumulate == 1 and base.data.train_clip.frames == 8
+
+
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [
+        ("optim.acumulate=2", "acumulate"),
+        ("nosuch.x=1", "nosuch"),
+        ("optim.accumulate=two", "optim.accumulate"),
+        ("train.amp=fp8", "train.amp"),
+        ("train.progress=maybe", "train.progress"),
+        ("optim", "key=value"),
+    ],
+)
+def test_bad_overrides_name_the_field(override: str, field: str) -> None:
+    with pytest.raises(ConfigError, match=field):
+        apply_overrides(RunConfig(), [override])
+
+
+def test_validate_names_the_field() -> None:
+    cfg = apply_overrides(RunConfig(), ["data.batch_size=0"])
+    with pytest.raises(ConfigError, match="data.batch_size"):
+        validate(cfg)
+    cfg = apply_overrides(RunConfig(), ["optim.accumulate=0"])
+    with pytest.raises(ConfigError, match="accumulate"):
+        validate(cfg)
+
+
+def test_save_and_load_round_trip(tmp_path: Path) -> None:
+    cfg = apply_overrides(RunConfig(), ["data.train_clip.scales=1,0.75", "optim.name=lars"])
+    save_config(cfg, tmp_path / "config.json")
+    assert load_config(tmp_path / "config.json") == cfg
