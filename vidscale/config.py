@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from vidscale.data.dataset import ClipSpec
+from vidscale.distributed.comm_hooks import CommConfig
 from vidscale.models.registry import ModelConfig
 from vidscale.optim.factory import OptimConfig
 from vidscale.schedules.lr import LRConfig
@@ -67,6 +68,7 @@ class RunConfig:
     data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     lr: LRConfig = field(default_factory=LRConfig)
+    comm: CommConfig = field(default_factory=CommConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
 
 
@@ -224,7 +226,8 @@ def validate(cfg: RunConfig) -> None:
     for ok, message in checks:
         if not ok:
             raise ConfigError(message)
-    try:
-        cfg.optim.validate()
-    except ValueError as err:
-        raise ConfigError(f"optim: {err}") from err
+    for section in ("optim", "lr", "comm"):
+        try:
+            getattr(cfg, section).validate()
+        except ValueError as err:
+            raise ConfigError(f"{section}: {err}") from err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pickle
 import socket
 import traceback
 from collections.abc import Callable
@@ -33,7 +34,9 @@ def _entry(rank: int, world: int, port: int, fn: Callable[..., Any], args: tuple
 
     try:
         env = init_distributed("cpu", timeout_s=120)
-        q.put((rank, "ok", fn(env, *args)))
+        # Plain pickle copies tensors by value (a tensor sent through the torch queue lives in
+        # shared memory that disappears when this process exits).
+        q.put((rank, "ok", pickle.dumps(fn(env, *args))))
     except BaseException:
         q.put((rank, "error", traceback.format_exc()))
     finally:
@@ -54,7 +57,7 @@ def run_ranks(fn: Callable[..., Any], world: int, *args: Any, timeout: float = 1
             rank, status, value = q.get(timeout=timeout)
             if status != "ok":
                 raise AssertionError(f"rank {rank} failed:\n{value}")
-            results[rank] = value
+            results[rank] = pickle.loads(value)
     finally:
         for p in procs:
             p.join(timeout=30)

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from vidscale.config import RunConfig, save_config, validate
+from vidscale.distributed.comm_hooks import attach_comm_hook
 from vidscale.distributed.collectives import all_gather_object, all_reduce_max, broadcast_buffers
 from vidscale.distributed.ddp import gradient_sync, unwrap, wrap_ddp
 from vidscale.distributed.env import DistEnv, init_distributed
@@ -73,6 +74,7 @@ def step_lr(plan: Plan, cfg: RunConfig, step: int) -> float:
         total_steps=plan.total_steps,
         warmup_steps=plan.warmup_steps,
         cfg=cfg.lr,
+        steps_per_epoch=plan.steps_per_epoch,
     )
 
 
@@ -127,7 +129,8 @@ class Trainer:
         builders.set_threads(cfg, env)
         self.model = builders.build_model(cfg, env)
         self.optimizer = build_optimizer(self.model, cfg.optim, lr=0.0)
-        self.ddp_model = wrap_ddp(self.model, env)
+        self.ddp_model = wrap_ddp(self.model, env, bucket_cap_mb=cfg.comm.bucket_cap_mb)
+        self.comm_bytes = attach_comm_hook(self.ddp_model, cfg.comm)
         self.train_loader, self.sampler, self.train_set = builders.build_train_loader(
             cfg, env, splits.train
         )
@@ -246,8 +249,18 @@ class Trainer:
                 lr=f"{lr:.3g}",
                 clips_s=f"{plan.global_batch / dt:.1f}",
             )
+            sent = self.comm_bytes.take()
+            self.counters.allreduce_bytes += sent
             if self.step % cfg.train.log_every == 0:
-                self.log.write("train", step=self.step, loss=result.loss, lr=lr, epoch=self.epoch)
+                self.log.write(
+                    "train",
+                    step=self.step,
+                    loss=result.loss,
+                    lr=lr,
+                    epoch=self.epoch,
+                    allreduce_bytes=sent,
+                    clips_per_second=plan.global_batch / dt,
+                )
             if cfg.train.checkpoint_every_steps and (
                 self.step % cfg.train.checkpoint_every_steps == 0
             ):

@@ -20,6 +20,7 @@ class RunCounters:
     step_seconds: float = 0.0
     wait_seconds: float = 0.0  # blocked on the next batch: loading not hidden by compute
     wall_seconds: float = 0.0
+    allreduce_bytes: int = 0  # gradient bytes this rank sent into all-reduces
     val_history: list[float] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # path -> first reason seen
 
@@ -88,6 +89,7 @@ class MergedCounters:
             "clips_per_second": main.clips / main.step_seconds if main.step_seconds else 0.0,
             # The TSM paper's Fig. 3b metric: share of step time blocked on data, max over ranks.
             "data_wait_fraction": wait,
+            "allreduce_bytes_per_step": main.allreduce_bytes / main.steps if main.steps else 0.0,
             "skipped": [{"path": p, "reason": r} for p, r in sorted(self.skipped.items())],
             **extra,
         }
