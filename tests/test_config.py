@@ -2,7 +2,14 @@ from pathlib import Path
 
 import pytest
 
-from vidscale.config import ConfigError, RunConfig, apply_overrides, load_config, save_config, validate
+from vidscale.config import (
+    ConfigError,
+    RunConfig,
+    apply_overrides,
+    load_config,
+    save_config,
+    validate,
+)
 
 
 def test_overrides_are_typed_and_do_not_mutate_the_input() -> None:

@@ -4,7 +4,9 @@ import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "vidscale"
-PATTERN = re.compile(r"^\s*(import torch\.distributed|from torch\.distributed|from torch import distributed)", re.M)
+PATTERN = re.compile(
+    r"^\s*(import torch\.distributed|from torch\.distributed|from torch import distributed)", re.M
+)
 
 
 def test_torch_distributed_only_in_distributed_package() -> None:

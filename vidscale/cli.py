@@ -84,11 +84,32 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_recipes(args: argparse.Namespace) -> int:
-    from vidscale.recipes import RECIPES
+    from vidscale.recipes import DOCS, get_recipe, list_recipes
+    from vidscale.train.plan import recipe_row
 
-    for name in sorted(RECIPES):
-        doc = (RECIPES[name].__doc__ or "").strip().splitlines()
-        print(f"{name:40s} {doc[0] if doc else ''}")
+    names = [n for n in list_recipes() if not args.filter or args.filter in n]
+    rows = [
+        {
+            **recipe_row(
+                n, get_recipe(n), world_size=args.world_size, train_size=args.dataset_size
+            ),
+            "about": DOCS[n],
+        }
+        for n in names
+    ]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{args.dataset_size:,} training videos on {args.world_size} process(es)")
+    head = f"{'recipe':32s} {'GPUs':>5s} {'accum':>5s} {'batch':>7s} {'lr':>8s} "
+    head += f"{'warmup':>7s} {'steps/ep':>8s} {'epochs':>6s}  about"
+    print(head)
+    for r in rows:
+        print(
+            f"{r['recipe']:32s} {r['recipe_gpus']:5d} {r['accumulate']:5d} "
+            f"{r['global_batch']:7,d} {r['lr']:8.4g} {r['warmup_steps']:7d} "
+            f"{r['steps_per_epoch']:8d} {r['epochs']:6d}  {r['about']}"
+        )
     return 0
 
 
@@ -131,7 +152,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("models", help="list registered models")
     p.set_defaults(fn=cmd_models)
 
-    p = sub.add_parser("recipes", help="list named recipes")
+    p = sub.add_parser("recipes", help="list named recipes with their resolved batch and LR")
+    p.add_argument("filter", nargs="?", default="", help="only names containing this")
+    p.add_argument("--world-size", type=int, default=1, help="processes the run would use")
+    p.add_argument(
+        "--dataset-size",
+        type=int,
+        default=240_000,
+        help="training videos (default: about Kinetics-400's training split)",
+    )
+    p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_recipes)
 
     p = sub.add_parser("eval", help="evaluate a run's checkpoints (mean/std over the last N)")

@@ -5,16 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from vidscale.data.synthetic import write_synthetic_dataset
 
 
 @pytest.fixture(scope="session")
 def tiny_demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("tiny_demo")
-    write_synthetic_dataset(
-        root, seed=1, train_per_class=2, val_per_class=1, size=32, num_frames=8
-    )
+    write_synthetic_dataset(root, seed=1, train_per_class=2, val_per_class=1, size=32, num_frames=8)
     return root
 
 

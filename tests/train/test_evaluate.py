@@ -69,4 +69,4 @@ def test_exact_sharded_evaluation_counts_each_sample_once() -> None:
 
 def test_exact_eval_sampler_partitions_indices() -> None:
     shards = [list(ExactEvalSampler(N_SAMPLES, rank=r, world_size=3)) for r in range(3)]
-    assert sorted(sum(shards, [])) == list(range(N_SAMPLES))
+    assert sorted(i for shard in shards for i in shard) == list(range(N_SAMPLES))

@@ -37,8 +37,19 @@ def test_torchrun_two_processes_end_to_end(tiny_demo: Path, tmp_path: Path) -> N
         f"data.train_list={train_list.name}",
     ]
     cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-        "-m", "vidscale", "train", "--recipe", "demo_tsm_r18_8f_b32_e12", "--out", str(run),
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "vidscale",
+        "train",
+        "--recipe",
+        "demo_tsm_r18_8f_b32_e12",
+        "--out",
+        str(run),
     ]
     for s in sets:
         cmd += ["--set", s]

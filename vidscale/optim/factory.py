@@ -27,7 +27,10 @@ OPTIMIZER_NAMES: tuple[str, ...] = ("sgd", "lars", "lamb", "adamw")
 class OptimConfig:
     """Which optimizer and its hyper-parameters; `lr_per_8_clips` is the unscaled rate.
 
-    `accumulate` micro-batches make one optimizer step (the loop reads it). `eta` is the LARS
+    `accumulate` micro-batches make one optimizer step (the loop reads it).
+    `simulate_world_size = N` (0: off) instead derives it as N / actual world size, so a recipe
+    written for N GPUs runs on fewer with the same global batch (TSM paper Table 3, rows marked *).
+    `eta` is the LARS
     trust coefficient and `larc_clip` selects LARC's clipping mode; `betas` and `eps` are used by
     LAMB and AdamW (and `eps` by LARS's trust-ratio denominator).
     """
@@ -38,6 +41,7 @@ class OptimConfig:
     nesterov: bool = False
     weight_decay: float = 1e-4
     accumulate: int = 1
+    simulate_world_size: int = 0
     eta: float = 1e-3
     larc_clip: bool = False
     betas: tuple[float, float] = (0.9, 0.999)
@@ -52,6 +56,7 @@ class OptimConfig:
             (not self.nesterov or self.momentum > 0, "nesterov needs momentum > 0"),
             (_finite_at_least(self.weight_decay, 0.0), "weight_decay must be >= 0"),
             (self.accumulate >= 1, "accumulate must be >= 1"),
+            (self.simulate_world_size >= 0, "simulate_world_size must be >= 0 (0: off)"),
             (math.isfinite(self.eta) and self.eta > 0, "eta must be > 0"),
             (
                 len(self.betas) == 2 and all(0.0 <= b < 1.0 for b in self.betas),
@@ -64,6 +69,18 @@ class OptimConfig:
                 field_name = message.split()[0]
                 got = getattr(self, field_name)
                 raise ValueError(f"{message}, got {got!r}")
+
+
+def effective_accumulate(cfg: OptimConfig, *, world_size: int) -> int:
+    """Micro-batches per optimizer step on `world_size` processes."""
+    if cfg.simulate_world_size == 0:
+        return cfg.accumulate
+    if cfg.simulate_world_size % world_size:
+        raise ValueError(
+            f"simulate_world_size={cfg.simulate_world_size} is not a multiple of the "
+            f"{world_size} processes running"
+        )
+    return cfg.accumulate * cfg.simulate_world_size // world_size
 
 
 def _finite_at_least(value: float, low: float) -> bool:

@@ -32,7 +32,14 @@ def _demo(model: str) -> RunConfig:
         model=ModelConfig(name=model, num_classes=0, frames=8, dropout=0.2),
         data=DataConfig(batch_size=16, workers=1, train_clip=train_clip, eval_clip=eval_clip),
         # From scratch at a small batch: a larger LR per 8 clips than the paper's fine-tuning.
-        optim=OptimConfig(name="sgd", lr_per_8_clips=0.05, momentum=0.9, weight_decay=1e-4),
+        # Global batch 32 on any process count: 2 processes x 16, or 1 x 16 x 2 accumulated.
+        optim=OptimConfig(
+            name="sgd",
+            lr_per_8_clips=0.05,
+            momentum=0.9,
+            weight_decay=1e-4,
+            simulate_world_size=2,
+        ),
         lr=LRConfig(schedule="cosine", warmup_epochs=1.0),
         train=TrainConfig(epochs=12, log_every=10, keep_checkpoints=3),
     )

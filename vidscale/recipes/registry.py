@@ -1,4 +1,4 @@
-"""The recipe registry: one decorated function per public recipe name."""
+"""The recipe registry: one function per public recipe name."""
 
 from __future__ import annotations
 
@@ -9,13 +9,21 @@ from vidscale.config import ConfigError, RunConfig
 
 RecipeFn = Callable[[], RunConfig]
 RECIPES: dict[str, RecipeFn] = {}
+DOCS: dict[str, str] = {}
+
+
+def register_recipe_as(name: str, fn: RecipeFn, *, doc: str) -> RecipeFn:
+    if name in RECIPES:
+        raise ValueError(f"recipe {name!r} registered twice")
+    RECIPES[name] = fn
+    DOCS[name] = doc
+    return fn
 
 
 def register_recipe(fn: RecipeFn) -> RecipeFn:
-    if fn.__name__ in RECIPES:
-        raise ValueError(f"recipe {fn.__name__!r} registered twice")
-    RECIPES[fn.__name__] = fn
-    return fn
+    """Decorator: register `fn` under its own name; the docstring's first line describes it."""
+    doc = (fn.__doc__ or "").strip().splitlines()
+    return register_recipe_as(fn.__name__, fn, doc=doc[0] if doc else "")
 
 
 def list_recipes() -> list[str]:

@@ -36,18 +36,21 @@ def evaluate_run(
     loader = builders.build_eval_loader(cfg, env, splits.val)
     prepare = builders.input_preparer(cfg, env)
     autocast = builders.autocast_factory(cfg, env)
-    rows = []
+    results = []
     for path in checkpoints:
         model.load_state_dict(load_checkpoint(path, map_location=env.device)["model"])
-        res = evaluate(model, loader, prepare=prepare, device=env.device, autocast=autocast)
-        rows.append(
-            {"checkpoint": path.name, "top1": res.top1, "top5": res.top5, "count": res.count}
+        results.append(
+            evaluate(model, loader, prepare=prepare, device=env.device, autocast=autocast)
         )
-    top1 = [r["top1"] for r in rows]
+    top1 = [r.top1 for r in results]
+    rows = [
+        {"checkpoint": p.name, "top1": r.top1, "top5": r.top5, "count": r.count}
+        for p, r in zip(checkpoints, results, strict=True)
+    ]
     return {
         "checkpoints": rows,
         "top1_mean": statistics.fmean(top1),
         "top1_std": statistics.stdev(top1) if len(top1) > 1 else 0.0,
-        "top5_mean": statistics.fmean(r["top5"] for r in rows),
-        "videos": rows[0]["count"],
+        "top5_mean": statistics.fmean(r.top5 for r in results),
+        "videos": results[0].count,
     }

@@ -19,28 +19,17 @@ import torch
 from torch import nn
 
 from vidscale.config import RunConfig, save_config, validate
-from vidscale.distributed.comm_hooks import attach_comm_hook
 from vidscale.distributed.collectives import all_gather_object, all_reduce_max, broadcast_buffers
+from vidscale.distributed.comm_hooks import attach_comm_hook
 from vidscale.distributed.ddp import gradient_sync, unwrap, wrap_ddp
 from vidscale.distributed.env import DistEnv, init_distributed
 from vidscale.optim.factory import build_optimizer
-from vidscale.schedules.lr import lr_at, scaled_lr
 from vidscale.train import builders
 from vidscale.train.checkpoint import load_checkpoint, prune_checkpoints, save_checkpoint
 from vidscale.train.evaluate import EvalResult, evaluate, topk_hits
 from vidscale.train.metrics import MetricsLog, plot_run, progress, read_metrics
+from vidscale.train.plan import make_plan, step_lr
 from vidscale.train.summary import RunCounters, write_summary
-
-
-@dataclass(frozen=True)
-class Plan:
-    """The run's sizes, fixed at start; everything that varies is a function of `step`."""
-
-    global_batch: int
-    steps_per_epoch: int
-    total_steps: int
-    warmup_steps: int
-    base_lr: float
 
 
 @dataclass
@@ -50,32 +39,6 @@ class StepResult:
     count: int
     wait_s: float
     skipped: list[tuple[str, str]] = field(default_factory=list)
-
-
-def make_plan(cfg: RunConfig, env: DistEnv, train_size: int) -> Plan:
-    micro = cfg.data.batch_size
-    global_batch = micro * env.world_size * cfg.optim.accumulate
-    steps_per_epoch = (train_size // env.world_size) // (micro * cfg.optim.accumulate)
-    if steps_per_epoch < 1:
-        raise ValueError(
-            f"{train_size} training videos cannot fill one step of global batch {global_batch} "
-            "(lower data.batch_size or optim.accumulate)"
-        )
-    total = steps_per_epoch * cfg.train.epochs
-    warmup = round(cfg.lr.warmup_epochs * steps_per_epoch)
-    base_lr = scaled_lr(cfg.optim.lr_per_8_clips, global_batch)
-    return Plan(global_batch, steps_per_epoch, total, warmup, base_lr)
-
-
-def step_lr(plan: Plan, cfg: RunConfig, step: int) -> float:
-    return lr_at(
-        step,
-        base_lr=plan.base_lr,
-        total_steps=plan.total_steps,
-        warmup_steps=plan.warmup_steps,
-        cfg=cfg.lr,
-        steps_per_epoch=plan.steps_per_epoch,
-    )
 
 
 def seed_step(cfg: RunConfig, env: DistEnv, step: int) -> None:
@@ -135,7 +98,7 @@ class Trainer:
             cfg, env, splits.train
         )
         self.val_loader = builders.build_eval_loader(cfg, env, splits.val)
-        self.plan = make_plan(cfg, env, len(splits.train))
+        self.plan = make_plan(cfg, world_size=env.world_size, train_size=len(splits.train))
         self.prepare = builders.input_preparer(cfg, env)
         self.autocast = builders.autocast_factory(cfg, env)
         self.counters = RunCounters()
@@ -207,7 +170,7 @@ class Trainer:
 
     def train_epoch(self) -> dict[str, float]:
         cfg, plan = self.cfg, self.plan
-        micro = cfg.data.batch_size * cfg.optim.accumulate
+        micro = cfg.data.batch_size * plan.accumulate
         self.sampler.set_epoch(self.epoch, start=self.step_in_epoch * micro)
         self.train_set.set_epoch(self.epoch)
         batches = iter(self.train_loader)
@@ -228,7 +191,7 @@ class Trainer:
                 self.ddp_model,
                 self.optimizer,
                 batches,
-                accumulate=cfg.optim.accumulate,
+                accumulate=plan.accumulate,
                 lr=lr,
                 prepare=self.prepare,
                 autocast=self.autocast,
