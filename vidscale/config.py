@@ -52,8 +52,10 @@ class TrainConfig:
     log_every: int = 10
     keep_checkpoints: int = 5
     checkpoint_every_steps: int = 0  # also save last.pt every N steps (0: epoch ends only)
-    amp: Literal["auto", "off", "bf16"] = "auto"
+    fast_path: bool = True  # master switch for amp / channels_last / compile below
+    amp: Literal["auto", "off", "bf16"] = "auto"  # auto: bf16 where the device has bf16 units
     channels_last: Literal["auto", "on", "off"] = "auto"
+    compile: bool = False  # torch.compile the model
     device: Literal["auto", "cpu", "cuda"] = "auto"
     progress: bool = True
     threads: int = 0  # intra-op threads per process on CPU; 0: cores / local world size

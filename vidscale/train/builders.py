@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
@@ -20,6 +18,7 @@ from vidscale.data.samplers import ExactEvalSampler, TrainSampler
 from vidscale.data.transforms import IMAGENET_MEAN, IMAGENET_STD, normalize
 from vidscale.distributed.env import DistEnv
 from vidscale.models.registry import build_model as build_registered_model
+from vidscale.train.fast_path import FastPath, apply_to_model, resolve_fast_path
 
 
 @dataclass(frozen=True)
@@ -75,30 +74,16 @@ def set_threads(cfg: RunConfig, env: DistEnv) -> None:
     torch.set_num_threads(threads)
 
 
-def use_channels_last(cfg: RunConfig, env: DistEnv) -> bool:
-    return cfg.train.channels_last == "on" or (
-        cfg.train.channels_last == "auto" and env.device.type == "cuda"
+def fast_path(cfg: RunConfig, env: DistEnv) -> FastPath:
+    t = cfg.train
+    return resolve_fast_path(
+        env.device, enabled=t.fast_path, amp=t.amp, channels_last=t.channels_last, compile=t.compile
     )
 
 
-def build_model(cfg: RunConfig, env: DistEnv) -> nn.Module:
+def build_model(cfg: RunConfig, env: DistEnv, fast: FastPath) -> nn.Module:
     model = build_registered_model(cfg.model).to(env.device)
-    if use_channels_last(cfg, env):
-        model = model.to(memory_format=torch.channels_last)
-    return model
-
-
-def autocast_factory(cfg: RunConfig, env: DistEnv) -> Callable[[], Any]:
-    """bf16 autocast on CUDA ('auto') or when asked; a null context otherwise."""
-    enabled = cfg.train.amp == "bf16" or (cfg.train.amp == "auto" and env.device.type == "cuda")
-    if not enabled:
-        return contextlib.nullcontext
-    device_type = env.device.type
-
-    def ctx() -> Any:
-        return torch.autocast(device_type=device_type, dtype=torch.bfloat16)
-
-    return ctx
+    return apply_to_model(model, fast)
 
 
 def input_preparer(cfg: RunConfig, env: DistEnv) -> Callable[[torch.Tensor], torch.Tensor]:

@@ -32,10 +32,11 @@ def evaluate_run(
     checkpoints = epoch_checkpoints(run_dir)[-last:]
     if not checkpoints:
         raise FileNotFoundError(f"no epoch checkpoints in {run_dir / 'checkpoints'}")
-    model = builders.build_model(cfg, env)
+    fast = builders.fast_path(cfg, env)
+    model = builders.build_model(cfg, env, fast)
     loader = builders.build_eval_loader(cfg, env, splits.val)
     prepare = builders.input_preparer(cfg, env)
-    autocast = builders.autocast_factory(cfg, env)
+    autocast = fast.autocast()
     results = []
     for path in checkpoints:
         model.load_state_dict(load_checkpoint(path, map_location=env.device)["model"])

@@ -90,7 +90,10 @@ class Trainer:
         cfg = builders.resolve_num_classes(cfg, splits.classes)
         self.cfg, self.run_dir, self.env, self.splits = cfg, run_dir, env, splits
         builders.set_threads(cfg, env)
-        self.model = builders.build_model(cfg, env)
+        self.fast = builders.fast_path(cfg, env)
+        self.model = builders.build_model(cfg, env, self.fast)
+        if self.fast.compile:
+            self.model.compile()  # in place: state_dict keys and DDP's no_sync stay as they are
         self.optimizer = build_optimizer(self.model, cfg.optim, lr=0.0)
         self.ddp_model = wrap_ddp(self.model, env, bucket_cap_mb=cfg.comm.bucket_cap_mb)
         self.comm_bytes = attach_comm_hook(self.ddp_model, cfg.comm)
@@ -100,12 +103,13 @@ class Trainer:
         self.val_loader = builders.build_eval_loader(cfg, env, splits.val)
         self.plan = make_plan(cfg, world_size=env.world_size, train_size=len(splits.train))
         self.prepare = builders.input_preparer(cfg, env)
-        self.autocast = builders.autocast_factory(cfg, env)
+        self.autocast = self.fast.autocast()
         self.counters = RunCounters()
         self.epoch, self.step, self.step_in_epoch = 0, 0, 0
         if env.is_main:
             run_dir.mkdir(parents=True, exist_ok=True)
             save_config(cfg, run_dir / "config.json")
+            print(f"vidscale: {env.world_size} process(es), {self.fast.describe()}", flush=True)
         if resume:
             self._restore()
         self.log = MetricsLog(run_dir, enabled=env.is_main)

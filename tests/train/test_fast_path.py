@@ -1,0 +1,34 @@
+import torch
+from torch import nn
+
+from vidscale.train.fast_path import apply_to_model, cpu_has_bf16_units, resolve_fast_path
+
+CPU = torch.device("cpu")
+
+
+def test_switch_off_disables_everything() -> None:
+    fast = resolve_fast_path(CPU, enabled=False, amp="bf16", channels_last="on", compile=True)
+    assert (fast.bf16, fast.channels_last, fast.compile) == (False, False, False)
+
+
+def test_auto_follows_the_hardware_and_explicit_choices_win() -> None:
+    auto = resolve_fast_path(CPU, enabled=True, amp="auto", channels_last="auto", compile=False)
+    assert auto.bf16 == cpu_has_bf16_units() == auto.channels_last
+    off = resolve_fast_path(CPU, enabled=True, amp="off", channels_last="off", compile=False)
+    assert not off.bf16 and not off.channels_last
+    on = resolve_fast_path(CPU, enabled=True, amp="bf16", channels_last="on", compile=False)
+    assert on.bf16 and on.channels_last
+
+
+def test_bf16_autocast_and_channels_last_give_close_outputs() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU())
+    x = torch.randn(2, 3, 16, 16)
+    ref = model(x)
+    fast = resolve_fast_path(CPU, enabled=True, amp="bf16", channels_last="on", compile=False)
+    apply_to_model(model, fast)
+    assert model[0].weight.is_contiguous(memory_format=torch.channels_last)
+    with fast.autocast()():
+        out = model(x)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), ref, atol=5e-2, rtol=5e-2)

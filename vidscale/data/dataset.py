@@ -1,0 +1,155 @@
+"""Map-style dataset of clips decoded from video files.
+
+An item is `{"clip": uint8 (C, T, H, W), "label": int, "index": int, "skipped": [...]}`.
+Augmentation randomness comes from `np.random.default_rng((seed, epoch, index, attempt))`, so a
+sample does not depend on which worker produced it (exact resume). A video that cannot be read is
+replaced by another sample; the (path, reason) goes into `skipped` so the run can report it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from vidscale.data.annotations import VideoRecord
+from vidscale.data.decode import DecodeError, VideoMeta, decode_frames, probe
+from vidscale.data.sampling import dense_indices, uniform_indices
+from vidscale.data.transforms import eval_crops, train_transform
+
+SUBSTITUTE_STRIDE = 7_919  # a prime: substitutes spread over the dataset
+
+
+@dataclass
+class ClipSpec:
+    """How a clip is sampled and transformed.
+
+    `num_clips` x `num_crops` > 1 is multi-view testing: the item's clip is then
+    (V, C, T, H, W) with V = num_clips * num_crops views, averaged per video by the evaluator.
+    """
+
+    frames: int = 8
+    sampling: Literal["uniform", "dense"] = "uniform"
+    stride: int = 8
+    crop_size: int = 224
+    short_side: int = 256
+    scales: tuple[float, ...] = (1.0, 0.875, 0.75, 0.66)
+    flip: bool = True
+    num_clips: int = 1
+    num_crops: int = 1
+
+
+def frame_indices(
+    num_frames: int, spec: ClipSpec, *, rng: np.random.Generator | None, clip_index: int = 0
+) -> np.ndarray:
+    """The frames of one clip: random for training (`rng`), deterministic for evaluation."""
+    if spec.sampling == "dense":
+        return dense_indices(
+            num_frames,
+            spec.frames,
+            spec.stride,
+            rng=rng,
+            clip_index=clip_index,
+            num_clips=spec.num_clips,
+        )
+    if rng is None and spec.num_clips > 1 and num_frames >= spec.frames:
+        # Clip k of K takes the point (k + 1/2) / K of the way through each segment
+        # (K = 1 is the segment centre, as `uniform_indices` gives).
+        length = num_frames / spec.frames
+        where = (clip_index + 0.5) / spec.num_clips
+        return (length * (np.arange(spec.frames) + where)).astype(np.int64)
+    return uniform_indices(num_frames, spec.frames, rng=rng)
+
+
+def make_clip(
+    frames_THWC: np.ndarray, spec: ClipSpec, *, train: bool, rng: np.random.Generator
+) -> list[torch.Tensor]:
+    """Transformed views of decoded frames: one for training, num_crops for evaluation."""
+    if train:
+        return [
+            train_transform(
+                frames_THWC, size=spec.crop_size, scales=spec.scales, flip=spec.flip, rng=rng
+            )
+        ]
+    return eval_crops(
+        frames_THWC, short_side=spec.short_side, size=spec.crop_size, num_crops=spec.num_crops
+    )
+
+
+class VideoClipDataset(Dataset):
+    def __init__(
+        self,
+        records: Sequence[VideoRecord],
+        spec: ClipSpec,
+        *,
+        train: bool,
+        seed: int = 0,
+        max_retries: int = 10,
+    ) -> None:
+        if not records:
+            raise ValueError("no videos to read")
+        self.records = list(records)
+        self.spec = spec
+        self.train = train
+        self.seed = seed
+        self.max_retries = max_retries
+        self.epoch = 0
+        self._meta: dict[Path, VideoMeta] = {}  # per worker: probe each video once
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def _meta_for(self, path: Path) -> VideoMeta:
+        meta = self._meta.get(path)
+        if meta is None:
+            meta = self._meta[path] = probe(path)
+        return meta
+
+    def load_views(self, index: int, rng: np.random.Generator) -> torch.Tensor:
+        """(C, T, H, W) for one view, or (V, C, T, H, W) for multi-view evaluation."""
+        record = self.records[index]
+        meta = self._meta_for(record.path)
+        views: list[torch.Tensor] = []
+        clips = 1 if self.train else self.spec.num_clips
+        for k in range(clips):
+            idx = frame_indices(
+                meta.num_frames, self.spec, rng=rng if self.train else None, clip_index=k
+            )
+            frames = decode_frames(record.path, idx, meta=meta)
+            views.extend(make_clip(frames, self.spec, train=self.train, rng=rng))
+        return views[0] if len(views) == 1 else torch.stack(views)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        skipped: list[tuple[str, str]] = []
+        current = index
+        for attempt in range(self.max_retries + 1):
+            rng = np.random.default_rng((self.seed, self.epoch, current, attempt))
+            record = self.records[current]
+            try:
+                clip = self.load_views(current, rng)
+            except (DecodeError, ValueError, OSError) as err:
+                skipped.append((str(record.path), f"{type(err).__name__}: {err}"))
+                current = (current + SUBSTITUTE_STRIDE * (attempt + 1)) % len(self.records)
+                continue
+            return {"clip": clip, "label": record.label, "index": index, "skipped": skipped}
+        raise RuntimeError(
+            f"{self.max_retries + 1} videos in a row could not be read, last: {skipped[-1]}"
+        )
+
+
+def collate(items: list[dict[str, Any]]) -> dict[str, Any]:
+    """Stack clips and labels; concatenate the skip reports."""
+    return {
+        "clip": torch.stack([it["clip"] for it in items]),
+        "label": torch.tensor([it["label"] for it in items], dtype=torch.long),
+        "index": torch.tensor([it["index"] for it in items], dtype=torch.long),
+        "skipped": [s for it in items for s in it["skipped"]],
+    }

@@ -1,0 +1,146 @@
+"""Clip transforms as tensor ops on uint8 frames (no torchvision).
+
+Input clips are (T, H, W, C) uint8 (as decoded); outputs are (C, T, H, W) uint8, the layout
+models take. Normalisation to float happens on the device (`normalize`), so workers move 4x
+fewer bytes and the host never holds float clips.
+
+Training: the TSM code's multi-scale crop (GroupMultiScaleCrop: crop width and height chosen
+independently from `scales` x short side, at most `max_distort` scale steps apart, placed at one
+of 13 fixed positions), resized to size x size, and a horizontal flip. Evaluation: resize the
+short side, then centre crop (or three crops for multi-view testing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+IMAGENET_MEAN = (123.675, 116.28, 103.53)  # 0..255 scale
+IMAGENET_STD = (58.395, 57.12, 57.375)
+
+
+def to_tensor(clip: np.ndarray | torch.Tensor) -> torch.Tensor:
+    """(T, H, W, C) uint8 array -> (T, C, H, W) uint8 tensor (a view where possible)."""
+    t = torch.from_numpy(clip) if isinstance(clip, np.ndarray) else clip
+    if t.dtype != torch.uint8 or t.ndim != 4:
+        raise ValueError(f"expected a (T, H, W, C) uint8 clip, got {tuple(t.shape)} {t.dtype}")
+    return t.permute(0, 3, 1, 2)
+
+
+def resize(frames_TCHW: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """Bilinear resize of uint8 frames, rounded back to uint8."""
+    if frames_TCHW.shape[-2:] == (height, width):
+        return frames_TCHW
+    out = F.interpolate(
+        frames_TCHW.float(), size=(height, width), mode="bilinear", align_corners=False
+    )
+    return out.round_().clamp_(0, 255).to(torch.uint8)
+
+
+def _crop_offsets(image_w: int, image_h: int, crop_w: int, crop_h: int) -> list[tuple[int, int]]:
+    """The TSM code's 13 'more fix crop' positions: grid corners, centre, edges and quarters."""
+    w_step = (image_w - crop_w) // 4
+    h_step = (image_h - crop_h) // 4
+    steps = [(0, 0), (4, 0), (0, 4), (4, 4), (2, 2)]
+    steps += [(0, 2), (4, 2), (2, 4), (2, 0), (1, 1), (3, 1), (1, 3), (3, 3)]
+    return [(i * w_step, j * h_step) for i, j in steps]
+
+
+def multiscale_crop_box(
+    height: int,
+    width: int,
+    *,
+    size: int,
+    scales: Sequence[float],
+    max_distort: int,
+    rng: np.random.Generator,
+) -> tuple[int, int, int, int]:
+    """(x, y, w, h) of a GroupMultiScaleCrop box for an image of height x width."""
+    base = min(height, width)
+    sizes = [int(base * s) for s in scales]
+    sizes = [size if abs(s - size) < 3 else s for s in sizes]
+    pairs = [
+        (w, h)
+        for i, h in enumerate(sizes)
+        for j, w in enumerate(sizes)
+        if abs(i - j) <= max_distort
+    ]
+    crop_w, crop_h = pairs[int(rng.integers(len(pairs)))]
+    crop_w, crop_h = min(crop_w, width), min(crop_h, height)
+    offsets = _crop_offsets(width, height, crop_w, crop_h)
+    x, y = offsets[int(rng.integers(len(offsets)))]
+    return x, y, crop_w, crop_h
+
+
+def train_transform(
+    clip: np.ndarray | torch.Tensor,
+    *,
+    size: int,
+    scales: Sequence[float] = (1.0, 0.875, 0.75, 0.66),
+    max_distort: int = 1,
+    flip: bool = True,
+    rng: np.random.Generator,
+) -> torch.Tensor:
+    """Multi-scale crop + resize + optional horizontal flip; the same box for every frame."""
+    frames = to_tensor(clip)
+    _, _, h, w = frames.shape
+    x, y, cw, ch = multiscale_crop_box(
+        h, w, size=size, scales=scales, max_distort=max_distort, rng=rng
+    )
+    frames = resize(frames[:, :, y : y + ch, x : x + cw], size, size)
+    if flip and rng.random() < 0.5:
+        frames = frames.flip(-1)
+    return frames.permute(1, 0, 2, 3).contiguous()
+
+
+def resize_short_side(frames_TCHW: torch.Tensor, short_side: int) -> torch.Tensor:
+    _, _, h, w = frames_TCHW.shape
+    if h <= w:
+        return resize(frames_TCHW, short_side, max(1, round(w * short_side / h)))
+    return resize(frames_TCHW, max(1, round(h * short_side / w)), short_side)
+
+
+def eval_transform(
+    clip: np.ndarray | torch.Tensor, *, short_side: int, size: int
+) -> torch.Tensor:
+    """Resize the short side to `short_side`, then centre crop size x size."""
+    return eval_crops(clip, short_side=short_side, size=size, num_crops=1)[0]
+
+
+def eval_crops(
+    clip: np.ndarray | torch.Tensor, *, short_side: int, size: int, num_crops: int
+) -> list[torch.Tensor]:
+    """1 (centre) or 3 (start, centre, end along the long side) crops, each (C, T, H, W)."""
+    if num_crops not in (1, 3):
+        raise ValueError(f"num_crops must be 1 or 3, got {num_crops}")
+    frames = resize_short_side(to_tensor(clip), short_side)
+    _, _, h, w = frames.shape
+    size_h, size_w = min(size, h), min(size, w)
+    centre = ((h - size_h) // 2, (w - size_w) // 2)
+    if num_crops == 1:
+        boxes = [centre]
+    elif w >= h:
+        boxes = [(centre[0], 0), centre, (centre[0], w - size_w)]
+    else:
+        boxes = [(0, centre[1]), centre, (h - size_h, centre[1])]
+    return [
+        frames[:, :, y : y + size_h, x : x + size_w].permute(1, 0, 2, 3).contiguous()
+        for y, x in boxes
+    ]
+
+
+def normalize(
+    clips: torch.Tensor,
+    *,
+    mean: Sequence[float] = IMAGENET_MEAN,
+    std: Sequence[float] = IMAGENET_STD,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """uint8 (N, C, T, H, W) -> float (x - mean) / std per channel, on the clips' device."""
+    shape = (1, -1, 1, 1, 1)
+    m = torch.tensor(mean, dtype=dtype, device=clips.device).view(shape)
+    s = torch.tensor(std, dtype=dtype, device=clips.device).view(shape)
+    return (clips.to(dtype) - m) / s
