@@ -119,7 +119,10 @@ def _trajectory(label: int, t: np.ndarray, rng: np.random.Generator, n: int) -> 
     elif name.startswith("rotating"):
         angle = angle0 + (1 if name == "rotating_clockwise" else -1) * omega * t
     else:
-        scale = base * np.exp((1 if name == "growing" else -1) * rate * t)
+        sign = 1 if name == "growing" else -1
+        # math.exp per frame: numpy's vectorised exp may differ in the last bit between the
+        # SIMD body and the scalar tail of an array, which would make the bytes seed-unstable.
+        scale = np.array([base * math.exp(sign * rate * ti) for ti in t])
     # Small jitter on every class so no axis is perfectly still in any of them.
     x = x + rng.normal(0, 0.15, size=t.shape)
     y = y + rng.normal(0, 0.15, size=t.shape)
@@ -160,7 +163,9 @@ def _render_video(job: _Job) -> np.ndarray:
         mask = _shape_mask(kind, u, v)
         texture = (np.floor((u + 1) * stripes) % 2 == 0)[..., None]
         img = np.where(mask[..., None], np.where(texture, colour_a, colour_b), img)
-        small = img.reshape(job.size, SUPERSAMPLE, job.size, SUPERSAMPLE, 3).mean(axis=(1, 3))
+        # Average the 2x2 supersamples in a fixed order (a reduction's order, and so its last
+        # bit, can depend on memory alignment; the output bytes must not).
+        small = (img[0::2, 0::2] + img[1::2, 0::2] + img[0::2, 1::2] + img[1::2, 1::2]) / 4
         small += rng.normal(0, job.noise, size=small.shape)
         frames[i] = small.clip(0, 255).astype(np.uint8)
     return frames
@@ -170,14 +175,23 @@ def encode_h264(frames: np.ndarray, path: Path, *, fps: int, gop: int, crf: int 
     """Write (T, H, W, 3) uint8 RGB frames as an H.264 .mp4 (deterministic, one thread)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with av.open(str(path), mode="w") as container:
-        stream = container.add_stream(
-            "libx264", rate=fps, options={"crf": str(crf), "threads": "1", "preset": "medium"}
-        )
+        # One thread, no lookahead and frames converted to 4:2:0 before the encoder: with
+        # these, x264's output bytes are a pure function of the input frames.
+        options = {
+            "crf": str(crf),
+            "threads": "1",
+            "preset": "medium",
+            "x264-params": "rc-lookahead=0:sync-lookahead=0",
+        }
+        stream = container.add_stream("libx264", rate=fps, options=options)
         stream.width, stream.height = frames.shape[2], frames.shape[1]
         stream.pix_fmt = "yuv420p"
         stream.codec_context.gop_size = gop
-        for frame in frames:
-            for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
+        stream.codec_context.thread_count = 1  # x264 output is deterministic on one thread
+        for rgb in frames:
+            yuv = av.VideoFrame.from_ndarray(rgb, format="rgb24").reformat(format="yuv420p")
+            frame = av.VideoFrame.from_ndarray(yuv.to_ndarray().copy(), format="yuv420p")
+            for packet in stream.encode(frame):
                 container.mux(packet)
         for packet in stream.encode():
             container.mux(packet)
@@ -217,8 +231,17 @@ def write_synthetic_dataset(
                 rel = f"videos/{split}/{name}/{name}_{k:04d}.mp4"
                 child = seeds.spawn(1)[0]
                 jobs.append(
-                    _Job(out / rel, label, int(child.generate_state(1)[0]), size, num_frames,
-                         fps, gop, noise, distractors)
+                    _Job(
+                        out / rel,
+                        label,
+                        int(child.generate_state(1)[0]),
+                        size,
+                        num_frames,
+                        fps,
+                        gop,
+                        noise,
+                        distractors,
+                    )
                 )
                 rows[split].append((rel, name))
     n_workers = workers or min(4, mp.cpu_count())

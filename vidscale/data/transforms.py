@@ -103,9 +103,7 @@ def resize_short_side(frames_TCHW: torch.Tensor, short_side: int) -> torch.Tenso
     return resize(frames_TCHW, max(1, round(h * short_side / w)), short_side)
 
 
-def eval_transform(
-    clip: np.ndarray | torch.Tensor, *, short_side: int, size: int
-) -> torch.Tensor:
+def eval_transform(clip: np.ndarray | torch.Tensor, *, short_side: int, size: int) -> torch.Tensor:
     """Resize the short side to `short_side`, then centre crop size x size."""
     return eval_crops(clip, short_side=short_side, size=size, num_crops=1)[0]
 
