@@ -99,7 +99,7 @@ def probe(path: Path) -> VideoMeta:
 
 
 def decode_frames(
-    path: Path, indices: Sequence[int], *, meta: VideoMeta | None = None
+    path: Path, indices: Sequence[int] | np.ndarray, *, meta: VideoMeta | None = None
 ) -> np.ndarray:
     """Frames at the 0-based `indices` (any order, repeats allowed) as (T, H, W, 3) uint8 RGB.
 

@@ -72,6 +72,16 @@ class _Job:
     distractors: int
 
 
+@dataclass(frozen=True)
+class _Blob:
+    """A distractor: a disk moving on its own, independent of the class."""
+
+    pos: np.ndarray
+    vel: np.ndarray
+    radius: float
+    colour: np.ndarray
+
+
 def _background(rng: np.random.Generator, n: int) -> np.ndarray:
     """Low-frequency colour blotches plus fine texture, moderately dark (object stands out)."""
     coarse = rng.uniform(20, 110, size=(4, 4, 3))
@@ -141,21 +151,20 @@ def _render_video(job: _Job) -> np.ndarray:
     stripes = rng.uniform(2.5, 5.0)
     gy, gx = np.mgrid[0:n, 0:n].astype(np.float64) + 0.5
     blobs = [
-        {
-            "pos": rng.uniform(0, n, size=2),
-            "vel": rng.normal(0, 1.2 * SUPERSAMPLE, size=2),
-            "r": rng.uniform(1.5, 3.0) * SUPERSAMPLE,
-            "colour": rng.uniform(40, 230, size=3),
-        }
+        _Blob(
+            pos=rng.uniform(0, n, size=2),
+            vel=rng.normal(0, 1.2 * SUPERSAMPLE, size=2),
+            radius=rng.uniform(1.5, 3.0) * SUPERSAMPLE,
+            colour=rng.uniform(40, 230, size=3),
+        )
         for _ in range(job.distractors)
     ]
     frames = np.empty((job.num_frames, job.size, job.size, 3), dtype=np.uint8)
     for i in range(job.num_frames):
         img = background.copy()
         for b in blobs:
-            p = b["pos"] + b["vel"] * i
-            p = np.abs((p + n) % (2 * n) - n)  # bounce inside the frame
-            img[(gx - p[0]) ** 2 + (gy - p[1]) ** 2 <= b["r"] ** 2] = b["colour"]
+            p = np.abs((b.pos + b.vel * i + n) % (2 * n) - n)  # bounce inside the frame
+            img[(gx - p[0]) ** 2 + (gy - p[1]) ** 2 <= b.radius**2] = b.colour
         c, s = math.cos(traj["angle"][i]), math.sin(traj["angle"][i])
         dx, dy = gx - traj["x"][i], gy - traj["y"][i]
         u = (c * dx + s * dy) / traj["scale"][i]
