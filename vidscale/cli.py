@@ -175,10 +175,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from vidscale.data.annotations import AnnotationError
+
     try:
         return int(args.fn(args))
     except ConfigError as err:
         print(f"vidscale: config error: {err}", file=sys.stderr)
+        return 2
+    except AnnotationError as err:
+        print(f"vidscale: annotation error: {err}", file=sys.stderr)
         return 2
     finally:
         from vidscale.distributed.env import shutdown

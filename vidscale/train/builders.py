@@ -51,6 +51,9 @@ def load_splits(cfg: RunConfig) -> DataSplits:
         classes=classes,
         skip_missing=cfg.data.skip_missing,
     )
+    for name, records in ((cfg.data.train_list, train), (cfg.data.val_list, val)):
+        if not records:
+            raise ConfigError(f"{resolve_path(cfg.data.root, name)} lists no readable videos")
     return DataSplits(classes=classes, train=list(train), val=list(val))
 
 
