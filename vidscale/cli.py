@@ -65,6 +65,28 @@ def cmd_synth(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_prepare(args: argparse.Namespace) -> int:
+    from vidscale.data.prepare import prepare_from_layout
+
+    manifest = prepare_from_layout(
+        args.layout,
+        args.root,
+        args.out,
+        split=args.split,
+        skip_missing=args.skip_missing,
+        annotations_dir=args.annotations_dir,
+        short_side=args.short_side,
+        fps=args.fps,
+        quality=args.quality,
+        shard_bytes=int(args.shard_size * 1e6),
+        workers=args.workers,
+        seed=args.seed,
+        progress=not args.no_progress,
+    )
+    print(manifest)
+    return 0
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     from vidscale.bench.flops import format_info, info_as_dict, model_info
     from vidscale.models.registry import ModelConfig, default_frames
@@ -140,6 +162,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--size", type=int, default=32, help="frame side in pixels")
     p.add_argument("--frames", type=int, default=16, help="frames per video")
     p.set_defaults(fn=cmd_synth)
+
+    p = sub.add_parser("prepare", help="videos + annotations -> JPEG frame shards + index")
+    p.add_argument(
+        "--layout",
+        choices=["generic", "kinetics", "ucf101", "hmdb51", "ssv2"],
+        default="generic",
+    )
+    p.add_argument("--root", type=Path, required=True, help="the dataset as downloaded")
+    p.add_argument("--out", type=Path, required=True, help="the prepared dataset directory")
+    p.add_argument("--annotations-dir", type=Path, default=None)
+    p.add_argument("--split", type=int, default=1, help="UCF101/HMDB51 split (1-3)")
+    p.add_argument("--skip-missing", action="store_true", help="report missing videos, go on")
+    p.add_argument("--short-side", type=int, default=256, help="resize the short side (px)")
+    p.add_argument("--fps", type=float, default=None, help="resample to this frame rate")
+    p.add_argument("--quality", type=int, default=90, help="JPEG quality")
+    p.add_argument("--shard-size", type=float, default=1000.0, help="MB per shard")
+    p.add_argument("--workers", type=int, default=0, help="processes (0: all cores)")
+    p.add_argument("--seed", type=int, default=0, help="video order in the shards")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(fn=cmd_prepare)
 
     p = sub.add_parser("info", help="parameters and multiply-accumulates of a model")
     p.add_argument("name")

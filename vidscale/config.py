@@ -31,6 +31,11 @@ class DataConfig:
     """Where the clips come from and how they are batched (per rank, per micro-batch)."""
 
     root: str = ""
+    # videos: decode the files listed by the layout; shards: a `vidscale prepare`d directory
+    # read by random access; stream: the same, read shard by shard (slow random I/O).
+    source: Literal["videos", "shards", "stream"] = "videos"
+    layout: Literal["generic", "kinetics", "ucf101", "hmdb51", "ssv2"] = "generic"
+    split: int = 1  # UCF101 / HMDB51 split
     train_list: str = "train.csv"
     val_list: str = "val.csv"
     classes: str = "classes.txt"

@@ -9,9 +9,7 @@ def test_layout_and_determinism(tmp_path: Path) -> None:
     a = write_synthetic_dataset(
         tmp_path / "a", seed=3, train_per_class=1, val_per_class=1, workers=1
     )
-    write_synthetic_dataset(
-        tmp_path / "b", seed=3, train_per_class=1, val_per_class=1, workers=1
-    )
+    write_synthetic_dataset(tmp_path / "b", seed=3, train_per_class=1, val_per_class=1, workers=1)
     assert (a.train_videos, a.val_videos) == (8, 8)
     classes = read_class_names(tmp_path / "a" / "classes.txt")
     assert classes == list(CLASSES)

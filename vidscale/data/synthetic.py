@@ -39,7 +39,7 @@ CLASSES = (
     "shrinking",
 )
 SUPERSAMPLE = 2  # render at 2x and average down: sub-pixel motion stays visible
-LOG_SCALE_RATE = (0.035, 0.06)  # growing/shrinking: d log(size) per frame
+LOG_SCALE_CHANGE = (0.7, 1.0)  # growing/shrinking: change of log(size) over the clip
 
 
 @dataclass(frozen=True)
@@ -108,13 +108,16 @@ def _shape_mask(kind: int, u: np.ndarray, v: np.ndarray) -> np.ndarray:
 def _trajectory(label: int, t: np.ndarray, rng: np.random.Generator, n: int) -> dict:
     """Per-frame centre, angle and scale for class `label` (t centred on 0)."""
     base = math.exp(rng.uniform(math.log(0.22), math.log(0.34))) * n  # object half-size in px
-    rate = rng.uniform(*LOG_SCALE_RATE)
+    # Motion is set per clip, so it does not depend on the frame count: the object travels
+    # 45-65% of the frame, turns 150-240 degrees, or changes size by a factor of e^0.7-e^1.0.
+    steps = max(2 * float(t.max()), 1.0)
+    rate = rng.uniform(*LOG_SCALE_CHANGE) / steps
     span = t.max()
     # Constant size drawn from the per-frame size distribution of growing/shrinking objects.
     const_scale = base * math.exp(rate * rng.uniform(-span, span))
     angle0 = rng.uniform(0, 2 * math.pi)
-    speed = rng.uniform(0.7, 1.2) * n / 32  # px per frame (supersampled grid)
-    omega = math.radians(rng.uniform(9, 15))  # rad per frame
+    speed = rng.uniform(0.45, 0.65) * n / steps  # px per frame (supersampled grid)
+    omega = math.radians(rng.uniform(150, 240)) / steps  # rad per frame
     centre = rng.uniform(0.3 * n, 0.7 * n, size=2)
     zeros = np.zeros_like(t)
     x, y = centre[0] + zeros, centre[1] + zeros

@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
 from vidscale.config import ConfigError, RunConfig
-from vidscale.data.annotations import VideoRecord, read_annotations, read_class_names
+from vidscale.data.annotations import read_annotations, read_class_names
 from vidscale.data.dataset import VideoClipDataset, collate
+from vidscale.data.layouts import read_layout
+from vidscale.data.prepare import open_prepared
 from vidscale.data.samplers import ExactEvalSampler, TrainSampler
+from vidscale.data.shard_dataset import ShardClipDataset, StreamingShardDataset
 from vidscale.data.transforms import IMAGENET_MEAN, IMAGENET_STD, normalize
 from vidscale.distributed.env import DistEnv
 from vidscale.models.registry import build_model as build_registered_model
@@ -23,9 +28,30 @@ from vidscale.train.fast_path import FastPath, apply_to_model, resolve_fast_path
 
 @dataclass(frozen=True)
 class DataSplits:
+    """Class names and the train/val items: `VideoRecord`s, or `ShardEntry`s when prepared."""
+
     classes: list[str]
-    train: list[VideoRecord]
-    val: list[VideoRecord]
+    train: list[Any]
+    val: list[Any]
+
+
+@dataclass
+class TrainData:
+    """The training loader and how to position it at (epoch, optimizer step) for exact resume."""
+
+    loader: DataLoader
+    dataset: VideoClipDataset | StreamingShardDataset
+    sampler: TrainSampler | None
+    clips_per_step: int  # per rank: batch_size x accumulate
+
+    def set_epoch(self, epoch: int, *, step_in_epoch: int) -> None:
+        start = step_in_epoch * self.clips_per_step
+        if isinstance(self.dataset, StreamingShardDataset):
+            self.dataset.set_epoch(epoch, start_batches=start // self.loader.batch_size)  # type: ignore[operator]
+            return
+        assert self.sampler is not None
+        self.sampler.set_epoch(epoch, start=start)
+        self.dataset.set_epoch(epoch)
 
 
 def resolve_path(root: str, name: str) -> Path:
@@ -34,12 +60,25 @@ def resolve_path(root: str, name: str) -> Path:
 
 
 def load_splits(cfg: RunConfig) -> DataSplits:
-    """Read the class list and both annotation files; errors name the file and line."""
+    """Read the class list and both splits; errors name the file and line."""
     if not cfg.data.root:
         raise ConfigError("data.root is not set (pass --data DIR or --set data.root=DIR)")
     root = Path(cfg.data.root)
     if not root.is_dir():
         raise ConfigError(f"data.root: {root} is not a directory")
+    if cfg.data.source != "videos":
+        try:
+            prepared = open_prepared(root)
+        except FileNotFoundError as err:
+            raise ConfigError(f"data.source={cfg.data.source}: {err}") from err
+        return _checked(cfg, prepared.classes, prepared.train, prepared.val)
+    if cfg.data.layout != "generic":
+        splits = read_layout(
+            cfg.data.layout, root, split=cfg.data.split, skip_missing=cfg.data.skip_missing
+        )
+        for path, reason in splits.missing:
+            warnings.warn(f"{reason}: {path}", stacklevel=2)
+        return _checked(cfg, splits.classes, splits.train, splits.val)
     classes = read_class_names(resolve_path(cfg.data.root, cfg.data.classes))
     train = read_annotations(
         resolve_path(cfg.data.root, cfg.data.train_list),
@@ -51,9 +90,15 @@ def load_splits(cfg: RunConfig) -> DataSplits:
         classes=classes,
         skip_missing=cfg.data.skip_missing,
     )
-    for name, records in ((cfg.data.train_list, train), (cfg.data.val_list, val)):
-        if not records:
-            raise ConfigError(f"{resolve_path(cfg.data.root, name)} lists no readable videos")
+    return _checked(cfg, classes, train, val)
+
+
+def _checked(
+    cfg: RunConfig, classes: list[str], train: Sequence[Any], val: Sequence[Any]
+) -> DataSplits:
+    for name, items in (("training", train), ("validation", val)):
+        if not items:
+            raise ConfigError(f"data.root={cfg.data.root}: the {name} split has no videos")
     return DataSplits(classes=classes, train=list(train), val=list(val))
 
 
@@ -101,29 +146,41 @@ def input_preparer(cfg: RunConfig, env: DistEnv) -> Callable[[torch.Tensor], tor
     return prepare
 
 
-def build_train_loader(
-    cfg: RunConfig, env: DistEnv, records: list[VideoRecord]
-) -> tuple[DataLoader, TrainSampler, VideoClipDataset]:
-    dataset = VideoClipDataset(records, cfg.data.train_clip, train=True, seed=cfg.train.seed)
-    sampler = TrainSampler(
-        len(dataset), rank=env.rank, world_size=env.world_size, seed=cfg.train.seed
+def build_train_data(
+    cfg: RunConfig, env: DistEnv, items: list[Any], *, accumulate: int
+) -> TrainData:
+    spec, seed, bs = cfg.data.train_clip, cfg.train.seed, cfg.data.batch_size
+    common: dict[str, Any] = {
+        "batch_size": bs,
+        "num_workers": cfg.data.workers,
+        "collate_fn": collate,
+        "pin_memory": env.device.type == "cuda",
+        "drop_last": True,
+        "persistent_workers": False,  # the dataset is re-sent at every epoch (set_epoch)
+        "prefetch_factor": 4 if cfg.data.workers > 0 else None,
+    }
+    if cfg.data.source == "stream":
+        stream = StreamingShardDataset(
+            items, spec, batch_size=bs, rank=env.rank, world_size=env.world_size, seed=seed
+        )
+        return TrainData(DataLoader(stream, **common), stream, None, bs * accumulate)
+    dataset = (
+        ShardClipDataset(items, spec, train=True, seed=seed)
+        if cfg.data.source == "shards"
+        else VideoClipDataset(items, spec, train=True, seed=seed)
     )
-    loader = DataLoader(
-        dataset,
-        batch_size=cfg.data.batch_size,
-        sampler=sampler,
-        num_workers=cfg.data.workers,
-        collate_fn=collate,
-        pin_memory=env.device.type == "cuda",
-        drop_last=True,
-        persistent_workers=False,
-        prefetch_factor=4 if cfg.data.workers > 0 else None,
-    )
-    return loader, sampler, dataset
+    sampler = TrainSampler(len(dataset), rank=env.rank, world_size=env.world_size, seed=seed)
+    loader = DataLoader(dataset, sampler=sampler, **common)
+    return TrainData(loader, dataset, sampler, bs * accumulate)
 
 
-def build_eval_loader(cfg: RunConfig, env: DistEnv, records: list[VideoRecord]) -> DataLoader:
-    dataset = VideoClipDataset(records, cfg.data.eval_clip, train=False, seed=cfg.train.seed)
+def build_eval_loader(cfg: RunConfig, env: DistEnv, items: list[Any]) -> DataLoader:
+    spec = cfg.data.eval_clip
+    dataset = (
+        VideoClipDataset(items, spec, train=False, seed=cfg.train.seed)
+        if cfg.data.source == "videos"
+        else ShardClipDataset(items, spec, train=False, seed=cfg.train.seed)
+    )
     sampler = ExactEvalSampler(len(dataset), rank=env.rank, world_size=env.world_size)
     return DataLoader(
         dataset,

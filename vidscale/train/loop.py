@@ -91,17 +91,18 @@ class Trainer:
         self.cfg, self.run_dir, self.env, self.splits = cfg, run_dir, env, splits
         builders.set_threads(cfg, env)
         self.fast = builders.fast_path(cfg, env)
+        torch.manual_seed(cfg.train.seed)  # the same initial weights on every rank and run
         self.model = builders.build_model(cfg, env, self.fast)
         if self.fast.compile:
             self.model.compile()  # in place: state_dict keys and DDP's no_sync stay as they are
         self.optimizer = build_optimizer(self.model, cfg.optim, lr=0.0)
         self.ddp_model = wrap_ddp(self.model, env, bucket_cap_mb=cfg.comm.bucket_cap_mb)
         self.comm_bytes = attach_comm_hook(self.ddp_model, cfg.comm)
-        self.train_loader, self.sampler, self.train_set = builders.build_train_loader(
-            cfg, env, splits.train
+        self.plan = make_plan(cfg, world_size=env.world_size, train_size=len(splits.train))
+        self.train_data = builders.build_train_data(
+            cfg, env, splits.train, accumulate=self.plan.accumulate
         )
         self.val_loader = builders.build_eval_loader(cfg, env, splits.val)
-        self.plan = make_plan(cfg, world_size=env.world_size, train_size=len(splits.train))
         self.prepare = builders.input_preparer(cfg, env)
         self.autocast = self.fast.autocast()
         self.counters = RunCounters()
@@ -174,10 +175,8 @@ class Trainer:
 
     def train_epoch(self) -> dict[str, float]:
         cfg, plan = self.cfg, self.plan
-        micro = cfg.data.batch_size * plan.accumulate
-        self.sampler.set_epoch(self.epoch, start=self.step_in_epoch * micro)
-        self.train_set.set_epoch(self.epoch)
-        batches = iter(self.train_loader)
+        self.train_data.set_epoch(self.epoch, step_in_epoch=self.step_in_epoch)
+        batches = iter(self.train_data.loader)
         self.ddp_model.train()
         sums = {"loss": 0.0, "hits": 0, "count": 0, "wait": 0.0, "time": 0.0}
         bar = progress(

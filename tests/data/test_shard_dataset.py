@@ -1,0 +1,183 @@
+"""Datasets over shards give the raw-video dataset's samples: within JPEG loss of the raw path,
+exactly the decode + JPEG round trip, and the same items whether read randomly or streamed."""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from vidscale.data.annotations import VideoRecord
+from vidscale.data.dataset import ClipSpec, VideoClipDataset, collate, frame_indices, make_clip
+from vidscale.data.decode import decode_frames
+from vidscale.data.prepare import PreparedData, open_prepared, prepare_from_layout
+from vidscale.data.shard_dataset import ShardClipDataset, StreamingShardDataset, split_batches
+from vidscale.data.shards import ShardEntry, decode_jpeg, encode_jpeg
+from vidscale.data.synthetic import write_synthetic_dataset
+
+SPEC = ClipSpec(frames=4, crop_size=24, short_side=32)
+QUALITY = 95
+SEED = 3
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """16 train + 8 val demo videos (12 frames), about three videos per shard."""
+    raw = tmp_path_factory.mktemp("raw")
+    write_synthetic_dataset(raw, seed=2, train_per_class=2, val_per_class=1, num_frames=12)
+    out = tmp_path_factory.mktemp("prepared")
+    options: dict[str, Any] = {"short_side": 0, "quality": QUALITY, "shard_bytes": 70_000}
+    prepare_from_layout("generic", raw, out, workers=1, progress=False, **options)
+    return out
+
+
+@pytest.fixture(scope="module")
+def data(prepared: Path) -> PreparedData:
+    return open_prepared(prepared)
+
+
+def raw_dataset(entries: list[ShardEntry], spec: ClipSpec, *, train: bool) -> VideoClipDataset:
+    records = [VideoRecord(Path(e.path), e.label) for e in entries]
+    return VideoClipDataset(records, spec, train=train, seed=SEED)
+
+
+def mean_abs(a: torch.Tensor, b: torch.Tensor) -> float:
+    return (a.float() - b.float()).abs().mean().item()
+
+
+def test_map_items_match_raw_videos_within_jpeg_loss(data: PreparedData) -> None:
+    assert len({e.shard for e in data.train}) >= 4
+    shard_set = ShardClipDataset(data.train, SPEC, train=True, seed=SEED)
+    raw_set = raw_dataset(data.train, SPEC, train=True)
+    for ds in (shard_set, raw_set):
+        ds.set_epoch(2)
+    diffs = []
+    for i in range(len(shard_set)):
+        a, b = shard_set[i], raw_set[i]
+        assert (a["label"], a["index"], a["skipped"]) == (b["label"], b["index"], [])
+        assert a["clip"].shape == b["clip"].shape == (3, 4, 24, 24)
+        diffs.append(mean_abs(a["clip"], b["clip"]))
+    assert max(diffs) < 5.0  # JPEG at quality 95 on noisy 32x32 frames: ~2-3 grey levels
+    # The tolerance discriminates: another epoch's crop of the same video is much further.
+    raw_set.set_epoch(3)
+    assert np.mean([mean_abs(shard_set[i]["clip"], raw_set[i]["clip"]) for i in range(8)]) > 10
+
+    views = ClipSpec(frames=4, crop_size=24, short_side=28, num_clips=2, num_crops=3)
+    a, b = (
+        ShardClipDataset(data.val, views, train=False)[5],
+        raw_dataset(data.val, views, train=False)[5],
+    )
+    assert a["clip"].shape == b["clip"].shape == (6, 3, 4, 24, 24)
+    assert mean_abs(a["clip"], b["clip"]) < 5.0
+
+
+def test_map_items_equal_decode_plus_jpeg_round_trip_exactly(data: PreparedData) -> None:
+    ds = ShardClipDataset(data.train, SPEC, train=True, seed=SEED)
+    ds.set_epoch(4)
+    for index in (0, 7, 15):
+        entry = data.train[index]
+        rng = np.random.default_rng((SEED, 4, index, 0))  # the dataset's random stream
+        idx = frame_indices(entry.num_frames, SPEC, rng=rng)
+        frames = decode_frames(Path(entry.path), idx)
+        round_trip = np.stack([decode_jpeg(encode_jpeg(f, quality=QUALITY)) for f in frames])
+        expected = make_clip(round_trip, SPEC, train=True, rng=rng)[0]
+        assert torch.equal(ds[index]["clip"], expected)
+
+
+def stream_batches(
+    entries: list[ShardEntry],
+    *,
+    rank: int,
+    world_size: int,
+    epoch: int,
+    workers: int,
+    batch_size: int = 2,
+    start_batches: int = 0,
+) -> list[dict[str, Any]]:
+    ds = StreamingShardDataset(
+        entries, SPEC, batch_size=batch_size, rank=rank, world_size=world_size, seed=SEED
+    )
+    ds.shuffle_buffer = 3  # smaller than a worker's share, so the buffer really shuffles
+    ds.set_epoch(epoch, start_batches=start_batches)
+    loader = DataLoader(ds, batch_size=batch_size, num_workers=workers, collate_fn=collate)
+    return list(loader)
+
+
+def test_streaming_ranks_get_equal_disjoint_shares_of_the_map_items(data: PreparedData) -> None:
+    # 16 videos on 3 ranks, batch 2: 5 per rank rounds down to 2 batches each.
+    per_rank = [
+        stream_batches(data.train, rank=r, world_size=3, epoch=1, workers=2) for r in range(3)
+    ]
+    assert [len(b) for b in per_rank] == [2, 2, 2]
+    indices = [int(i) for batches in per_rank for b in batches for i in b["index"]]
+    assert len(indices) == len(set(indices)) == 12
+    map_set = ShardClipDataset(data.train, SPEC, train=True, seed=SEED)
+    map_set.set_epoch(1)
+    for batch in per_rank[0] + per_rank[2]:
+        for clip, label, index in zip(batch["clip"], batch["label"], batch["index"], strict=True):
+            item = map_set[int(index)]
+            assert torch.equal(clip, item["clip"]) and int(label) == item["label"]
+
+
+def test_streaming_order_is_a_function_of_seed_and_epoch_and_resumes(data: PreparedData) -> None:
+    def order(epoch: int, start: int = 0) -> list[list[int]]:
+        # batch 3: 16 videos make 5 batches, split 3 + 2 over the two loader workers
+        batches = stream_batches(
+            data.train,
+            rank=0,
+            world_size=1,
+            epoch=epoch,
+            workers=2,
+            batch_size=3,
+            start_batches=start,
+        )
+        return [b["index"].tolist() for b in batches]
+
+    full = order(5)
+    seen = list(itertools.chain.from_iterable(full))
+    assert len(full) == 5 and len(set(seen)) == 15
+    assert order(5) == full
+    assert order(6) != full
+    # Resume after b batches: the rest of the epoch, in order, without re-reading the start.
+    for start in (1, 2, 4):
+        assert order(5, start) == full[start:]
+
+
+def test_stream_split_covers_the_epoch_without_overlap(data: PreparedData) -> None:
+    assert split_batches(4, 6) == [1, 1, 1, 1, 0, 0]
+    assert split_batches(8, 3) == [3, 3, 2]
+    ranges = []
+    for rank in range(2):
+        ds = StreamingShardDataset(data.train, SPEC, batch_size=3, rank=rank, world_size=2)
+        assert len(ds) == 6  # 16 // 2 = 8 per rank, two whole batches of 3
+        ranges += [ds.worker_range(w, 4) for w in range(4)]
+    assert sorted(ranges) == ranges and all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
+    assert (ranges[0][0], ranges[-1][1]) == (0, 12)
+    with pytest.raises(ValueError, match="cannot fill a batch"):
+        StreamingShardDataset(data.train, SPEC, batch_size=9, world_size=2)
+
+
+def test_corrupt_frames_are_reported_and_replaced(prepared: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(prepared, copy)
+    data = open_prepared(copy)
+    bad = data.train[6]
+    with open(bad.shard, "r+b") as f:  # wipe every frame of one video
+        for offset, size in zip(bad.offsets, bad.sizes, strict=True):
+            f.seek(int(offset))
+            f.write(b"\0" * int(size))
+    item = ShardClipDataset(data.train, SPEC, train=True, seed=SEED)[6]
+    assert item["index"] == 6 and item["skipped"][0][0] == bad.path
+    assert "corrupt JPEG" in item["skipped"][0][1]
+
+    batches = stream_batches(data.train, rank=0, world_size=1, epoch=0, workers=0)
+    assert len(batches) == 8  # still the full count: the range is topped up
+    reports = [s for b in batches for s in b["skipped"]]
+    assert reports and all(path == bad.path for path, _ in reports)
+    assert 6 not in [int(i) for b in batches for i in b["index"]]

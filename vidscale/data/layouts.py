@@ -1,0 +1,387 @@
+"""Standard dataset layouts, read as their publishers ship them, converted to `VideoRecord`s.
+
+Every reader returns `LayoutSplits`: the class names in label order, the train and validation
+records, and the videos the annotations name but the disk lacks. Label indices are deterministic:
+the layout's own numbering where it has one (UCF101 `classInd.txt`, 1-based -> 0-based; SSv2
+`labels.json`), else sorted class names (Kinetics, HMDB51). A missing video is an
+`AnnotationError` naming the annotation file and line, unless `skip_missing` (then it is listed
+in `missing` as `(expected path, "file:line: reason")`).
+
+- kinetics: `train.csv`, `validate.csv` (or `val.csv`) with header
+  `label,youtube_id,time_start,time_end,split`; videos `<split>/<label>/<id>_<s:06d>_<e:06d>.mp4`,
+  flat `<split>/<id>_<s:06d>_<e:06d>.mp4`, or `<id>.mp4` (.webm, .mkv too).
+- ucf101: `ucfTrainTestlist/{classInd,trainlist0N,testlist0N}.txt`, videos `UCF-101/<Class>/*.avi`.
+- hmdb51: `testTrainMulti_7030_splits/<class>_test_splitN.txt` (tag 1 train, 2 test, 0 unused),
+  videos `<class>/<video>.avi`.
+- ssv2: `labels/{labels,train,validation}.json`, videos `20bn-something-something-v2/<id>.webm`.
+- generic: `classes.txt`, `train.csv`, `val.csv` (`path,label`, see `annotations`).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vidscale.data.annotations import AnnotationError, VideoRecord, parse_label, read_class_names
+
+LAYOUTS: tuple[str, ...] = ("kinetics", "ucf101", "hmdb51", "ssv2", "generic")
+VIDEO_EXTENSIONS = (".mp4", ".webm", ".mkv", ".avi")
+
+
+@dataclass(frozen=True)
+class LayoutSplits:
+    classes: list[str]
+    train: list[VideoRecord]
+    val: list[VideoRecord]
+    missing: list[tuple[str, str]] = field(default_factory=list)
+
+
+def read_layout(
+    kind: str,
+    root: Path,
+    *,
+    split: int = 1,
+    skip_missing: bool = False,
+    annotations_dir: Path | None = None,
+) -> LayoutSplits:
+    """Read the dataset at `root` laid out as `kind`; `split` selects UCF101/HMDB51's split 1-3.
+
+    `annotations_dir` overrides where the annotation files are looked for.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise AnnotationError(f"{root}: dataset root is not a directory")
+    ann = Path(annotations_dir) if annotations_dir is not None else None
+    missing = _Missing(skip_missing)
+    match kind:
+        case "kinetics":
+            classes, train, val = _read_kinetics(root, ann, missing)
+        case "ucf101":
+            classes, train, val = _read_ucf101(root, ann, _check_split(split), missing)
+        case "hmdb51":
+            classes, train, val = _read_hmdb51(root, ann, _check_split(split), missing)
+        case "ssv2":
+            classes, train, val = _read_ssv2(root, ann, missing)
+        case "generic":
+            classes, train, val = _read_generic(root, ann, missing)
+        case _:
+            raise ValueError(f"unknown layout {kind!r}; known: {', '.join(LAYOUTS)}")
+    return LayoutSplits(classes=classes, train=train, val=val, missing=missing.items)
+
+
+Split = tuple[list[str], list[VideoRecord], list[VideoRecord]]
+
+
+class _Missing:
+    """Keeps a record whose video exists; otherwise raises, or notes it when skipping."""
+
+    def __init__(self, skip: bool) -> None:
+        self.skip = skip
+        self.items: list[tuple[str, str]] = []
+
+    def keep(
+        self, out: list[VideoRecord], video: Path | None, label: int, *, where: str, expected: Path
+    ) -> None:
+        if video is not None and video.is_file():
+            out.append(VideoRecord(video, label))
+        elif self.skip:
+            self.items.append((str(expected), f"{where}: missing video"))
+        else:
+            raise AnnotationError(f"{where}: missing video {expected}")
+
+
+def _check_split(split: int) -> int:
+    if split not in (1, 2, 3):
+        raise ValueError(f"split must be 1, 2 or 3, got {split}")
+    return split
+
+
+def _first_dir(*candidates: Path) -> Path:
+    """The first existing directory; the last candidate when none exists (errors name it)."""
+    return next((c for c in candidates if c.is_dir()), candidates[-1])
+
+
+def _first_file(directory: Path, names: Sequence[str]) -> Path:
+    for name in names:
+        if (directory / name).is_file():
+            return directory / name
+    raise AnnotationError(f"{directory}: none of {', '.join(names)} found")
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, stripped text) of the non-blank lines of a text file."""
+    if not path.is_file():
+        raise AnnotationError(f"{path}: annotation file not found")
+    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+        if line.strip():
+            yield lineno, line.strip()
+
+
+# Kinetics ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _KineticsRow:
+    lineno: int
+    label: str
+    youtube_id: str
+    start: int
+    end: int
+
+
+def _read_kinetics_csv(path: Path) -> list[_KineticsRow]:
+    with path.open(newline="") as f:
+        reader = csv.DictReader(f)
+        needed = {"label", "youtube_id", "time_start", "time_end"}
+        if reader.fieldnames is None or not needed <= set(reader.fieldnames):
+            raise AnnotationError(
+                f"{path}:1: expected a header with {', '.join(sorted(needed))}, "
+                f"got {reader.fieldnames}"
+            )
+        rows = []
+        for lineno, row in enumerate(reader, start=2):
+            try:
+                start, end = int(float(row["time_start"])), int(float(row["time_end"]))
+            except (TypeError, ValueError) as err:
+                raise AnnotationError(f"{path}:{lineno}: bad time_start/time_end: {err}") from err
+            label, yid = (row["label"] or "").strip(), (row["youtube_id"] or "").strip()
+            if not label or not yid:
+                raise AnnotationError(f"{path}:{lineno}: empty label or youtube_id")
+            rows.append(_KineticsRow(lineno, label, yid, start, end))
+    return rows
+
+
+def _index_videos(directory: Path, *, depth: int) -> dict[str, Path]:
+    """File stem -> path of every video up to `depth` directories below `directory`.
+
+    One directory scan instead of a stat per candidate name: Kinetics has ~650k videos.
+    """
+    found: dict[str, Path] = {}
+    if not directory.is_dir():
+        return found
+    pending = [(directory, 0)]
+    while pending:
+        current, level = pending.pop()
+        with os.scandir(current) as entries:
+            for entry in sorted(entries, key=lambda e: e.name):
+                if entry.is_dir() and level < depth:
+                    pending.append((Path(entry.path), level + 1))
+                elif entry.is_file():
+                    stem, ext = os.path.splitext(entry.name)
+                    if ext.lower() in VIDEO_EXTENSIONS:
+                        found.setdefault(stem, Path(entry.path))
+    return found
+
+
+def _read_kinetics(root: Path, ann: Path | None, missing: _Missing) -> Split:
+    ann = ann or _first_dir(root / "annotations", root)
+    csvs = {
+        "train": _first_file(ann, ["train.csv"]),
+        "val": _first_file(ann, ["validate.csv", "val.csv", "valid.csv", "validation.csv"]),
+    }
+    rows = {split: _read_kinetics_csv(path) for split, path in csvs.items()}
+    classes = sorted({r.label for r in rows["train"]})
+    index = {name: i for i, name in enumerate(classes)}
+    dirs = {"train": ("train",), "val": ("val", "validate", "valid", "validation")}
+    out: dict[str, list[VideoRecord]] = {}
+    for split, split_rows in rows.items():
+        roots = [root / d for d in dirs[split] if (root / d).is_dir()] or [root]
+        videos: dict[str, Path] = {}
+        for d in roots:
+            for stem, path in _index_videos(d, depth=2).items():
+                videos.setdefault(stem, path)
+        out[split] = []
+        for r in split_rows:
+            where = f"{csvs[split]}:{r.lineno}"
+            if r.label not in index:
+                raise AnnotationError(f"{where}: class {r.label!r} does not occur in train.csv")
+            clip_name = f"{r.youtube_id}_{r.start:06d}_{r.end:06d}"
+            video = videos.get(clip_name) or videos.get(r.youtube_id)
+            expected = roots[0] / r.label / f"{clip_name}.mp4"
+            missing.keep(out[split], video, index[r.label], where=where, expected=expected)
+    return classes, out["train"], out["val"]
+
+
+# UCF101 --------------------------------------------------------------------------------------
+
+
+def _read_ucf101(root: Path, ann: Path | None, split: int, missing: _Missing) -> Split:
+    ann = ann or _first_dir(root / "ucfTrainTestlist", root)
+    videos = _first_dir(root / "UCF-101", root)
+    class_file = ann / "classInd.txt"
+    numbered: dict[int, str] = {}
+    for lineno, line in _lines(class_file):
+        parts = line.split()
+        if len(parts) != 2 or not parts[0].isdigit():
+            raise AnnotationError(f"{class_file}:{lineno}: expected '<index> <class>'")
+        numbered[int(parts[0])] = parts[1]
+    if sorted(numbered) != list(range(1, len(numbered) + 1)):
+        raise AnnotationError(f"{class_file}: class indices are not 1..{len(numbered)}")
+    classes = [numbered[i] for i in range(1, len(numbered) + 1)]
+    by_name = {name.lower(): i for i, name in enumerate(classes)}
+
+    train: list[VideoRecord] = []
+    train_file = ann / f"trainlist0{split}.txt"
+    for lineno, line in _lines(train_file):
+        where = f"{train_file}:{lineno}"
+        parts = line.split()
+        if len(parts) != 2 or not parts[1].isdigit():
+            raise AnnotationError(f"{where}: expected '<Class>/<video>.avi <index>'")
+        label = int(parts[1]) - 1
+        if not 0 <= label < len(classes):
+            raise AnnotationError(f"{where}: class index {parts[1]} not in classInd.txt")
+        missing.keep(train, videos / parts[0], label, where=where, expected=videos / parts[0])
+
+    val: list[VideoRecord] = []
+    test_file = ann / f"testlist0{split}.txt"
+    for lineno, line in _lines(test_file):
+        where = f"{test_file}:{lineno}"
+        rel = line.split()[0]
+        # Test lists carry no label: the directory names the class.
+        class_dir = rel.split("/")[0] if "/" in rel else ""
+        if class_dir.lower() not in by_name:
+            raise AnnotationError(f"{where}: directory {class_dir!r} is not a class of classInd")
+        missing.keep(
+            val, videos / rel, by_name[class_dir.lower()], where=where, expected=videos / rel
+        )
+    return classes, train, val
+
+
+# HMDB51 --------------------------------------------------------------------------------------
+
+
+def _read_hmdb51(root: Path, ann: Path | None, split: int, missing: _Missing) -> Split:
+    ann = ann or _first_dir(root / "testTrainMulti_7030_splits", root / "splits", root)
+    suffix = f"_test_split{split}.txt"
+    files = sorted(ann.glob(f"*{suffix}")) if ann.is_dir() else []
+    if not files:
+        raise AnnotationError(f"{ann}: no '<class>{suffix}' files")
+    classes = sorted(f.name[: -len(suffix)] for f in files)
+    videos = _first_dir(root / "videos", root)
+    out: dict[str, list[VideoRecord]] = {"1": [], "2": []}
+    for label, name in enumerate(classes):
+        split_file = ann / f"{name}{suffix}"
+        for lineno, line in _lines(split_file):
+            where = f"{split_file}:{lineno}"
+            parts = line.split()
+            if len(parts) != 2 or parts[1] not in ("0", "1", "2"):
+                raise AnnotationError(f"{where}: expected '<video>.avi <0|1|2>'")
+            if parts[1] == "0":  # not used by this split
+                continue
+            video = videos / name / parts[0]
+            missing.keep(out[parts[1]], video, label, where=where, expected=video)
+    return classes, out["1"], out["2"]
+
+
+# Something-Something v2 ----------------------------------------------------------------------
+
+
+def _json_array_items(path: Path) -> Iterator[tuple[int, Any]]:
+    """(line number, element) of a JSON array file, so errors can name the line."""
+    if not path.is_file():
+        raise AnnotationError(f"{path}: annotation file not found")
+    text = path.read_text()
+    decoder = json.JSONDecoder()
+    pos, line = 0, 1
+
+    def skip(pos: int, chars: str) -> int:
+        while pos < len(text) and text[pos] in chars:
+            pos += 1
+        return pos
+
+    pos = skip(pos, " \t\r\n")
+    if pos >= len(text) or text[pos] != "[":
+        raise AnnotationError(f"{path}:1: expected a JSON array")
+    pos = skip(pos + 1, " \t\r\n")
+    counted = 0
+    while pos < len(text) and text[pos] != "]":
+        line += text.count("\n", counted, pos)
+        counted = pos
+        try:
+            item, pos = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as err:
+            raise AnnotationError(f"{path}:{err.lineno}: {err.msg}") from err
+        yield line, item
+        pos = skip(pos, " \t\r\n,")
+
+
+def _read_ssv2(root: Path, ann: Path | None, missing: _Missing) -> Split:
+    ann = ann or _first_dir(root / "labels", root / "annotations", root)
+    prefix = "something-something-v2-"
+    label_file = _first_file(ann, ["labels.json", f"{prefix}labels.json"])
+    try:
+        numbered = json.loads(label_file.read_text())
+    except json.JSONDecodeError as err:
+        raise AnnotationError(f"{label_file}:{err.lineno}: {err.msg}") from err
+    if not isinstance(numbered, dict):
+        raise AnnotationError(f"{label_file}:1: expected an object {{class name: index}}")
+    try:
+        by_index = {int(v): k for k, v in numbered.items()}
+    except (TypeError, ValueError) as err:
+        raise AnnotationError(f"{label_file}: class indices must be integers: {err}") from err
+    if sorted(by_index) != list(range(len(numbered))):
+        raise AnnotationError(f"{label_file}: class indices are not 0..{len(numbered) - 1}")
+    classes = [by_index[i] for i in range(len(by_index))]
+    videos = _first_dir(root / "20bn-something-something-v2", root / "videos", root)
+    out: dict[str, list[VideoRecord]] = {}
+    for split, names in (("train", ["train.json"]), ("val", ["validation.json"])):
+        path = _first_file(ann, [*names, prefix + names[0]])
+        out[split] = []
+        for lineno, item in _json_array_items(path):
+            where = f"{path}:{lineno}"
+            if not isinstance(item, dict) or "id" not in item or "template" not in item:
+                raise AnnotationError(f"{where}: expected an object with 'id' and 'template'")
+            # Labels are templates without the placeholder brackets.
+            name = str(item["template"]).replace("[", "").replace("]", "")
+            if name not in numbered:
+                raise AnnotationError(f"{where}: template {name!r} is not in {label_file.name}")
+            vid = str(item["id"])
+            video = _with_extension(videos / vid)
+            missing.keep(
+                out[split], video, int(numbered[name]), where=where, expected=videos / f"{vid}.webm"
+            )
+    return classes, out["train"], out["val"]
+
+
+def _with_extension(stem: Path) -> Path | None:
+    return next(
+        (p for ext in VIDEO_EXTENSIONS if (p := stem.with_name(stem.name + ext)).is_file()), None
+    )
+
+
+# generic -------------------------------------------------------------------------------------
+
+
+def _read_generic_csv(
+    path: Path, classes: Sequence[str], missing: _Missing, base: Path
+) -> list[VideoRecord]:
+    if not path.is_file():
+        raise AnnotationError(f"{path}: annotation file not found")
+    with path.open(newline="") as f:
+        rows = list(csv.reader(f))
+    if not rows or [c.strip() for c in rows[0]] != ["path", "label"]:
+        raise AnnotationError(f"{path}:1: expected the header 'path,label'")
+    records: list[VideoRecord] = []
+    for lineno, row in enumerate(rows[1:], start=2):
+        where = f"{path}:{lineno}"
+        if not row or all(not c.strip() for c in row):
+            continue
+        if len(row) != 2 or not row[0].strip():
+            raise AnnotationError(f"{where}: expected 'path,label', got {','.join(row)!r}")
+        label = parse_label(row[1], classes, where=where)
+        video = base / row[0].strip()
+        missing.keep(records, video, label, where=where, expected=video)
+    return records
+
+
+def _read_generic(root: Path, ann: Path | None, missing: _Missing) -> Split:
+    ann = ann or root
+    classes = read_class_names(ann / "classes.txt")
+    train = _read_generic_csv(ann / "train.csv", classes, missing, ann)
+    val = _read_generic_csv(ann / "val.csv", classes, missing, ann)
+    return classes, train, val

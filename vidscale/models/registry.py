@@ -1,0 +1,199 @@
+"""The model registry: one builder function per public name, added by `@register_model`.
+
+Every model maps float clips (N, C, T, H, W) to logits (N, K) and reads T from its input, so the
+clip shape may change between iterations. `build_model(ModelConfig)` is the only entry point the
+rest of the package needs; `list_models()` names what exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Literal
+
+import torch
+from torch import nn
+
+from vidscale.models.i3d import I3D_3X1X1, I3D_3X3X3, VolumeClassifier
+from vidscale.models.pretrained import load_pretrained
+from vidscale.models.resnet import ResNet, TemporalSpec, temporal_resolutions
+from vidscale.models.temporal_shift import ShiftSpec
+from vidscale.models.tsm import FrameClassifier
+
+
+@dataclass
+class ModelConfig:
+    """Which network, its head, and its variant knobs.
+
+    `frames` is the clip length a run feeds the model (benchmarks and data use it; the model
+    itself takes T from its input). `pretrained` is a local torchvision ResNet state_dict file:
+    loaded as-is for 2D trunks, inflated for I3D, conv1 adapted when `in_channels != 3` (e.g.
+    20 for 10 stacked flow fields), fc re-initialised when the class count differs.
+    `shift_div`, `shift_place` and `shift_every` configure TSM's shift (TSM models only);
+    `temporal_pool` halves time after res2 (TSM and TSN only).
+    """
+
+    name: str = "tsm_resnet50"
+    num_classes: int = 400
+    frames: int = 8
+    dropout: float = 0.5
+    pretrained: str | None = None
+    in_channels: int = 3
+    shift_div: int = 8
+    shift_place: Literal["residual", "block"] = "residual"
+    shift_every: int = 1
+    temporal_pool: bool = False
+
+
+Builder = Callable[[ModelConfig], nn.Module]
+MODELS: dict[str, Builder] = {}
+_DEFAULT_FRAMES: dict[str, int] = {}
+
+
+def register_model(*, frames: int) -> Callable[[Builder], Builder]:
+    """Register the decorated builder under its function name; `frames` is the model's usual
+    clip length (the paper's input frames), returned by `default_frames`."""
+
+    def add(builder: Builder) -> Builder:
+        name = builder.__name__
+        if name in MODELS:
+            raise ValueError(f"model {name!r} is registered twice")
+        MODELS[name] = builder
+        _DEFAULT_FRAMES[name] = frames
+        return builder
+
+    return add
+
+
+def list_models() -> list[str]:
+    return sorted(MODELS)
+
+
+def _known(name: str) -> str:
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; available: {', '.join(list_models())}")
+    return name
+
+
+def default_frames(name: str) -> int:
+    """The clip length the model is defined with (TSM/TSN 8, I3D 3x3x3 16, I3D 3x1x1 32)."""
+    return _DEFAULT_FRAMES[_known(name)]
+
+
+def build_model(cfg: ModelConfig) -> nn.Module:
+    """A freshly initialised (or ImageNet-initialised, `cfg.pretrained`) model on the CPU, or on
+    the current default device (`with torch.device("meta")` builds a weightless one)."""
+    builder = MODELS[_known(cfg.name)]
+    if cfg.num_classes < 1 or cfg.in_channels < 1:
+        raise ValueError(f"num_classes and in_channels must be >= 1: {cfg}")
+    if not 0.0 <= cfg.dropout < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {cfg.dropout}")
+    return builder(cfg)
+
+
+def stage_temporal_resolutions(model: nn.Module | ModelConfig, *, frames: int) -> dict[str, int]:
+    """Frames at the output of conv1, pool1, res2, [pool2,] res3..res5 (TSM paper Table 2)."""
+    if isinstance(model, ModelConfig):
+        with torch.device("meta"):
+            model = build_model(replace(model, pretrained=None))
+    trunk = getattr(model, "trunk", None)
+    if not isinstance(trunk, ResNet):
+        raise TypeError(f"{type(model).__name__} has no ResNet trunk")
+    return temporal_resolutions(trunk.temporal, frames=frames)
+
+
+def _trunk(cfg: ModelConfig, depth: int, temporal: TemporalSpec, shift: ShiftSpec | None) -> ResNet:
+    return ResNet(
+        depth,
+        num_classes=cfg.num_classes,
+        in_channels=cfg.in_channels,
+        temporal=temporal,
+        shift=shift,
+    )
+
+
+def _frame_model(cfg: ModelConfig, *, depth: int, shift: ShiftSpec | None) -> nn.Module:
+    temporal = TemporalSpec(pool2=(3, 2) if cfg.temporal_pool else (1, 1))
+    trunk = _trunk(cfg, depth, temporal, shift)
+    model = FrameClassifier(trunk, dropout=cfg.dropout)
+    if cfg.pretrained:
+        load_pretrained(trunk, path=cfg.pretrained)
+    return model
+
+
+def _volume_model(cfg: ModelConfig, temporal: TemporalSpec) -> nn.Module:
+    if cfg.temporal_pool:
+        raise ValueError(f"{cfg.name} has its own temporal pooling; temporal_pool must be False")
+    trunk = _trunk(cfg, 50, temporal, None)
+    model = VolumeClassifier(trunk, dropout=cfg.dropout)
+    if cfg.pretrained:
+        load_pretrained(trunk, path=cfg.pretrained)
+    return model
+
+
+def _tsm(cfg: ModelConfig, *, depth: int, causal: bool = False) -> nn.Module:
+    shift = ShiftSpec(
+        fold_div=cfg.shift_div, place=cfg.shift_place, every=cfg.shift_every, causal=causal
+    )
+    return _frame_model(cfg, depth=depth, shift=shift)
+
+
+@register_model(frames=8)
+def tsm_resnet18(cfg: ModelConfig) -> nn.Module:
+    """TSM on ResNet-18 (the demo model)."""
+    return _tsm(cfg, depth=18)
+
+
+@register_model(frames=8)
+def tsm_resnet34(cfg: ModelConfig) -> nn.Module:
+    return _tsm(cfg, depth=34)
+
+
+@register_model(frames=8)
+def tsm_resnet50(cfg: ModelConfig) -> nn.Module:
+    """TSM_8f of Table 1: 24,327,632 parameters and 33 GMACs per 8x224x224 clip (400 classes)."""
+    return _tsm(cfg, depth=50)
+
+
+@register_model(frames=8)
+def tsm_resnet101(cfg: ModelConfig) -> nn.Module:
+    return _tsm(cfg, depth=101)
+
+
+@register_model(frames=8)
+def online_tsm_resnet50(cfg: ModelConfig) -> nn.Module:
+    """Causal TSM (past-only shift): trains on clips, runs frame by frame via `StreamingTSM`."""
+    return _tsm(cfg, depth=50, causal=True)
+
+
+@register_model(frames=8)
+def tsn_resnet18(cfg: ModelConfig) -> nn.Module:
+    """TSN: the same trunk without shift; an order-blind average of per-frame predictions."""
+    return _frame_model(cfg, depth=18, shift=None)
+
+
+@register_model(frames=8)
+def tsn_resnet34(cfg: ModelConfig) -> nn.Module:
+    return _frame_model(cfg, depth=34, shift=None)
+
+
+@register_model(frames=8)
+def tsn_resnet50(cfg: ModelConfig) -> nn.Module:
+    return _frame_model(cfg, depth=50, shift=None)
+
+
+@register_model(frames=8)
+def tsn_resnet101(cfg: ModelConfig) -> nn.Module:
+    return _frame_model(cfg, depth=101, shift=None)
+
+
+@register_model(frames=16)
+def i3d_resnet50_3x3x3(cfg: ModelConfig) -> nn.Module:
+    """I3D 3x3x3 of Table 1 (Hara et al.): ~47.0M parameters, ~40 GMACs per 16x224x224 clip."""
+    return _volume_model(cfg, I3D_3X3X3)
+
+
+@register_model(frames=32)
+def i3d_resnet50_3x1x1(cfg: ModelConfig) -> nn.Module:
+    """I3D 3x1x1 of Table 1 (Wang et al.): ~29.3M parameters, ~33 GMACs per 32x224x224 clip."""
+    return _volume_model(cfg, I3D_3X1X1)
