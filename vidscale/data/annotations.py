@@ -1,18 +1,20 @@
 """Annotation files: a class-name list and `path,label` CSV files.
 
 The generic format (what `vidscale synth` writes and what every standard layout converts to):
-`classes.txt` has one class name per line (index = line number from 0); a split CSV has the header
-`path,label`, the path relative to the CSV's directory (or to `root`) and the label as a class
-name or an integer index. Every error names the file and the line.
+`classes.txt` has one class name per line (index = position among the non-blank lines, from 0);
+a split CSV has the header `path,label`, the path relative to the CSV's directory (or to `root`)
+and the label as a class name or an integer index. Every error names the file and the line.
 """
 
 from __future__ import annotations
 
 import csv
 import warnings
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+
+HEADER = ("path", "label")
 
 
 class AnnotationError(ValueError):
@@ -25,42 +27,97 @@ class VideoRecord:
     label: int
 
 
+@dataclass(frozen=True)
+class MissingVideo:
+    """A row whose video file does not exist; `where` is `file:line`."""
+
+    path: Path
+    where: str
+
+
+@dataclass(frozen=True)
+class Annotations:
+    """The rows of one annotation file: videos found, and rows whose video is missing."""
+
+    records: list[VideoRecord] = field(default_factory=list)
+    missing: list[MissingVideo] = field(default_factory=list)
+
+
 def read_class_names(path: Path) -> list[str]:
     """Class names, one per line; blank lines ignored; duplicates rejected."""
     path = Path(path)
     if not path.is_file():
         raise AnnotationError(f"{path}: class list not found")
     names: list[str] = []
-    seen: dict[str, int] = {}
-    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+    first_line: dict[str, int] = {}
+    for lineno, line in enumerate(path.read_text(encoding="utf-8-sig").splitlines(), start=1):
         name = line.strip()
         if not name:
             continue
-        if name in seen:
+        if name in first_line:
             raise AnnotationError(
-                f"{path}:{lineno}: duplicate class {name!r} (first on line {seen[name]})"
+                f"{path}:{lineno}: duplicate class {name!r} (first on line {first_line[name]})"
             )
-        seen[name] = lineno
+        first_line[name] = lineno
         names.append(name)
     if not names:
         raise AnnotationError(f"{path}: no class names")
     return names
 
 
-def parse_label(raw: str, classes: Sequence[str], *, where: str) -> int:
-    """A label given as a class name or an integer index, checked against `classes`."""
+def parse_label(raw: str, classes: Sequence[str] | Mapping[str, int], *, where: str) -> int:
+    """A label given as a class name or an integer index, checked against `classes` (the class
+    names in order, or a name -> index mapping, which saves rebuilding it per row).
+
+    A name wins over an index, so a class literally called "3" is found by name.
+    """
+    index = classes if isinstance(classes, Mapping) else {n: i for i, n in enumerate(classes)}
     raw = raw.strip()
-    index = {name: i for i, name in enumerate(classes)}
     if raw in index:
         return index[raw]
-    if raw.lstrip("-").isdigit():
+    if raw.lstrip("+-").isdigit():
         value = int(raw)
-        if not 0 <= value < len(classes):
+        if not 0 <= value < len(index):
             raise AnnotationError(
-                f"{where}: label index {value} out of range for {len(classes)} classes"
+                f"{where}: label index {value} out of range for {len(index)} classes"
             )
         return value
     raise AnnotationError(f"{where}: unknown label {raw!r}")
+
+
+def scan_annotations(
+    path: Path, *, classes: Sequence[str], root: Path | None = None
+) -> Annotations:
+    """Parse a `path,label` CSV; rows whose video is missing are returned, not raised.
+
+    Malformed rows (wrong column count, empty path, unknown or out-of-range label) raise
+    `AnnotationError` naming the file and line. Blank lines are ignored.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise AnnotationError(f"{path}: annotation file not found")
+    base = Path(root) if root is not None else path.parent
+    with path.open(newline="", encoding="utf-8-sig") as f:
+        rows = list(csv.reader(f))
+    if not rows or tuple(c.strip() for c in rows[0]) != HEADER:
+        raise AnnotationError(f"{path}:1: expected the header 'path,label'")
+    index = {name: i for i, name in enumerate(classes)}
+    found = Annotations()
+    for lineno, row in enumerate(rows[1:], start=2):
+        where = f"{path}:{lineno}"
+        if all(not c.strip() for c in row):
+            continue
+        if len(row) != 2:
+            raise AnnotationError(f"{where}: expected 2 columns 'path,label', got {len(row)}")
+        if not row[0].strip():
+            raise AnnotationError(f"{where}: empty path")
+        label = parse_label(row[1], index, where=where)
+        video = base / row[0].strip()
+        if video.is_file():
+            found.records.append(VideoRecord(video, label))
+        else:
+            found.missing.append(MissingVideo(video, where))
+    return found
 
 
 def read_annotations(
@@ -70,37 +127,25 @@ def read_annotations(
     root: Path | None = None,
     skip_missing: bool = False,
 ) -> list[VideoRecord]:
-    """Records of a `path,label` CSV. A missing video is an error unless `skip_missing`
-    (then it is warned about, naming file and line, and left out)."""
-    path = Path(path)
-    if not path.is_file():
-        raise AnnotationError(f"{path}: annotation file not found")
-    base = Path(root) if root is not None else path.parent
-    records: list[VideoRecord] = []
-    with path.open(newline="") as f:
-        rows = list(csv.reader(f))
-    if not rows or [c.strip() for c in rows[0]] != ["path", "label"]:
-        raise AnnotationError(f"{path}:1: expected the header 'path,label'")
-    for lineno, row in enumerate(rows[1:], start=2):
-        where = f"{path}:{lineno}"
-        if not row or all(not c.strip() for c in row):
-            continue
-        if len(row) != 2 or not row[0].strip():
-            raise AnnotationError(f"{where}: expected 'path,label', got {','.join(row)!r}")
-        label = parse_label(row[1], classes, where=where)
-        video = base / row[0].strip()
-        if not video.is_file():
-            if skip_missing:
-                warnings.warn(f"{where}: missing video {video}; skipped", stacklevel=2)
-                continue
-            raise AnnotationError(f"{where}: missing video {video}")
-        records.append(VideoRecord(video, label))
-    return records
+    """Records of a `path,label` CSV (see `scan_annotations`).
+
+    A missing video raises `AnnotationError` naming the file and line, unless `skip_missing`:
+    then each one is warned about (naming file and line) and left out. `scan_annotations`
+    returns the missing rows for callers that want to report them.
+    """
+    found = scan_annotations(path, classes=classes, root=root)
+    if found.missing and not skip_missing:
+        first = found.missing[0]
+        more = f" (and {len(found.missing) - 1} more)" if len(found.missing) > 1 else ""
+        raise AnnotationError(f"{first.where}: missing video {first.path}{more}")
+    for item in found.missing:
+        warnings.warn(f"{item.where}: missing video {item.path}; skipped", stacklevel=2)
+    return found.records
 
 
 def write_annotations(path: Path, rows: Sequence[tuple[str, str]]) -> None:
     """Write a `path,label` CSV (paths as given, relative to the CSV's directory)."""
-    with Path(path).open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["path", "label"])
+    with Path(path).open("w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f, lineterminator="\n")
+        writer.writerow(HEADER)
         writer.writerows(rows)

@@ -3,11 +3,13 @@
 An item is `{"clip": uint8 (C, T, H, W), "label": int, "index": int, "skipped": [...]}`.
 Augmentation randomness comes from `np.random.default_rng((seed, epoch, index, attempt))`, so a
 sample does not depend on which worker produced it (exact resume). A video that cannot be read is
-replaced by another sample; the (path, reason) goes into `skipped` so the run can report it.
+replaced by another, deterministically chosen, sample; each (path, reason) goes into `skipped` so
+the run can report it.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,11 +20,11 @@ import torch
 from torch.utils.data import Dataset
 
 from vidscale.data.annotations import VideoRecord
-from vidscale.data.decode import DecodeError, VideoMeta, decode_frames, probe
+from vidscale.data.decode import VideoMeta, decode_frames, probe
 from vidscale.data.sampling import dense_indices, uniform_indices
 from vidscale.data.transforms import eval_crops, train_transform
 
-SUBSTITUTE_STRIDE = 7_919  # a prime: substitutes spread over the dataset
+META_CACHE_SIZE = 16_384  # probed videos remembered per worker (a few KiB each)
 
 
 @dataclass
@@ -30,7 +32,8 @@ class ClipSpec:
     """How a clip is sampled and transformed.
 
     `num_clips` x `num_crops` > 1 is multi-view testing: the item's clip is then
-    (V, C, T, H, W) with V = num_clips * num_crops views, averaged per video by the evaluator.
+    (V, C, T, H, W) with V = num_clips * num_crops views (clip-major), for an evaluator that
+    averages the views of each video.
     """
 
     frames: int = 8
@@ -57,19 +60,20 @@ def frame_indices(
             clip_index=clip_index,
             num_clips=spec.num_clips,
         )
-    if rng is None and spec.num_clips > 1 and num_frames >= spec.frames:
+    if rng is None and spec.num_clips > 1:
         # Clip k of K takes the point (k + 1/2) / K of the way through each segment
         # (K = 1 is the segment centre, as `uniform_indices` gives).
         length = num_frames / spec.frames
         where = (clip_index + 0.5) / spec.num_clips
-        return (length * (np.arange(spec.frames) + where)).astype(np.int64)
+        points = length * (np.arange(spec.frames) + where)
+        return np.minimum(np.floor(points), num_frames - 1).astype(np.int64)
     return uniform_indices(num_frames, spec.frames, rng=rng)
 
 
 def make_clip(
     frames_THWC: np.ndarray, spec: ClipSpec, *, train: bool, rng: np.random.Generator
 ) -> list[torch.Tensor]:
-    """Transformed views of decoded frames: one for training, num_crops for evaluation."""
+    """Transformed views of decoded frames: one for training, `num_crops` for evaluation."""
     if train:
         return [
             train_transform(
@@ -81,7 +85,15 @@ def make_clip(
     )
 
 
-class VideoClipDataset(Dataset):
+class VideoClipDataset(Dataset[dict[str, Any]]):
+    """Clips of `records` sampled and transformed by `spec`.
+
+    Item i is video i unless it cannot be read; then up to `max_retries` substitutes, each
+    drawn deterministically from (seed, epoch, i, attempt), are tried, and every failure is
+    reported in the item's `skipped` list as (path, reason). Each worker remembers probed videos
+    (so an item decodes its video once) and videos that failed (so they are not read again).
+    """
+
     def __init__(
         self,
         records: Sequence[VideoRecord],
@@ -99,7 +111,8 @@ class VideoClipDataset(Dataset):
         self.seed = seed
         self.max_retries = max_retries
         self.epoch = 0
-        self._meta: dict[Path, VideoMeta] = {}  # per worker: probe each video once
+        self._meta: OrderedDict[Path, VideoMeta] = OrderedDict()
+        self._failed: dict[Path, str] = {}
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -107,46 +120,70 @@ class VideoClipDataset(Dataset):
     def __len__(self) -> int:
         return len(self.records)
 
-    def _meta_for(self, path: Path) -> VideoMeta:
-        meta = self._meta.get(path)
-        if meta is None:
-            meta = self._meta[path] = probe(path)
-        return meta
-
-    def load_views(self, index: int, rng: np.random.Generator) -> torch.Tensor:
-        """(C, T, H, W) for one view, or (V, C, T, H, W) for multi-view evaluation."""
-        record = self.records[index]
-        meta = self._meta_for(record.path)
-        views: list[torch.Tensor] = []
-        clips = 1 if self.train else self.spec.num_clips
-        for k in range(clips):
-            idx = frame_indices(
-                meta.num_frames, self.spec, rng=rng if self.train else None, clip_index=k
-            )
-            frames = decode_frames(record.path, idx, meta=meta)
-            views.extend(make_clip(frames, self.spec, train=self.train, rng=rng))
-        return views[0] if len(views) == 1 else torch.stack(views)
-
     def __getitem__(self, index: int) -> dict[str, Any]:
         skipped: list[tuple[str, str]] = []
         current = index
         for attempt in range(self.max_retries + 1):
-            rng = np.random.default_rng((self.seed, self.epoch, current, attempt))
-            record = self.records[current]
+            rng = np.random.default_rng((self.seed, self.epoch, index, attempt))
+            path = self.records[current].path
             try:
+                if path in self._failed:
+                    raise _KnownBad(self._failed[path])
                 clip = self.load_views(current, rng)
-            except (DecodeError, ValueError, OSError) as err:
-                skipped.append((str(record.path), f"{type(err).__name__}: {err}"))
-                current = (current + SUBSTITUTE_STRIDE * (attempt + 1)) % len(self.records)
+            except Exception as err:  # one unreadable video must not stop a long run
+                reason = self._failed.setdefault(path, f"{type(err).__name__}: {err}")
+                skipped.append((str(path), reason))
+                # Its own generator: the choice must not depend on how far the read got.
+                pick = np.random.default_rng((self.seed, self.epoch, index, attempt, 1))
+                current = self._substitute(current, pick)
                 continue
-            return {"clip": clip, "label": record.label, "index": index, "skipped": skipped}
+            label = self.records[current].label
+            return {"clip": clip, "label": label, "index": index, "skipped": skipped}
         raise RuntimeError(
-            f"{self.max_retries + 1} videos in a row could not be read, last: {skipped[-1]}"
+            f"item {index}: {self.max_retries + 1} videos in a row could not be read; "
+            f"last: {skipped[-1][0]}: {skipped[-1][1]}"
         )
+
+    def load_views(self, index: int, rng: np.random.Generator) -> torch.Tensor:
+        """Video `index` as (C, T, H, W), or (V, C, T, H, W) for multi-view evaluation.
+
+        The one place frames are read: a subclass reading another storage overrides it.
+        """
+        path = self.records[index].path
+        meta = self._probe(path)
+        views: list[torch.Tensor] = []
+        for k in range(1 if self.train else self.spec.num_clips):
+            idx = frame_indices(
+                meta.num_frames, self.spec, rng=rng if self.train else None, clip_index=k
+            )
+            frames = decode_frames(path, idx, meta=meta)
+            views.extend(make_clip(frames, self.spec, train=self.train, rng=rng))
+        return views[0] if len(views) == 1 else torch.stack(views)
+
+    def _probe(self, path: Path) -> VideoMeta:
+        meta = self._meta.get(path)
+        if meta is None:
+            meta = self._meta[path] = probe(path)
+            if len(self._meta) > META_CACHE_SIZE:
+                self._meta.popitem(last=False)
+        else:
+            self._meta.move_to_end(path)
+        return meta
+
+    def _substitute(self, current: int, rng: np.random.Generator) -> int:
+        """Another index, uniformly among the rest, from the item's own generator."""
+        if len(self.records) == 1:
+            return current
+        other = int(rng.integers(len(self.records) - 1))
+        return other + 1 if other >= current else other
+
+
+class _KnownBad(Exception):
+    """A video this worker already failed to read (the message is the first reason)."""
 
 
 def collate(items: list[dict[str, Any]]) -> dict[str, Any]:
-    """Stack clips and labels; concatenate the skip reports."""
+    """Stack clips; labels and indices as int64 tensors; concatenate the skip reports."""
     return {
         "clip": torch.stack([it["clip"] for it in items]),
         "label": torch.tensor([it["label"] for it in items], dtype=torch.long),

@@ -13,6 +13,7 @@ short side, then centre crop (or three crops for multi-view testing).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -24,18 +25,26 @@ IMAGENET_STD = (58.395, 57.12, 57.375)
 
 def to_tensor(clip: np.ndarray | torch.Tensor) -> torch.Tensor:
     """(T, H, W, C) uint8 array -> (T, C, H, W) uint8 tensor (a view where possible)."""
-    t = torch.from_numpy(clip) if isinstance(clip, np.ndarray) else clip
+    t = torch.from_numpy(np.ascontiguousarray(clip)) if isinstance(clip, np.ndarray) else clip
     if t.dtype != torch.uint8 or t.ndim != 4:
         raise ValueError(f"expected a (T, H, W, C) uint8 clip, got {tuple(t.shape)} {t.dtype}")
     return t.permute(0, 3, 1, 2)
 
 
 def resize(frames_TCHW: torch.Tensor, height: int, width: int) -> torch.Tensor:
-    """Bilinear resize of uint8 frames, rounded back to uint8."""
+    """Bilinear resize of uint8 frames, rounded back to uint8.
+
+    Antialiased like PIL's bilinear resize (which the TSM code uses), so shrinking a
+    high-resolution video does not alias; enlarging is plain bilinear either way.
+    """
     if frames_TCHW.shape[-2:] == (height, width):
         return frames_TCHW
     out = F.interpolate(
-        frames_TCHW.float(), size=(height, width), mode="bilinear", align_corners=False
+        frames_TCHW.float(),
+        size=(height, width),
+        mode="bilinear",
+        align_corners=False,
+        antialias=True,
     )
     return out.round_().clamp_(0, 255).to(torch.uint8)
 
@@ -49,6 +58,14 @@ def _crop_offsets(image_w: int, image_h: int, crop_w: int, crop_h: int) -> list[
     return [(i * w_step, j * h_step) for i, j in steps]
 
 
+@dataclass(frozen=True)
+class CropBox:
+    x: int
+    y: int
+    width: int
+    height: int
+
+
 def multiscale_crop_box(
     height: int,
     width: int,
@@ -57,8 +74,13 @@ def multiscale_crop_box(
     scales: Sequence[float],
     max_distort: int,
     rng: np.random.Generator,
-) -> tuple[int, int, int, int]:
-    """(x, y, w, h) of a GroupMultiScaleCrop box for an image of height x width."""
+) -> CropBox:
+    """A GroupMultiScaleCrop box (TSM code, ops/transforms.py) for an image of height x width.
+
+    Crop sides are `scales` x the short side (snapped to `size` when within 2 px); width and
+    height are drawn as a pair at most `max_distort` scale steps apart, then the box is placed at
+    one of the 13 fixed positions.
+    """
     base = min(height, width)
     sizes = [int(base * s) for s in scales]
     sizes = [size if abs(s - size) < 3 else s for s in sizes]
@@ -72,7 +94,7 @@ def multiscale_crop_box(
     crop_w, crop_h = min(crop_w, width), min(crop_h, height)
     offsets = _crop_offsets(width, height, crop_w, crop_h)
     x, y = offsets[int(rng.integers(len(offsets)))]
-    return x, y, crop_w, crop_h
+    return CropBox(x, y, crop_w, crop_h)
 
 
 def train_transform(
@@ -84,19 +106,21 @@ def train_transform(
     flip: bool = True,
     rng: np.random.Generator,
 ) -> torch.Tensor:
-    """Multi-scale crop + resize + optional horizontal flip; the same box for every frame."""
+    """Multi-scale crop, resize to size x size, and (if `flip`) a horizontal flip with p = 1/2:
+    (T, H, W, C) uint8 -> (C, T, H, W) uint8, the same box for every frame; a pure function of
+    the clip and `rng`'s state. Turn `flip` off where left/right is part of the label."""
     frames = to_tensor(clip)
     _, _, h, w = frames.shape
-    x, y, cw, ch = multiscale_crop_box(
-        h, w, size=size, scales=scales, max_distort=max_distort, rng=rng
-    )
-    frames = resize(frames[:, :, y : y + ch, x : x + cw], size, size)
+    box = multiscale_crop_box(h, w, size=size, scales=scales, max_distort=max_distort, rng=rng)
+    frames = frames[:, :, box.y : box.y + box.height, box.x : box.x + box.width]
+    frames = resize(frames, size, size)
     if flip and rng.random() < 0.5:
         frames = frames.flip(-1)
     return frames.permute(1, 0, 2, 3).contiguous()
 
 
 def resize_short_side(frames_TCHW: torch.Tensor, short_side: int) -> torch.Tensor:
+    """Resize so the shorter side is `short_side`, keeping the aspect ratio."""
     _, _, h, w = frames_TCHW.shape
     if h <= w:
         return resize(frames_TCHW, short_side, max(1, round(w * short_side / h)))
@@ -104,30 +128,44 @@ def resize_short_side(frames_TCHW: torch.Tensor, short_side: int) -> torch.Tenso
 
 
 def eval_transform(clip: np.ndarray | torch.Tensor, *, short_side: int, size: int) -> torch.Tensor:
-    """Resize the short side to `short_side`, then centre crop size x size."""
-    return eval_crops(clip, short_side=short_side, size=size, num_crops=1)[0]
+    """Resize the short side to `short_side`, then centre crop size x size: (C, T, H, W)."""
+    frames = resize_short_side(to_tensor(clip), short_side)
+    _, _, h, w = frames.shape
+    return _crop(frames, (h - min(size, h)) // 2, (w - min(size, w)) // 2, size)
+
+
+def three_crop(
+    clip: np.ndarray | torch.Tensor, *, short_side: int, size: int
+) -> list[torch.Tensor]:
+    """Three size x size crops after resizing the short side: start, centre and end of the long
+    side (left/centre/right for landscape video, top/centre/bottom for portrait). The TSM code's
+    multi-view test (GroupFullResSample) uses size = short_side, so the crops cover the frame."""
+    frames = resize_short_side(to_tensor(clip), short_side)
+    _, _, h, w = frames.shape
+    size_h, size_w = min(size, h), min(size, w)
+    y, x = (h - size_h) // 2, (w - size_w) // 2
+    along_width = [(y, 0), (y, x), (y, w - size_w)]
+    along_height = [(0, x), (y, x), (h - size_h, x)]
+    return [
+        _crop(frames, top, left, size) for top, left in (along_width if w >= h else along_height)
+    ]
 
 
 def eval_crops(
     clip: np.ndarray | torch.Tensor, *, short_side: int, size: int, num_crops: int
 ) -> list[torch.Tensor]:
-    """1 (centre) or 3 (start, centre, end along the long side) crops, each (C, T, H, W)."""
-    if num_crops not in (1, 3):
-        raise ValueError(f"num_crops must be 1 or 3, got {num_crops}")
-    frames = resize_short_side(to_tensor(clip), short_side)
-    _, _, h, w = frames.shape
-    size_h, size_w = min(size, h), min(size, w)
-    centre = ((h - size_h) // 2, (w - size_w) // 2)
+    """1 (centre) or 3 (`three_crop`) evaluation views, each (C, T, H, W)."""
     if num_crops == 1:
-        boxes = [centre]
-    elif w >= h:
-        boxes = [(centre[0], 0), centre, (centre[0], w - size_w)]
-    else:
-        boxes = [(0, centre[1]), centre, (h - size_h, centre[1])]
-    return [
-        frames[:, :, y : y + size_h, x : x + size_w].permute(1, 0, 2, 3).contiguous()
-        for y, x in boxes
-    ]
+        return [eval_transform(clip, short_side=short_side, size=size)]
+    if num_crops == 3:
+        return three_crop(clip, short_side=short_side, size=size)
+    raise ValueError(f"num_crops must be 1 or 3, got {num_crops}")
+
+
+def _crop(frames_TCHW: torch.Tensor, top: int, left: int, size: int) -> torch.Tensor:
+    """A size x size (or smaller, at the border) crop as a contiguous (C, T, H, W) clip."""
+    box = frames_TCHW[:, :, top : top + size, left : left + size]
+    return box.permute(1, 0, 2, 3).contiguous()
 
 
 def normalize(
@@ -137,7 +175,15 @@ def normalize(
     std: Sequence[float] = IMAGENET_STD,
     dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
-    """uint8 (N, C, T, H, W) -> float (x - mean) / std per channel, on the clips' device."""
+    """uint8 (N, C, T, H, W) -> float (x - mean) / std per channel, on the clips' device.
+
+    Mean and std are on the 0..255 scale of the uint8 input (`IMAGENET_MEAN`, `IMAGENET_STD`).
+    """
+    if clips.ndim != 5 or clips.shape[1] != len(mean) or len(mean) != len(std):
+        raise ValueError(
+            f"expected (N, {len(mean)}, T, H, W) clips for {len(mean)} channel means, "
+            f"got {tuple(clips.shape)}"
+        )
     shape = (1, -1, 1, 1, 1)
     m = torch.tensor(mean, dtype=dtype, device=clips.device).view(shape)
     s = torch.tensor(std, dtype=dtype, device=clips.device).view(shape)

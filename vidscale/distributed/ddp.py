@@ -25,9 +25,8 @@ def wrap_ddp(model: nn.Module, env: DistEnv, *, bucket_cap_mb: float = 25.0) -> 
         model,
         device_ids=device_ids,
         bucket_cap_mb=bucket_cap_mb,
-        # BN buffers are broadcast from rank 0 at each forward; ranks' statistics drift apart
-        # within a step, so evaluation uses rank 0's (DESIGN §6).
-        broadcast_buffers=True,
+        # DDP broadcasts rank 0's BN buffers at each forward; ranks' statistics still drift
+        # apart within a step, so evaluation uses rank 0's (DESIGN §6).
         gradient_as_bucket_view=True,
     )
 

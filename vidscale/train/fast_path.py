@@ -78,11 +78,10 @@ def apply_to_model(model: torch.nn.Module, fast: FastPath) -> torch.nn.Module:
     """Move parameters to channels-last (4D convs; 5D I3D convs to channels-last-3d)."""
     if not fast.channels_last:
         return model
-    for module in model.modules():
-        for name, param in list(module.named_parameters(recurse=False)):
-            if param.ndim == 4:
-                param.data = param.data.contiguous(memory_format=torch.channels_last)
-            elif param.ndim == 5:
-                param.data = param.data.contiguous(memory_format=torch.channels_last_3d)
-            module._parameters[name] = param
+    formats = {4: torch.channels_last, 5: torch.channels_last_3d}
+    for param in model.parameters():
+        fmt = formats.get(param.ndim)
+        # 1x1 kernels are already both layouts; restriding them only confuses DDP's buckets.
+        if fmt is not None and not param.is_contiguous(memory_format=fmt):
+            param.data = param.data.contiguous(memory_format=fmt)
     return model
