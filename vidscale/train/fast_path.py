@@ -81,7 +81,9 @@ def apply_to_model(model: torch.nn.Module, fast: FastPath) -> torch.nn.Module:
     formats = {4: torch.channels_last, 5: torch.channels_last_3d}
     for param in model.parameters():
         fmt = formats.get(param.ndim)
-        # 1x1 kernels are already both layouts; restriding them only confuses DDP's buckets.
-        if fmt is not None and not param.is_contiguous(memory_format=fmt):
-            param.data = param.data.contiguous(memory_format=fmt)
+        if fmt is not None:
+            # empty_like gives the exact channels-last strides even for 1x1 kernels (which
+            # `.contiguous(memory_format=...)` leaves as they are), so parameters, their
+            # gradients and DDP's gradient buckets all agree on one layout.
+            param.data = torch.empty_like(param.data, memory_format=fmt).copy_(param.data)
     return model

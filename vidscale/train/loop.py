@@ -110,6 +110,8 @@ class Trainer:
         if env.is_main:
             run_dir.mkdir(parents=True, exist_ok=True)
             save_config(cfg, run_dir / "config.json")
+            # The class names travel with the run, so predict/export need no dataset.
+            (run_dir / "classes.txt").write_text("\n".join(splits.classes) + "\n")
             print(f"vidscale: {env.world_size} process(es), {self.fast.describe()}", flush=True)
         if resume:
             self._restore()
