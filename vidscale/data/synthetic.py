@@ -54,6 +54,9 @@ _CLASS_MOTION = {
     "growing": ("log_size", 1),
     "shrinking": ("log_size", -1),
 }
+# Where each shape carries its marker spot (object coordinates), well inside the shape.
+MARKERS = {0: (0.0, -0.55), 1: (-0.6, -0.6), 2: (-0.6, -0.6), 3: (-0.55, -0.3)}
+MARKER_RADIUS = 0.3
 SUPERSAMPLE = 2  # render at 2x and average down: sub-pixel motion stays visible
 HALF_SIZE = (0.17, 0.26)  # object half-size at mid-range, fraction of the frame side
 TRANSLATION_RANGE = (0.30, 0.42)  # extent of x or y travel, fraction of the frame side
@@ -104,8 +107,9 @@ class Trajectory:
 
 
 def motion_profiles(num_frames: int) -> tuple[np.ndarray, np.ndarray]:
-    """(ramp, vee) over `num_frames`, both in [-1/2, 1/2]: the ramp rises monotonically; the vee
-    falls to -1/2 at mid-clip and rises back, so the two visit the same values."""
+    """(ramp, vee) over `num_frames`, both in [-1/2, 1/2]: the ramp rises monotonically from -1/2
+    to 1/2; the vee falls from 1/2 towards -1/2 at mid-clip (reached between the two middle
+    frames when the count is even) and rises back, so the two visit the same values."""
     u = np.linspace(-1.0, 1.0, num_frames)
     return u / 2, np.abs(u) - 0.5
 
@@ -210,6 +214,7 @@ def render_video(
     colour_a = rng.uniform(150, 255, size=3)
     colour_b = colour_a * rng.uniform(0.35, 0.7)
     stripes = rng.uniform(2.5, 5.0)
+    marker_colour = 255.0 - colour_b
     blobs = _distractors(rng, distractors, n)
     gy, gx = np.mgrid[0:n, 0:n].astype(np.float64) + 0.5
     frames = np.empty((num_frames, size, size, 3), dtype=np.uint8)
@@ -224,9 +229,12 @@ def render_video(
         u = (c * dx + s * dy) / traj.half_size[i]
         v = (-s * dx + c * dy) / traj.half_size[i]
         texture = (np.floor((u + 1) * stripes) % 2 == 0)[..., None]
-        img = np.where(
-            _shape_mask(kind, u, v)[..., None], np.where(texture, colour_a, colour_b), img
-        )
+        mask = _shape_mask(kind, u, v)
+        img = np.where(mask[..., None], np.where(texture, colour_a, colour_b), img)
+        # An off-centre spot on every object (any class) makes the turning direction trackable.
+        mu, mv = MARKERS[kind]
+        spot = mask & ((u - mu) ** 2 + (v - mv) ** 2 <= MARKER_RADIUS**2)
+        img = np.where(spot[..., None], marker_colour, img)
         # Average the 2x2 supersamples in a fixed order (a reduction's order, and so its last
         # bit, can depend on memory alignment; the output bytes must not).
         small = (img[0::2, 0::2] + img[1::2, 0::2] + img[0::2, 1::2] + img[1::2, 1::2]) / 4
@@ -299,20 +307,31 @@ def write_synthetic_dataset(
     out.mkdir(parents=True, exist_ok=True)
     splits = (("train", train_per_class), ("val", val_per_class))
     names = [
-        (split, label, f"videos/{split}/{name}/{name}_{k:04d}.mp4")
+        (split, label, k, f"videos/{split}/{name}/{name}_{k:04d}.mp4")
         for split, count in splits
         for label, name in enumerate(CLASSES)
         for k in range(count)
     ]
-    seeds = np.random.SeedSequence(seed).spawn(len(names))
+    # Each video's randomness depends on (seed, split, class, number) only: asking for more
+    # videos adds new ones and leaves the others unchanged.
     jobs = [
-        _Job(out / rel, label, s, size, num_frames, fps, gop, noise, distractors)
-        for (_, label, rel), s in zip(names, seeds, strict=True)
+        _Job(
+            out / rel,
+            label,
+            np.random.SeedSequence((seed, split == "val", label, k)),
+            size,
+            num_frames,
+            fps,
+            gop,
+            noise,
+            distractors,
+        )
+        for split, label, k, rel in names
     ]
     _run(jobs, workers=workers or min(4, mp.cpu_count()))
     (out / "classes.txt").write_text("\n".join(CLASSES) + "\n")
     for split, _ in splits:
-        rows = [(rel, CLASSES[label]) for s, label, rel in names if s == split]
+        rows = [(rel, CLASSES[label]) for s, label, _, rel in names if s == split]
         write_annotations(out / f"{split}.csv", rows)
     return SynthSummary(
         out,

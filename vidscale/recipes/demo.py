@@ -35,23 +35,23 @@ def _demo(model: str) -> RunConfig:
         # Global batch 32 on any process count: 2 processes x 16, or 1 x 16 x 2 accumulated.
         optim=OptimConfig(
             name="sgd",
-            lr_per_8_clips=0.025,
+            lr_per_8_clips=0.0125,
             momentum=0.9,
             weight_decay=1e-4,
             simulate_world_size=2,
         ),
         lr=LRConfig(schedule="cosine", warmup_epochs=2.0),
-        train=TrainConfig(epochs=16, log_every=10, keep_checkpoints=3),
+        train=TrainConfig(epochs=20, log_every=10, keep_checkpoints=3),
     )
 
 
 @register_recipe
-def demo_tsm_r18_8f_b32_e16() -> RunConfig:
-    """TSM-ResNet-18, 8 frames, global batch 32, 16 epochs: the demo."""
+def demo_tsm_r18_8f_b32_e20() -> RunConfig:
+    """TSM-ResNet-18, 8 frames, global batch 32, 20 epochs: the demo."""
     return _demo("tsm_resnet18")
 
 
 @register_recipe
-def demo_tsn_r18_8f_b32_e16() -> RunConfig:
+def demo_tsn_r18_8f_b32_e20() -> RunConfig:
     """The same recipe with TSN (no temporal shift): must stay near chance on the demo."""
     return _demo("tsn_resnet18")
