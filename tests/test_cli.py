@@ -12,7 +12,7 @@ def test_bad_set_key_names_the_field(tmp_path: Path, capsys: pytest.CaptureFixtu
         [
             "train",
             "--recipe",
-            "demo_tsm_r18_8f_b32_e16",
+            "demo_tsm_r18_8f_b32_e20",
             "--data",
             str(tmp_path),
             "--out",
@@ -35,7 +35,7 @@ def test_bad_annotation_row_names_file_and_line(
         [
             "train",
             "--recipe",
-            "demo_tsm_r18_8f_b32_e16",
+            "demo_tsm_r18_8f_b32_e20",
             "--data",
             str(tmp_path),
             "--out",

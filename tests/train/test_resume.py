@@ -15,7 +15,7 @@ from vidscale.train.metrics import read_metrics
 
 
 def config(root: Path):
-    cfg = get_recipe("demo_tsm_r18_8f_b32_e16")
+    cfg = get_recipe("demo_tsm_r18_8f_b32_e20")
     return apply_overrides(
         cfg, [*tiny_overrides(root), "train.epochs=2", "train.checkpoint_every_steps=1"]
     )
