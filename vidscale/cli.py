@@ -136,10 +136,59 @@ def cmd_recipes(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from vidscale.train.eval_run import evaluate_run
+    import dataclasses
 
-    result = evaluate_run(args.run, last=args.last, overrides=args.overrides, data=args.data)
+    from vidscale.train.eval_run import PAPER_VIEWS, Views, evaluate_run
+
+    views = PAPER_VIEWS if args.paper_views else None
+    given = {
+        name: value
+        for name, value in (
+            ("num_clips", args.clips),
+            ("num_crops", args.crops),
+            ("short_side", args.short_side),
+            ("crop_size", args.crop_size),
+            ("average", args.average),
+        )
+        if value is not None
+    }
+    if given:
+        views = dataclasses.replace(views or Views(), **given)
+    result = evaluate_run(
+        args.run, last=args.last, overrides=args.overrides, data=args.data, views=views
+    )
     print(json.dumps(result, indent=2))
+    return 0
+
+
+def cmd_bench_data(args: argparse.Namespace) -> int:
+    from vidscale.bench.dataload import bench_data
+
+    bench_data(
+        args.videos,
+        out_json=args.out_json,
+        work_dir=args.work_dir,
+        count=args.count,
+        seconds=args.seconds,
+        rounds=args.rounds,
+    )
+    return 0
+
+
+def cmd_bench_data_wait(args: argparse.Namespace) -> int:
+    from vidscale.bench.dataload import bench_data_wait
+
+    bench_data_wait(
+        args.model,
+        batch=args.batch,
+        frames_list=tuple(int(x) for x in args.frames.split(",")),
+        workers_list=tuple(int(x) for x in args.workers.split(",")),
+        steps=args.steps,
+        size=args.size,
+        source=args.source,
+        videos_dir=args.videos,
+        out_json=args.out_json,
+    )
     return 0
 
 
@@ -211,7 +260,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--last", type=int, default=1, help="evaluate the last N epoch checkpoints")
     p.add_argument("--data", type=Path, default=None)
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--clips", type=int, default=None, help="clips per video (test views)")
+    p.add_argument("--crops", type=int, choices=[1, 3], default=None, help="crops per clip")
+    p.add_argument("--short-side", type=int, default=None, help="resize the short side (px)")
+    p.add_argument("--crop-size", type=int, default=None, help="crop size (px)")
+    p.add_argument("--average", choices=["logits", "softmax"], default=None)
+    p.add_argument(
+        "--paper-views", action="store_true", help="10 clips x 3 crops of 256 (TSM paper)"
+    )
     p.set_defaults(fn=cmd_eval)
+
+    bench = sub.add_parser("bench", help="benchmarks: print a table, write JSON")
+    bench_sub = bench.add_subparsers(dest="bench", required=True)
+    p = bench_sub.add_parser("data", help="clips/s and CPU ms per clip: raw H.264 vs shards")
+    p.add_argument("--videos", type=Path, default=None, help="default: generate test videos")
+    p.add_argument("--out-json", type=Path, default=Path("bench_data.json"))
+    p.add_argument("--work-dir", type=Path, default=None)
+    p.add_argument("--count", type=int, default=4, help="videos to generate")
+    p.add_argument("--seconds", type=float, default=10.0, help="length of generated videos")
+    p.add_argument("--rounds", type=int, default=5)
+    p.set_defaults(fn=cmd_bench_data)
+    p = bench_sub.add_parser("data-wait", help="share of step time blocked on data (Fig. 3b)")
+    p.add_argument("--model", default="tsm_resnet18")
+    p.add_argument("--batch", type=int, default=2)
+    p.add_argument("--frames", default="8,16,32")
+    p.add_argument("--workers", default="0,1,2")
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--size", type=int, default=112)
+    p.add_argument("--source", choices=["videos", "shards"], default="videos")
+    p.add_argument("--videos", type=Path, default=None)
+    p.add_argument("--out-json", type=Path, default=Path("bench_data_wait.json"))
+    p.set_defaults(fn=cmd_bench_data_wait)
     return parser
 
 

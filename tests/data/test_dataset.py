@@ -1,19 +1,25 @@
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
+from torch.utils.data import DataLoader
 
-from tests.data.videos import write_video
+from tests.data.videos import textured_frames, write_video, write_with_muxer
+from vidscale.data import dataset as dataset_module
 from vidscale.data.annotations import VideoRecord
 from vidscale.data.dataset import ClipSpec, VideoClipDataset, collate
-from vidscale.data.decode import decode_frames
+from vidscale.data.decode import decode_frames, probe
 
 
 def records(tmp_path: Path) -> list[VideoRecord]:
-    good = [write_video(tmp_path / f"v{i}.mp4", 16) for i in range(3)]
+    good = [
+        write_with_muxer(tmp_path / f"v{i}.mp4", textured_frames(16, seed=i), gop=8)
+        for i in range(3)
+    ]
     (tmp_path / "empty.mp4").write_bytes(b"")
     (tmp_path / "text.mp4").write_text("not a video")
-    short = write_video(tmp_path / "short.mp4", 2)  # dense 8 frames at stride 2 needs... clamps
+    short = write_video(tmp_path / "short.mp4", 2)
     return [
         VideoRecord(p, i % 2)
         for i, p in enumerate([*good, tmp_path / "empty.mp4", tmp_path / "text.mp4", short])
@@ -27,11 +33,15 @@ def test_items_and_deterministic_augmentation(tmp_path: Path) -> None:
     a, b = ds[1], ds[1]
     assert a["clip"].shape == (3, 4, 24, 24) and a["clip"].dtype == torch.uint8
     assert torch.equal(a["clip"], b["clip"]) and a["label"] == 1 and a["skipped"] == []
+    assert a["index"] == 1
     draws = set()
     for epoch in range(6):  # new epochs draw new crops (a few may coincide)
         ds.set_epoch(epoch)
         draws.add(ds[1]["clip"].numpy().tobytes())
     assert len(draws) > 1
+    other_seed = VideoClipDataset(records(tmp_path)[:3], spec, train=True, seed=2)
+    other_seed.set_epoch(2)
+    assert not torch.equal(other_seed[1]["clip"], a["clip"])
 
 
 def test_eval_clip_matches_direct_decode(tmp_path: Path) -> None:
@@ -42,14 +52,80 @@ def test_eval_clip_matches_direct_decode(tmp_path: Path) -> None:
     assert torch.equal(item["clip"], torch.from_numpy(direct).permute(3, 0, 1, 2))
 
 
+def test_dense_sampling_and_short_videos(tmp_path: Path) -> None:
+    recs = records(tmp_path)
+    spec = ClipSpec(frames=4, sampling="dense", stride=2, crop_size=32, short_side=32)
+    ds = VideoClipDataset([recs[0], recs[5]], spec, train=False)
+    item = ds[0]
+    direct = decode_frames(recs[0].path, [4, 6, 8, 10])  # centred: room 16 - 7 = 9, start 4
+    assert torch.equal(item["clip"], torch.from_numpy(direct).permute(3, 0, 1, 2))
+    short = ds[1]  # 2 frames: the last one repeats
+    assert short["skipped"] == [] and short["clip"].shape == (3, 4, 32, 32)
+    assert torch.equal(short["clip"][:, 1], short["clip"][:, 3])
+
+
+def test_each_video_is_probed_once_per_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[Path] = []
+
+    def counting_probe(path: Path) -> object:
+        calls.append(path)
+        return probe(path)
+
+    monkeypatch.setattr(dataset_module, "probe", counting_probe)
+    ds = VideoClipDataset(records(tmp_path)[:2], ClipSpec(frames=4, crop_size=32), train=True)
+    for epoch in range(3):
+        ds.set_epoch(epoch)
+        ds[0], ds[1]
+    assert sorted(calls) == sorted(r.path for r in ds.records)
+
+
 def test_corrupt_videos_are_replaced_and_reported(tmp_path: Path) -> None:
     recs = records(tmp_path)
     ds = VideoClipDataset(recs, ClipSpec(frames=4, crop_size=32, short_side=32), train=False)
-    batch = collate([ds[i] for i in range(len(ds))])
-    assert batch["clip"].shape == (6, 3, 4, 32, 32)
+    items = [ds[i] for i in range(len(ds))]
+    batch = collate(items)
+    assert batch["clip"].shape == (6, 3, 4, 32, 32) and batch["clip"].dtype == torch.uint8
+    assert batch["index"].tolist() == list(range(6)) and batch["label"].dtype == torch.long
     reported = {Path(p).name: reason for p, reason in batch["skipped"]}
     assert set(reported) == {"empty.mp4", "text.mp4"}
     assert "zero-byte" in reported["empty.mp4"]
+    assert "DecodeError" in reported["text.mp4"]
+    for i in (3, 4):  # the substitute's own label comes with its clip
+        (substitute,) = [j for j in (0, 1, 2, 5) if torch.equal(items[i]["clip"], items[j]["clip"])]
+        assert items[i]["label"] == recs[substitute].label
+
+
+def test_substitutes_do_not_depend_on_what_a_worker_saw_before(tmp_path: Path) -> None:
+    recs = records(tmp_path)
+    spec = ClipSpec(frames=4, crop_size=24, short_side=32)
+    fresh = VideoClipDataset(recs, spec, train=True, seed=3)
+    warm = VideoClipDataset(recs, spec, train=True, seed=3)
+    for i in range(len(recs)):  # `warm` has already failed on the bad videos once
+        warm[i]
+    for i in (3, 4):
+        a, b = fresh[i], warm[i]
+        assert torch.equal(a["clip"], b["clip"]) and a["skipped"] == b["skipped"]
+        assert len(a["skipped"]) >= 1
+
+
+def test_loader_workers_give_the_same_batches(tmp_path: Path) -> None:
+    recs = records(tmp_path)
+    ds = VideoClipDataset(recs, ClipSpec(frames=4, crop_size=24, short_side=32), train=True)
+    ds.set_epoch(1)
+    serial = collate([ds[i] for i in range(len(ds))])
+    loader = DataLoader(ds, batch_size=6, num_workers=2, collate_fn=collate)
+    (parallel,) = list(loader)
+    assert torch.equal(serial["clip"], parallel["clip"])
+    assert serial["skipped"] == parallel["skipped"]
+
+
+def test_gives_up_after_max_retries(tmp_path: Path) -> None:
+    recs = records(tmp_path)[3:5]  # both unreadable
+    ds = VideoClipDataset(recs, ClipSpec(frames=4, crop_size=32), train=True, max_retries=3)
+    with pytest.raises(RuntimeError, match="4 videos in a row could not be read"):
+        ds[0]
 
 
 def test_multi_view_eval(tmp_path: Path) -> None:

@@ -3,9 +3,9 @@
 from pathlib import Path
 
 import pytest
-from vidscale.models.registry import list_models
 
 from vidscale.config import load_config, save_config, validate
+from vidscale.models.registry import list_models
 from vidscale.recipes import get_recipe, list_recipes
 
 

@@ -108,7 +108,7 @@ def scan_annotations(
         if all(not c.strip() for c in row):
             continue
         if len(row) != 2:
-            raise AnnotationError(f"{where}: expected 2 columns 'path,label', got {len(row)}")
+            raise AnnotationError(f"{where}: expected 'path,label' (2 columns), got {len(row)}")
         if not row[0].strip():
             raise AnnotationError(f"{where}: empty path")
         label = parse_label(row[1], index, where=where)

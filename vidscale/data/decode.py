@@ -31,9 +31,10 @@ class DecodeError(RuntimeError):
 
 @dataclass(frozen=True, eq=False)
 class VideoMeta:
-    """What `probe` learns without decoding. `pts` (presentation timestamps in frame order) and
-    `keyframes` (frame indices, ascending, starting at 0) are empty when the container gives no
-    timestamps; `decode_frames` then decodes sequentially from the start."""
+    """What `probe` learns without decoding: `pts`, the presentation timestamps in frame order,
+    and `keyframes`, the indices of frames that start a GOP (ascending, from 0). Without
+    timestamps in the container `pts` is empty (not `seekable`) and `decode_frames` decodes
+    sequentially from the start."""
 
     num_frames: int
     fps: float
@@ -91,19 +92,14 @@ def probe(path: Path) -> VideoMeta:
     with open_video(path) as (container, stream):
         try:
             pts, key_pts, untimed = _read_packet_index(container, stream)
-            if untimed:
-                container.seek(0)
-                pts, key_pts = [], []
-                count = sum(1 for _ in container.decode(stream))
-            else:
-                count = len(pts)
         except _READ_ERRORS as err:
             raise DecodeError(f"cannot read packets: {err}") from err
+        count = _count_by_decoding(path) if untimed else len(pts)
         if count == 0:
             raise DecodeError("video stream has no frames")
         pts_arr = np.sort(np.asarray(pts, dtype=np.int64))
         keys = np.unique(np.searchsorted(pts_arr, np.asarray(key_pts, dtype=np.int64)))
-        if count and (len(keys) == 0 or keys[0] != 0):
+        if len(keys) == 0 or keys[0] != 0:
             keys = np.concatenate([[0], keys])  # decoding from the first packet always works
         time_base = float(stream.time_base) if stream.time_base else 0.0
         fps = _frame_rate(stream, pts_arr, time_base)
@@ -116,6 +112,15 @@ def probe(path: Path) -> VideoMeta:
             pts=pts_arr,
             keyframes=keys.astype(np.int64),
         )
+
+
+def _count_by_decoding(path: Path) -> int:
+    """Frames of a stream without timestamps (a raw elementary stream cannot even seek back)."""
+    with open_video(path) as (container, stream):
+        try:
+            return sum(1 for _ in container.decode(stream))
+        except _READ_ERRORS as err:
+            raise DecodeError(f"decoding failed while counting frames: {err}") from err
 
 
 def _read_packet_index(container: Any, stream: Any) -> tuple[list[int], list[int], bool]:
@@ -243,7 +248,7 @@ def _decode_with_seeks(cursor: _Cursor, wanted: list[int]) -> dict[int, np.ndarr
         if target in got:
             continue
         key = int(keyframes[np.searchsorted(keyframes, target, side="right") - 1])
-        if not started or key > cursor.position:
+        if not started or key > cursor.position + 1:  # a seek that skips frames
             cursor.seek(key)
             started = True
             if not _advance_to(cursor, target, want, got):

@@ -1,20 +1,30 @@
-"""Exact evaluation under data parallelism.
+"""Exact evaluation under data parallelism, with multi-view testing.
 
 Each rank evaluates a disjoint slice of the validation set (`ExactEvalSampler`, no padding) and
-the sums (loss, top-1 hits, top-5 hits, count) are all-reduced, so every sample counts exactly
+the sums (loss, top-1 hits, top-5 hits, count) are all-reduced, so every video counts exactly
 once whatever the world size.
+
+Multi-view testing (TSM paper §4: "sample 10 clips per video and calculate the average
+prediction"; the TSM code also takes 3 crops of the full-resolution frame): a batch clip of shape
+(N, V, C, T, H, W) holds V views of each of N videos. The model runs on the N x V views as one
+batch of clips (or in chunks of `views_per_forward`), and each video's prediction is the mean of
+its V views' logits (`average="logits"`, the TSM code's default) or of their softmax
+probabilities (`average="softmax"`). Accuracy and loss are computed on that per-video prediction,
+so the count stays the number of videos.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
 
 from vidscale.distributed.collectives import all_reduce_sum
+
+Average = Literal["logits", "softmax"]
 
 
 @dataclass(frozen=True)
@@ -22,7 +32,7 @@ class EvalResult:
     top1: float  # percent
     top5: float  # percent
     loss: float
-    count: int
+    count: int  # videos (not views)
     skipped: list[tuple[str, str]]
 
 
@@ -33,6 +43,47 @@ def topk_hits(logits: torch.Tensor, labels: torch.Tensor, k: int) -> torch.Tenso
     return (top == labels[:, None]).any(dim=1).sum()
 
 
+def video_scores(
+    model: nn.Module,
+    clips: torch.Tensor,
+    *,
+    prepare: Callable[[torch.Tensor], torch.Tensor],
+    autocast: Callable[[], Any],
+    average: Average = "logits",
+    views_per_forward: int = 0,
+) -> torch.Tensor:
+    """Per-video float32 scores (N, K) of uint8 clips (N, C, T, H, W) or (N, V, C, T, H, W).
+
+    One view: the logits. Several: the mean over views of the logits, or of the softmax
+    probabilities (`average`). `views_per_forward` > 0 caps how many clips go through the model
+    at once (the result is the same in eval mode; only peak memory changes).
+    """
+    if clips.ndim not in (5, 6):
+        raise ValueError(f"expected (N, C, T, H, W) or (N, V, C, T, H, W), got {clips.shape}")
+    n = clips.shape[0]
+    views_NV = clips.flatten(0, 1) if clips.ndim == 6 else clips
+    step = views_per_forward if views_per_forward > 0 else max(len(views_NV), 1)
+    parts = []
+    for start in range(0, len(views_NV), step):
+        with autocast():
+            logits = model(prepare(views_NV[start : start + step]))
+        parts.append(logits.float())
+    logits_NV_K = torch.cat(parts)
+    if clips.ndim == 5:
+        return logits_NV_K
+    logits_N_V_K = logits_NV_K.view(n, clips.shape[1], -1)
+    if average == "softmax":
+        return logits_N_V_K.softmax(dim=-1).mean(dim=1)
+    return logits_N_V_K.mean(dim=1)
+
+
+def _loss_sum(scores: torch.Tensor, labels: torch.Tensor, *, probabilities: bool) -> torch.Tensor:
+    if probabilities:  # negative log of the averaged probability of the true class
+        picked = scores.gather(1, labels[:, None]).clamp_min(1e-12)
+        return -picked.log().sum().double()
+    return nn.functional.cross_entropy(scores, labels, reduction="sum").double()
+
+
 @torch.no_grad()
 def evaluate(
     model: nn.Module,
@@ -41,24 +92,36 @@ def evaluate(
     prepare: Callable[[torch.Tensor], torch.Tensor],
     device: torch.device,
     autocast: Callable[[], Any],
+    average: Average = "logits",
+    views_per_forward: int = 0,
 ) -> EvalResult:
     """Evaluate `model` on this rank's batches and reduce the sums over ranks.
 
-    `prepare` turns a uint8 clip batch already on the device into the model's float input.
+    `prepare` turns a uint8 clip batch (N, C, T, H, W) already on the device into the model's
+    float input. A batch clip of shape (N, V, C, T, H, W) is evaluated as V views per video
+    (see `video_scores`); `count` is always the number of videos.
     """
+    if average not in ("logits", "softmax"):
+        raise ValueError(f"average must be 'logits' or 'softmax', got {average!r}")
     was_training = model.training
     model.eval()
     sums = torch.zeros(4, dtype=torch.float64, device=device)  # loss, top1, top5, count
     skipped: list[tuple[str, str]] = []
     for batch in batches:
-        clips = prepare(batch["clip"].to(device, non_blocking=True))
+        clips = batch["clip"].to(device, non_blocking=True)
         labels = batch["label"].to(device, non_blocking=True)
-        with autocast():
-            logits = model(clips)
-        logits = logits.float()
-        sums[0] += nn.functional.cross_entropy(logits, labels, reduction="sum").double()
-        sums[1] += topk_hits(logits, labels, 1)
-        sums[2] += topk_hits(logits, labels, 5)
+        scores = video_scores(
+            model,
+            clips,
+            prepare=prepare,
+            autocast=autocast,
+            average=average,
+            views_per_forward=views_per_forward,
+        )
+        probabilities = clips.ndim == 6 and average == "softmax"
+        sums[0] += _loss_sum(scores, labels, probabilities=probabilities)
+        sums[1] += topk_hits(scores, labels, 1)
+        sums[2] += topk_hits(scores, labels, 5)
         sums[3] += labels.numel()
         skipped.extend(batch.get("skipped", []))
     all_reduce_sum(sums)

@@ -1,0 +1,123 @@
+"""The data-loading benchmarks on tiny generated videos: every method reads the same frames,
+the counts of decoded frames follow from the method, and the reports are complete."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vidscale.bench.dataload import (
+    ClipKind,
+    DataBenchRow,
+    bench_data,
+    bench_data_wait,
+    decode_sequential,
+    format_data_table,
+    make_bench_videos,
+)
+from vidscale.data.dataset import ClipSpec
+from vidscale.data.decode import decode_frames, probe
+
+CLIPS = (
+    ClipKind("tsn4", ClipSpec(frames=4, sampling="uniform")),
+    ClipKind("dense8", ClipSpec(frames=8, sampling="dense", stride=2)),
+)
+
+
+@pytest.fixture(scope="module")
+def videos(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Path]]:
+    out = tmp_path_factory.mktemp("bench_videos")
+    return make_bench_videos(out, count=2, seconds=1.5, fps=20, width=64, height=48, gops=(250, 6))
+
+
+def test_generated_videos_have_the_requested_shape_and_gop(videos: dict[str, list[Path]]) -> None:
+    assert sorted(videos) == ["gop250", "gop6"]
+    for source, paths in videos.items():
+        for path in paths:
+            meta = probe(path)
+            assert (meta.num_frames, meta.width, meta.height) == (30, 64, 48)
+            gaps = np.diff(np.append(meta.keyframes, meta.num_frames))
+            assert gaps.max() <= (6 if source == "gop6" else 250)
+        assert len(meta.keyframes) == (1 if source == "gop250" else 5)
+
+
+def test_sequential_decode_gives_the_seeking_decoder_frames(
+    videos: dict[str, list[Path]],
+) -> None:
+    path = videos["gop6"][0]
+    indices = np.array([3, 11, 11, 2, 25])
+    frames, decoded = decode_sequential(path, indices)
+    assert decoded == 26
+    np.testing.assert_array_equal(frames, decode_frames(path, indices))
+
+
+def test_bench_data_reports_every_method_side_by_side(
+    videos: dict[str, list[Path]], tmp_path: Path
+) -> None:
+    out = tmp_path / "bench.json"
+    result = bench_data(
+        out_json=out,
+        work_dir=tmp_path / "work",
+        clips=CLIPS,
+        rounds=2,
+        count=2,
+        seconds=1.5,
+        fps=20,
+        width=64,
+        height=48,
+        gops=(250, 6),
+        show=False,
+    )
+    assert json.loads(out.read_text()) == json.loads(json.dumps(result))
+    rows = [DataBenchRow(**r) for r in result["rows"]]
+    keys = {(r.clip, r.method, r.source) for r in rows}
+    methods = {("h264_sequential", "gop250"), ("h264_seek", "gop250"), ("shards", "jpeg")}
+    methods |= {("h264_sequential", "gop6"), ("h264_seek", "gop6")}
+    assert keys == {(c.name, m, s) for c in CLIPS for m, s in methods}
+    for r in rows:
+        assert r.clips == 2 * 2  # rounds x videos
+        assert r.cpu_ms > 0 and r.clips_per_s > 0 and r.wall_ms > 0
+        if r.method == "shards":  # exactly the frames used (4 distinct, or 8 distinct)
+            assert r.frames_decoded == r.frames
+        else:
+            assert r.frames_decoded >= r.frames
+    by = {(r.clip, r.method, r.source): r for r in rows}
+    for clip in ("tsn4", "dense8"):
+        base = by[(clip, "h264_sequential", "gop250")]
+        assert base.speedup_vs_sequential == pytest.approx(1.0)
+        # A single GOP: seeking cannot skip anything, so it decodes what the sequential read does.
+        assert by[(clip, "h264_seek", "gop250")].frames_decoded == base.frames_decoded
+    # With a 6-frame GOP, sparse TSN frames skip whole GOPs.
+    assert (
+        by[("tsn4", "h264_seek", "gop6")].frames_decoded
+        < by[("tsn4", "h264_sequential", "gop6")].frames_decoded
+    )
+    table = format_data_table(rows)
+    assert len(table.splitlines()) == len(rows) + 1 and "shards" in table
+
+
+def test_bench_data_wait_measures_blocked_time(
+    videos: dict[str, list[Path]], tmp_path: Path
+) -> None:
+    rows = bench_data_wait(
+        "tsn_resnet18",
+        batch=2,
+        frames_list=(2, 4),
+        workers_list=(0, 1),
+        steps=2,
+        warmup=1,
+        size=32,
+        videos_dir=videos["gop6"][0].parent,
+        work_dir=tmp_path,
+        num_classes=5,
+        out_json=tmp_path / "wait.json",
+        show=False,
+    )
+    assert [(r.frames, r.workers) for r in rows] == [(2, 0), (2, 1), (4, 0), (4, 1)]
+    for r in rows:
+        assert r.steps == 2 and 0.0 < r.wait_s < r.step_s
+        assert r.wait_fraction == pytest.approx(r.wait_s / r.step_s)
+    assert len(json.loads((tmp_path / "wait.json").read_text())) == 4
