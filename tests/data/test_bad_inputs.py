@@ -255,10 +255,6 @@ def test_vfr_frames_follow_presentation_time(corpus: Corpus) -> None:
     assert meta.fps > 0 and meta.duration > 0.5
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="decode.py returns coded frames, ignoring the display matrix (frame.rotation)",
-)
 def test_rotation_tag_is_applied(corpus: Corpus) -> None:
     """Coded 48x32 with a display rotation of -90 degrees (90 clockwise): shown as 32x48, and
     the top-left red block of the coded frame is shown at the top right, the flat gray
@@ -344,11 +340,6 @@ def test_prepare_skips_and_reports_every_bad_video(corpus: Corpus, tmp_path: Pat
     assert all(it["skipped"] == [] and it["clip"].shape == (3, 8, 16, 16) for it in items)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="prepare.encode_video keeps the decodable prefix of a truncated file "
-    "(decode_all's frame threads swallow the error) instead of skipping it",
-)
 def test_prepare_skips_a_truncated_file_whose_index_survives(
     corpus: Corpus, tmp_path: Path
 ) -> None:

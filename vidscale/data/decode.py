@@ -238,6 +238,14 @@ class _Cursor:
         return self.position + 1
 
 
+def _to_rgb(frame: Any) -> np.ndarray:
+    """The frame as (H, W, 3) uint8 RGB, as displayed: phone videos are often coded sideways
+    with a display-matrix rotation, which players apply and so must we (quarter turns only)."""
+    rgb: np.ndarray = frame.to_ndarray(format="rgb24")
+    quarter_turns = round(frame.rotation / 90) % 4  # counter-clockwise, as np.rot90 turns
+    return np.ascontiguousarray(np.rot90(rgb, quarter_turns)) if quarter_turns else rgb
+
+
 def _decode_with_seeks(cursor: _Cursor, wanted: list[int]) -> dict[int, np.ndarray]:
     """Decode the ascending `wanted` frames, seeking only past whole unneeded GOPs."""
     got: dict[int, np.ndarray] = {}
@@ -273,7 +281,7 @@ def _advance_to(cursor: _Cursor, target: int, want: set[int], got: dict[int, np.
             return False
         first = False
         if index in want and index not in got:
-            got[index] = frame.to_ndarray(format="rgb24")
+            got[index] = _to_rgb(frame)
         if index >= target:
             return True
 
@@ -288,7 +296,7 @@ def _decode_sequential(
     for index, frame in enumerate(container.decode(stream)):
         stats.frames_decoded += 1
         if index in want:
-            got[index] = frame.to_ndarray(format="rgb24")
+            got[index] = _to_rgb(frame)
         if index >= last:
             break
     return got
@@ -303,6 +311,6 @@ def decode_all(path: Path, *, every: int = 1) -> Iterator[np.ndarray]:
         try:
             for i, frame in enumerate(container.decode(stream)):
                 if i % every == 0:
-                    yield frame.to_ndarray(format="rgb24")
+                    yield _to_rgb(frame)
         except _READ_ERRORS as err:
             raise DecodeError(f"decoding failed: {err}") from err

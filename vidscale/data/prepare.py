@@ -30,7 +30,7 @@ import numpy as np
 from tqdm import tqdm
 
 from vidscale.data.annotations import VideoRecord, read_class_names
-from vidscale.data.decode import DecodeError, decode_all, open_video
+from vidscale.data.decode import DecodeError, decode_all, open_video, probe
 from vidscale.data.layouts import LayoutSplits, read_layout
 from vidscale.data.shards import (
     SHARD_PATTERN,
@@ -123,15 +123,22 @@ def encode_video(path: Path, *, short_side: int, fps: float | None, quality: int
     with open_video(path) as (_, stream):
         rate = stream.average_rate or stream.guessed_rate
         source_fps = float(rate) if rate else 0.0
+    expected = probe(path).num_frames
     frames: list[bytes] = []
     shape: tuple[int, ...] = (0, 0)
+    decoded = 0
     for frame, repeat in zip(decode_all(path), repeat_counts(source_fps, fps), strict=False):
+        decoded += 1
         if repeat:
             small = resize_short_side(frame, short_side)
             shape = small.shape
             frames.extend([encode_jpeg(small, quality=quality)] * repeat)
     if not frames:
         raise DecodeError("no frames decoded")
+    if decoded != expected:
+        # A truncated file can keep its index while its last packets are gone; the threaded
+        # decoder then stops early without an error. Training would sample frames past the end.
+        raise DecodeError(f"decoded {decoded} of the {expected} frames in its index (truncated?)")
     return EncodedVideo(frames, float(fps or source_fps), width=shape[1], height=shape[0])
 
 

@@ -109,7 +109,14 @@ class _ShiftFunction(torch.autograd.Function):
 
 def _apply_shift(x_NT_C_H_W: Tensor, *, num_frames: int, fold_div: int, causal: bool) -> Tensor:
     x_N_T_C_H_W = _clips_view(x_NT_C_H_W, num_frames)
-    out = _ShiftFunction.apply(x_N_T_C_H_W, fold_div, causal)
+    if torch.is_grad_enabled() and x_N_T_C_H_W.requires_grad:
+        out = _ShiftFunction.apply(x_N_T_C_H_W, fold_div, causal)
+    else:
+        # No gradient wanted (evaluation, export): plain tensor ops, which torch.jit.trace and
+        # the ONNX exporters record, unlike a custom autograd Function.
+        fold = x_N_T_C_H_W.shape[2] // fold_div
+        directions = _directions(causal=causal, adjoint=False)
+        out = _shift_folds(x_N_T_C_H_W, fold=fold, directions=directions)
     return out.view(x_NT_C_H_W.shape)
 
 
