@@ -94,13 +94,28 @@ def _powersgd_bytes(bucket: dist.GradBucket, *, rank: int, compressing: bool) ->
     return total
 
 
-def _powersgd_counting_hook(counter: ByteCounter, cfg: CommConfig) -> Any:
+def _powersgd_counting_hook(counter: ByteCounter, cfg: CommConfig, *, serialize: bool) -> Any:
+    """torch's PowerSGD hook, counting its bytes.
+
+    The hook chains three all-reduces per bucket (uncompressed 1-D tensors, then P, then Q),
+    issuing the later ones from future callbacks. Gloo runs those callbacks on its own threads,
+    so with several buckets in flight two ranks can issue the same collectives in different
+    orders, which gloo detects as a size mismatch and aborts. `serialize` (gloo) waits for each
+    bucket's chain before returning, so every rank issues collectives in bucket order; it gives
+    up the overlap of communication with the rest of the backward pass, not correctness.
+    """
+
     def hook(
         state: powersgd.PowerSGDState, bucket: dist.GradBucket
     ) -> torch.futures.Future[torch.Tensor]:
         compressing = state.iter >= state.start_powerSGD_iter
         counter.add(_powersgd_bytes(bucket, rank=cfg.powersgd_rank, compressing=compressing))
-        return powersgd.powerSGD_hook(state, bucket)
+        fut = powersgd.powerSGD_hook(state, bucket)
+        if not serialize:
+            return fut
+        done: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+        done.set_result(fut.wait())
+        return done
 
     return hook
 
@@ -130,5 +145,8 @@ def attach_comm_hook(model: Any, cfg: CommConfig) -> ByteCounter:
                 use_error_feedback=True,
                 warm_start=True,
             )
-            model.register_comm_hook(state, _powersgd_counting_hook(counter, cfg))
+            serialize = dist.get_backend() == "gloo"
+            model.register_comm_hook(
+                state, _powersgd_counting_hook(counter, cfg, serialize=serialize)
+            )
     return counter

@@ -284,7 +284,11 @@ class Trainer:
             global_batch=self.plan.global_batch,
             epochs=self.cfg.train.epochs,
             num_classes=self.cfg.model.num_classes,
-            extra={"recipe": self.cfg.recipe, "base_lr": self.plan.base_lr},
+            extra={
+                "recipe": self.cfg.recipe,
+                "base_lr": self.plan.base_lr,
+                "fast_path": self.fast.describe(),
+            },
         )
         if self.env.is_main:
             write_summary(summary, self.run_dir / "summary.json")
