@@ -5,9 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from vidscale.config import ConfigError, RunConfig, apply_overrides, load_config
+
+if TYPE_CHECKING:
+    from vidscale.bench.models import BenchConfig, Mode
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
@@ -47,6 +52,23 @@ def cmd_train(args: argparse.Namespace) -> int:
     summary = train(cfg, run_dir=args.out, resume=args.resume)
     if summary and args.print_summary:
         print(json.dumps({k: v for k, v in summary.items() if k != "skipped"}, indent=2))
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from vidscale.train.sweep import SweepSpec, parse_list, sweep
+
+    data = [f"data.root={args.data}"] if args.data is not None else []
+    spec = SweepSpec(
+        recipe=args.recipe,
+        out=args.out,
+        overrides=(*data, *args.overrides),
+        batches=parse_list(args.batches, int),
+        optimizers=parse_list(args.optimizers, str),
+        epochs=args.epochs,
+        nproc=args.nproc,
+    )
+    sweep(spec, plot_only=args.plot_only)
     return 0
 
 
@@ -192,6 +214,189 @@ def cmd_bench_data_wait(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- predict, export, bench models ------------------------------------------------------------
+
+
+def _at_least(low: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= `low` (argparse names the flag in its error)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        return value
+
+    return parse
+
+
+def _check_device(device: str) -> None:
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError("--device cuda: no CUDA device is available")
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    from vidscale.predict import (
+        checkpoint_path,
+        format_predictions,
+        locate,
+        predict,
+        predictions_as_dict,
+    )
+
+    if not args.video.is_file():
+        raise ConfigError(f"VIDEO: {args.video} is not a file")
+    try:
+        run, checkpoint = locate(args.checkpoint)
+        checkpoint_path(run, checkpoint)
+    except FileNotFoundError as err:
+        raise ConfigError(f"--checkpoint: {err}") from err
+    _check_device(args.device)
+    top = predict(
+        args.video,
+        run=run,
+        checkpoint=checkpoint,
+        topk=args.topk,
+        num_clips=args.clips,
+        num_crops=args.crops,
+        device=args.device,
+    )
+    out = predictions_as_dict(args.video, top)
+    print(json.dumps(out, indent=2) if args.json else format_predictions(top))
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from vidscale.export import DYNAMO_MIN_OPSET, MIN_ONNX_OPSET, ExportMismatch, export
+    from vidscale.predict import checkpoint_path
+
+    if not (args.run / "config.json").is_file():
+        raise ConfigError(f"RUN: {args.run} has no config.json (not a training run)")
+    if args.opset is not None and args.format != "onnx":
+        raise ConfigError("--opset applies to --format onnx only")
+    if args.opset is not None and args.opset < MIN_ONNX_OPSET:
+        raise ConfigError(f"--opset must be >= {MIN_ONNX_OPSET}, got {args.opset}")
+    try:
+        checkpoint_path(args.run, args.checkpoint)
+    except FileNotFoundError as err:
+        raise ConfigError(f"--checkpoint: {err}") from err
+    try:
+        result = export(
+            args.run,
+            fmt=args.format,
+            out=args.out,
+            opset=args.opset or DYNAMO_MIN_OPSET,
+            checkpoint=args.checkpoint,
+        )
+    except ExportMismatch as err:
+        print(f"vidscale: export check failed: {err}", file=sys.stderr)
+        return 1
+    print(f"wrote {result.path} and {result.path.name}.json; check: {result.check}")
+    return 0
+
+
+def _bench_models_config(args: argparse.Namespace) -> BenchConfig:
+    import dataclasses
+
+    from vidscale.bench.models import PASSES, BenchConfig
+
+    # Every BenchConfig field has a flag of the same name; unset flags keep the base's value.
+    fields = [f.name for f in dataclasses.fields(BenchConfig) if f.name not in ("modes", "passes")]
+    given = {k: getattr(args, k) for k in fields if getattr(args, k) is not None}
+    if args.no_fast_path:
+        modes: tuple[Mode, ...] = ("fp32",)
+    else:
+        modes = ("fp32", "fast") if args.fp32_baseline else ("fast",)
+    passes = tuple(dict.fromkeys(args.passes or PASSES))
+    base = BenchConfig.quick() if args.quick else BenchConfig()
+    return dataclasses.replace(base, **given, modes=modes, passes=passes)
+
+
+def cmd_bench_models(args: argparse.Namespace) -> int:
+    from vidscale.bench.models import DEFAULT_MODELS, bench_models, check_request
+    from vidscale.bench.report import format_report
+
+    cfg = _bench_models_config(args)
+    names = args.models or list(DEFAULT_MODELS)
+    try:
+        check_request(names, cfg, baseline=args.baseline)
+    except ValueError as err:
+        raise ConfigError(f"bench models: {err}") from err
+    _check_device(args.device)
+    result = bench_models(
+        names,
+        cfg,
+        baseline=args.baseline,
+        device=args.device,
+        out_json=args.out_json,
+        progress=True,
+    )
+    print(format_report(result))
+    print(f"wrote {args.out_json}")
+    return 0
+
+
+def _add_predict_export(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("predict", help="top-k classes of one video from a trained run")
+    p.add_argument("video", type=Path, metavar="VIDEO")
+    p.add_argument(
+        "--checkpoint",
+        type=Path,
+        required=True,
+        metavar="RUN",
+        help="run directory (its last checkpoint) or a checkpoint file inside one",
+    )
+    p.add_argument("--topk", type=_at_least(1), default=5)
+    p.add_argument("--clips", type=_at_least(1), default=None, help="default: the run's")
+    p.add_argument("--crops", type=int, choices=[1, 3], default=None, help="default: the run's")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_predict)
+
+    p = sub.add_parser("export", help="TorchScript or ONNX file of a trained run, checked")
+    p.add_argument("run", type=Path, metavar="RUN")
+    p.add_argument("--format", choices=["torchscript", "onnx"], required=True)
+    p.add_argument("--out", type=Path, required=True, metavar="FILE")
+    p.add_argument("--opset", type=_at_least(1), default=None, help="ONNX opset (default 18)")
+    p.add_argument(
+        "--checkpoint", default="last", help="last, best (by val top-1), epoch_NNNN or a path"
+    )
+    p.set_defaults(fn=cmd_export)
+
+
+def _add_bench_models(bench_sub: argparse._SubParsersAction) -> None:
+    p = bench_sub.add_parser(
+        "models", help="TSM paper Tables 1-2: cost, speed, utilisation, frames per stage"
+    )
+    p.add_argument(
+        "models", nargs="*", metavar="MODELS", help="default: TSM, TSN, I3D 3x1x1, I3D 3x3x3"
+    )
+    p.add_argument("--baseline", default=None, help="ratios are to this model (default: first)")
+    p.add_argument("--batch", type=_at_least(1), default=None, help="clips per step (1)")
+    p.add_argument("--size", type=_at_least(32), default=None, help="frame side (224)")
+    p.add_argument("--frames", type=_at_least(0), default=None, help="0: each model's own")
+    p.add_argument("--warmup", type=_at_least(0), default=None, help="untimed rounds (1)")
+    p.add_argument("--repeats", type=_at_least(1), default=None, help="timed rounds (5)")
+    p.add_argument("--steps", type=_at_least(1), default=None, help="calls per sample (1)")
+    p.add_argument("--passes", nargs="+", choices=["train", "infer"], default=None)
+    modes = p.add_mutually_exclusive_group()
+    modes.add_argument("--fp32-baseline", action="store_true", help="also time fp32 beside")
+    modes.add_argument("--no-fast-path", action="store_true", help="time fp32 only")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    p.add_argument("--threads", type=_at_least(0), default=None, help="CPU threads (0: torch's)")
+    p.add_argument("--peak-size", type=_at_least(0), default=None, help="peak matmul side")
+    p.add_argument("--num-classes", type=_at_least(1), default=None, help="classes (400)")
+    p.add_argument("--clock", choices=["wall", "process"], default=None)
+    p.add_argument("--quick", action="store_true", help="tiny settings for a smoke test")
+    p.add_argument("--out-json", type=Path, default=Path("bench_models.json"))
+    p.set_defaults(fn=cmd_bench_models)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vidscale", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -202,6 +407,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints/last.pt")
     p.add_argument("--print-summary", action="store_true", help="print summary.json at the end")
     p.set_defaults(fn=cmd_train)
+
+    p = sub.add_parser("sweep", help="batch-size study: val top-1 vs global batch per optimizer")
+    p.add_argument("--recipe", default="demo_tsm_r18_8f_b32_e20")
+    p.add_argument("--data", type=Path, help="dataset directory (sets data.root)")
+    p.add_argument("--out", type=Path, required=True, help="sweep directory, one run per subdir")
+    p.add_argument("--batches", default="32,128,768", help="global batches (accumulation)")
+    p.add_argument("--optimizers", default="sgd,lars,lamb")
+    p.add_argument("--epochs", type=int, default=10, help="epochs of every run")
+    p.add_argument("--nproc", type=int, default=1, help=">1: each run under torchrun")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--plot-only", action="store_true", help="rebuild sweep.json/png from runs")
+    p.set_defaults(fn=cmd_sweep)
 
     p = sub.add_parser("synth", help="write the built-in demo dataset (real H.264 files)")
     p.add_argument("--out", type=Path, required=True)
@@ -269,6 +486,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--paper-views", action="store_true", help="10 clips x 3 crops of 256 (TSM paper)"
     )
     p.set_defaults(fn=cmd_eval)
+    _add_predict_export(sub)
 
     bench = sub.add_parser("bench", help="benchmarks: print a table, write JSON")
     bench_sub = bench.add_subparsers(dest="bench", required=True)
@@ -291,6 +509,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--videos", type=Path, default=None)
     p.add_argument("--out-json", type=Path, default=Path("bench_data_wait.json"))
     p.set_defaults(fn=cmd_bench_data_wait)
+    _add_bench_models(bench_sub)
     return parser
 
 

@@ -1,0 +1,152 @@
+"""`bench models`: Table 1 rows measured on tiny clips, Table 2 against the TSM paper."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from vidscale.bench.models import (
+    STAGES,
+    BenchConfig,
+    add_ratios,
+    bench_models,
+    check_request,
+    comparisons,
+    table2,
+    time_round_robin,
+)
+from vidscale.bench.report import format_report, format_stage_table
+
+TINY = BenchConfig(size=32, frames=2, num_classes=5, warmup=0, repeats=1, peak_size=64, threads=1)
+
+
+def test_bench_models_measures_every_model_in_both_modes(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    names = ["tsn_resnet18", "tsm_resnet18"]
+    cfg = dataclasses.replace(TINY, modes=("fp32", "fast"))
+    threads = torch.get_num_threads()
+    result = bench_models(names, cfg, baseline="tsm_resnet18", device="cpu", out_json=out)
+    assert torch.get_num_threads() == threads  # restored after measuring with 1 thread
+    rows = result.rows
+    assert [(r["model"], r["mode"]) for r in rows] == [
+        (n, m) for m in ("fp32", "fast") for n in names
+    ]
+    for r in rows:
+        for key in ("params", "macs", "compute_per_io", "peak_flops_per_s"):
+            assert r[key] > 0, key
+        for kind in ("train", "infer"):
+            assert r[f"{kind}_clips_per_s"] > 0 and r[f"{kind}_utilization"] > 0
+        assert r["input"] == "2x3x32x32" and r["flops"] == 2 * r["macs"]
+        assert r["accuracy"] is None  # left to the user's runs
+    tsm_fp32, tsm_fast = rows[1], rows[3]
+    assert (
+        tsm_fp32["train_s_vs_baseline"] == 1.0 and tsm_fast["infer_clips_per_s_vs_baseline"] == 1.0
+    )
+    assert "train_fast_speedup" in tsm_fast and "train_fast_speedup" not in tsm_fp32
+    assert [(c["mode"], c["model"]) for c in result.comparisons] == [
+        ("fp32", "tsn_resnet18"),
+        ("fast", "tsn_resnet18"),
+    ]
+    report = json.loads(out.read_text())
+    assert len(report["rows"]) == 4 and report["hardware"]["device"] == "cpu"
+    assert report["settings"]["baseline"] == "tsm_resnet18"
+    assert report["table2"]["tsm_resnet18"] == [2, 2, 2, 2, None, 2, 2, 2, 1]
+    text = format_report(result)
+    assert "tsm_resnet18 / tsn_resnet18" in text and "GFLOP/s" in text and "res5" in text
+
+
+def test_round_robin_rotates_the_order_and_times_every_call() -> None:
+    order: list[str] = []
+    calls = {k: (lambda k=k: order.append(k)) for k in "abc"}
+    times = time_round_robin(calls, warmup=1, repeats=3)
+    assert order == list("abcbcacababc")
+    assert {k: len(v) for k, v in times.items()} == {"a": 3, "b": 3, "c": 3}
+    assert all(t >= 0 for v in times.values() for t in v)
+
+
+def test_steps_run_back_to_back_and_a_sample_is_their_mean() -> None:
+    order: list[str] = []
+    ticks = iter(range(100))
+    calls = {k: (lambda k=k: order.append(k)) for k in "ab"}
+    times = time_round_robin(
+        calls, warmup=0, repeats=1, steps=2, clock=lambda: float(next(ticks) * 10)
+    )
+    assert order == list("aabb")
+    assert times == {"a": [5.0], "b": [5.0]}  # 10 clock units over 2 steps
+
+
+def _row(model: str, mode: str, train_s: float, cio: float) -> dict[str, object]:
+    return {
+        "model": model,
+        "mode": mode,
+        "params": 10,
+        "flops": 100,
+        "compute_per_io": cio,
+        "train_s": train_s,
+        "train_clips_per_s": 2 / train_s,
+        "train_utilization": 0.1 / train_s,
+    }
+
+
+def test_ratios_to_a_named_baseline_and_fast_over_fp32() -> None:
+    rows = add_ratios(
+        [
+            _row("i3d", "fp32", 4.0, 6.85e3),
+            _row("tsm", "fp32", 2.0, 27.4e3),
+            _row("i3d", "fast", 2.0, 6.85e3),
+            _row("tsm", "fast", 0.5, 27.4e3),
+        ],
+        baseline="tsm",
+    )
+    assert rows[0]["train_clips_per_s_vs_baseline"] == pytest.approx(0.5)  # i3d vs tsm
+    assert rows[0]["train_s_vs_baseline"] == pytest.approx(2.0)
+    assert rows[0]["compute_per_io_vs_baseline"] == pytest.approx(0.25)
+    assert rows[2]["train_clips_per_s_vs_baseline"] == pytest.approx(0.25)  # vs tsm fast
+    assert rows[3]["train_fast_speedup"] == pytest.approx(4.0)  # tsm fp32 2.0 s / fast 0.5 s
+    assert rows[1]["train_utilization_vs_baseline"] == pytest.approx(1.0)
+    pairs = comparisons(rows, baseline="tsm")
+    # TSM over I3D: step time 0.5 (TSM's step is half as long), throughput 2x.
+    assert pairs[0] == {
+        "mode": "fp32",
+        "baseline": "tsm",
+        "model": "i3d",
+        "train_step_time": pytest.approx(0.5),
+        "train_clips_per_s": pytest.approx(2.0),
+    }
+    assert pairs[1]["train_clips_per_s"] == pytest.approx(4.0)
+
+
+def test_requests_that_cannot_work_are_refused_before_measuring() -> None:
+    with pytest.raises(ValueError, match="unknown model 'tsm_resnet5'"):
+        check_request(["tsm_resnet5"], TINY, baseline=None)
+    with pytest.raises(ValueError, match="more than once"):
+        check_request(["tsm_resnet18", "tsm_resnet18"], TINY, baseline=None)
+    with pytest.raises(ValueError, match="baseline 'tsn_resnet18'"):
+        check_request(["tsm_resnet18"], TINY, baseline="tsn_resnet18")
+    with pytest.raises(ValueError, match="repeats"):
+        check_request(["tsm_resnet18"], BenchConfig(repeats=0), baseline=None)
+    # I3D 3x1x1 pools time by 8: two frames cannot pass its pool2.
+    with pytest.raises(ValueError, match="i3d_resnet50_3x1x1 cannot train on 1x3x2x32x32"):
+        check_request(["i3d_resnet50_3x1x1"], TINY, baseline=None)
+    assert check_request(["tsn_resnet18", "tsm_resnet18"], TINY, baseline=None) == "tsn_resnet18"
+
+
+def test_quick_settings_fit_every_default_model() -> None:
+    from vidscale.bench.models import DEFAULT_MODELS
+
+    assert check_request(DEFAULT_MODELS, BenchConfig.quick(), baseline=None) == "tsm_resnet50"
+
+
+def test_table2_matches_the_tsm_paper() -> None:
+    table = table2(["i3d_resnet50_3x3x3", "i3d_resnet50_3x1x1", "tsm_resnet50"])
+    # TSM paper Table 2: data, conv1, pool1, res2, pool2, res3, res4, res5, global pool.
+    assert STAGES[4] == "pool2"
+    assert table["i3d_resnet50_3x3x3"] == [16, 16, 8, 8, None, 4, 2, 1, 1]
+    assert table["i3d_resnet50_3x1x1"] == [32, 16, 8, 8, 4, 4, 4, 4, 1]
+    assert table["tsm_resnet50"] == [8, 8, 8, 8, None, 8, 8, 8, 1]
+    lines = format_stage_table(table).splitlines()
+    assert lines[3].split() == ["tsm_resnet50", "8", "8", "8", "8", "-", "8", "8", "8", "1"]

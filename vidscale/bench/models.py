@@ -1,0 +1,465 @@
+"""`vidscale bench models`: the TSM paper's Table 1 and Table 2, measured in one run.
+
+Table 1 (§3, "Design Guidelines", Figure 3a) compares FLOPs, parameters, input size,
+throughput, hardware utilisation and Compute/IO. Here, for registered models on the current
+device:
+
+- MACs, parameters, Compute/IO (MACs per uint8 input byte, the reading under which the paper's
+  27.4k / 6.85k / 16.6k work out) from `bench.flops.model_info`; FLOPs = 2·MACs (the paper's
+  "FLOPs" column counts MACs). Accuracy is left to the user's runs (`vidscale eval`).
+- Training: seconds and clips/s of the trainer's step (forward, cross-entropy on float logits,
+  backward, SGD with momentum and weight decay), its FLOPs counted as 3x the forward's
+  (backward ≈ 2x forward).
+- Inference: clips/s of an eval-mode forward pass without autograd (the paper's throughput).
+- Utilisation (§3a): achieved FLOP/s over peak FLOP/s, the peak being a large matmul in the
+  same dtype timed in the same rounds (`hardware.matmul_probe`).
+- Table 2: frames at the output of each stage.
+
+Every timed call (each model's step, each model's inference, each peak matmul) runs once per
+round, round-robin, the starting point rotating every round; medians over rounds are reported.
+Drift (clock changes, other processes on a shared machine) then hits every model alike, so the
+ratios to the baseline model hold even where absolute numbers move. Modes: "fast" is the
+trainer's fast path for the device (`train/fast_path.py`: bf16 autocast + channels-last where
+the device has bf16 units, TF32 on CUDA); "fp32" is float32 in the default layout (TF32 off),
+measured beside it so that the fast path's speedup comes out of the same run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch import Tensor, nn
+
+from vidscale.bench import hardware
+from vidscale.bench.flops import ModelInfo, model_info
+from vidscale.models.registry import (
+    ModelConfig,
+    build_model,
+    default_frames,
+    list_models,
+    stage_temporal_resolutions,
+)
+from vidscale.train.fast_path import FastPath, apply_to_model, resolve_fast_path
+
+Mode = Literal["fp32", "fast"]
+Pass = Literal["train", "infer"]
+Clock = Literal["wall", "process"]
+MODES: tuple[Mode, ...] = ("fp32", "fast")
+PASSES: tuple[Pass, ...] = ("train", "infer")
+# Table 1's models and TSN, the shift's zero-cost reference (TSM/TSN step time).
+DEFAULT_MODELS = ("tsm_resnet50", "tsn_resnet50", "i3d_resnet50_3x1x1", "i3d_resnet50_3x3x3")
+# Table 2's columns; "pool2" exists only in trunks that pool time after res2 (I3D 3x1x1).
+STAGES = ("data", "conv1", "pool1", "res2", "pool2", "res3", "res4", "res5", "global_pool")
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """What `bench_models` measures, and for how long.
+
+    `frames` is the clip length of every model (0: each model's own: TSM/TSN 8, I3D 3x3x3 16,
+    I3D 3x1x1 32, as in Table 1). `warmup` untimed rounds precede `repeats` timed ones; a timed
+    sample is the mean of `steps` consecutive calls. `peak_size` is the peak matmul's side (0:
+    2048 on CPU, 8192 on CUDA); `threads` > 0 sets torch's CPU threads. `clock="process"` times
+    CPU runs by the process's CPU time, so time spent preempted by other processes counts for
+    nobody (use it with one thread, or idle OpenMP threads' spinning counts too); throughputs
+    are then per CPU-second.
+    """
+
+    batch: int = 1
+    size: int = 224
+    frames: int = 0
+    num_classes: int = 400
+    modes: tuple[Mode, ...] = ("fast",)
+    passes: tuple[Pass, ...] = PASSES
+    warmup: int = 1
+    repeats: int = 5
+    steps: int = 1
+    peak_size: int = 0
+    threads: int = 0
+    clock: Clock = "wall"
+
+    @staticmethod
+    def quick() -> BenchConfig:
+        """Tiny settings for a smoke test: 64-pixel clips (I3D 3x3x3 keeps 2x2 pixels at
+        res5, so BatchNorm still sees several values at batch 1), one timed round, a small
+        peak matmul."""
+        return BenchConfig(size=64, num_classes=10, warmup=0, repeats=1, peak_size=256)
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first field whose value cannot work."""
+        checks = [
+            (self.batch >= 1, "batch must be >= 1"),
+            (self.size >= 32, "size must be >= 32 (the trunk's total stride)"),
+            (self.frames >= 0, "frames must be >= 0 (0: each model's own)"),
+            (self.num_classes >= 1, "num_classes must be >= 1"),
+            (bool(self.modes) and set(self.modes) <= set(MODES), f"modes must be in {MODES}"),
+            (bool(self.passes) and set(self.passes) <= set(PASSES), f"passes must be in {PASSES}"),
+            (self.warmup >= 0, "warmup must be >= 0"),
+            (self.repeats >= 1, "repeats must be >= 1"),
+            (self.steps >= 1, "steps must be >= 1"),
+            (self.peak_size >= 0, "peak_size must be >= 0"),
+            (self.threads >= 0, "threads must be >= 0"),
+            (self.clock in ("wall", "process"), "clock must be 'wall' or 'process'"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+
+    def clip_frames(self, name: str) -> int:
+        return self.frames or default_frames(name)
+
+
+@dataclass
+class BenchResult:
+    """Everything one run measured; `as_dict()` is what `--out-json` writes."""
+
+    hardware: dict[str, Any]
+    settings: dict[str, Any]
+    peak_flops_per_s: dict[str, float]
+    rows: list[dict[str, Any]]
+    comparisons: list[dict[str, Any]]
+    table2: dict[str, list[int | None]] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self) | {"table2_stages": list(STAGES)}
+
+
+@dataclass
+class _Subject:
+    """One model in one mode, with its optimizer and a fixed random batch, ready to time."""
+
+    name: str
+    mode: Mode
+    fast: FastPath
+    tf32: bool
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    clips: Tensor
+    labels: Tensor
+
+    @property
+    def compute(self) -> str:
+        """The arithmetic its convolutions run in, naming the peak it is compared with."""
+        return "bfloat16" if self.fast.bf16 else "tf32" if self.tf32 else "float32"
+
+    def train_step(self) -> None:
+        hardware.set_tf32(self.tf32)
+        self.model.train()
+        with self.fast.autocast()():
+            loss = nn.functional.cross_entropy(self.model(self.clips).float(), self.labels)
+            loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def infer(self) -> None:
+        hardware.set_tf32(self.tf32)
+        self.model.eval()
+        with torch.inference_mode(), self.fast.autocast()():
+            self.model(self.clips)
+
+
+def check_trainable(name: str, *, frames: int, size: int, batch: int) -> None:
+    """Raise ValueError when `name` cannot train on (batch, 3, frames, size, size) clips: too few
+    frames or pixels for its strides, or one value per channel at a BatchNorm. Checked on the
+    meta device, so it costs milliseconds and fails before any timing starts."""
+    with torch.device("meta"):
+        model = build_model(ModelConfig(name=name, num_classes=2))
+        clips = torch.empty(batch, 3, frames, size, size)
+    try:
+        with torch.no_grad():
+            model.train()(clips)
+    except (RuntimeError, ValueError) as err:
+        shape = f"{batch}x3x{frames}x{size}x{size}"
+        raise ValueError(f"{name} cannot train on {shape} clips: {err}") from err
+
+
+def _subject(name: str, *, mode: Mode, cfg: BenchConfig, device: torch.device) -> _Subject:
+    fast = resolve_fast_path(
+        device, enabled=mode == "fast", amp="auto", channels_last="auto", compile=False
+    )
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(name=name, num_classes=cfg.num_classes)).to(device)
+    model = apply_to_model(model, fast)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9, weight_decay=1e-4)
+    shape = (cfg.batch, 3, cfg.clip_frames(name), cfg.size, cfg.size)
+    clips = torch.randn(shape, device=device)
+    labels = torch.randint(cfg.num_classes, (cfg.batch,), device=device)
+    tf32 = mode == "fast" and device.type == "cuda"  # what the trainer's fast path turns on
+    return _Subject(name, mode, fast, tf32, model, optimizer, clips, labels)
+
+
+def time_round_robin(
+    calls: Mapping[str, Callable[[], None]],
+    *,
+    warmup: int,
+    repeats: int,
+    steps: int = 1,
+    sync: Callable[[], None] = lambda: None,
+    clock: Callable[[], float] = time.perf_counter,
+    on_round: Callable[[int], None] | None = None,
+) -> dict[str, list[float]]:
+    """Seconds per call of every callable: `repeats` samples after `warmup` untimed rounds.
+
+    Each round runs every callable `steps` times in a row (one sample: the mean); round r
+    starts at position r mod len(calls), so none always runs first (after the pause between
+    rounds) or always after the same neighbour. `on_round(r)` is called after round r.
+    """
+    keys = list(calls)
+    times: dict[str, list[float]] = {k: [] for k in keys}
+    for r in range(warmup + repeats):
+        for j in range(len(keys)):
+            key = keys[(r + j) % len(keys)]
+            sync()
+            t0 = clock()
+            for _ in range(steps):
+                calls[key]()
+            sync()
+            if r >= warmup:
+                times[key].append((clock() - t0) / steps)
+        if on_round is not None:
+            on_round(r)
+    return times
+
+
+def _spread(samples: list[float]) -> float:
+    """Interquartile range over the median: how noisy a timing was (0 with one sample)."""
+    if len(samples) < 2:
+        return 0.0
+    q1, _, q3 = statistics.quantiles(samples, n=4, method="inclusive")
+    return (q3 - q1) / statistics.median(samples)
+
+
+def check_request(names: Sequence[str], cfg: BenchConfig, *, baseline: str | None) -> str:
+    """Check everything before anything is built; returns the baseline (default: the first
+    model). Raises ValueError naming the setting, the model or the baseline at fault."""
+    cfg.validate()
+    if not names:
+        raise ValueError("no models given; see `vidscale models`")
+    known = set(list_models())
+    for name in names:
+        if name not in known:
+            raise ValueError(f"unknown model {name!r}; see `vidscale models`")
+    twice = sorted({n for n in names if list(names).count(n) > 1})
+    if twice:
+        raise ValueError(f"models listed more than once: {', '.join(twice)}")
+    baseline = baseline or names[0]
+    if baseline not in names:
+        raise ValueError(f"baseline {baseline!r} is not among the models {list(names)}")
+    for name in names:
+        check_trainable(name, frames=cfg.clip_frames(name), size=cfg.size, batch=cfg.batch)
+    return baseline
+
+
+def bench_models(
+    names: Sequence[str],
+    cfg: BenchConfig = BenchConfig(),
+    *,
+    baseline: str | None = None,
+    device: str | torch.device = "auto",
+    out_json: Path | None = None,
+    progress: bool = False,
+) -> BenchResult:
+    """Table 1 rows, one per (model, mode), measured interleaved in one run on `device`, with
+    ratios to `baseline` (default: the first model); Table 2 for the same clips.
+
+    Writes `out_json` (`BenchResult.as_dict()`) when given; `progress` reports each finished
+    round on stderr.
+    """
+    baseline = check_request(names, cfg, baseline=baseline)
+    dev = hardware.resolve_device(device)
+    if cfg.clock == "process" and dev.type != "cpu":
+        raise ValueError("clock='process' measures CPU time: it needs device='cpu'")
+    side = cfg.peak_size or hardware.DEFAULT_PEAK_SIZE.get(dev.type, 2048)
+    with _restoring_torch_settings():
+        if cfg.threads > 0 and dev.type == "cpu":
+            torch.set_num_threads(cfg.threads)
+        subjects = [_subject(n, mode=m, cfg=cfg, device=dev) for m in cfg.modes for n in names]
+        calls, peak_flops = _timed_calls(subjects, passes=cfg.passes, device=dev, peak_size=side)
+        host = hardware.describe(dev)
+        times = time_round_robin(
+            calls,
+            warmup=cfg.warmup,
+            repeats=cfg.repeats,
+            steps=cfg.steps,
+            sync=lambda: hardware.synchronize(dev),
+            clock=time.process_time if cfg.clock == "process" else time.perf_counter,
+            on_round=_progress_printer(cfg) if progress else None,
+        )
+    host["load_average_end"] = hardware.load_average()
+    peaks = {k: f / statistics.median(times[f"peak:{k}"]) for k, f in peak_flops.items()}
+    infos = {
+        n: model_info(_model_cfg(n, cfg), frames=cfg.clip_frames(n), size=cfg.size) for n in names
+    }
+    rows = [_row(s, infos[s.name], times, peaks, cfg=cfg) for s in subjects]
+    rows = add_ratios(rows, baseline=baseline)
+    settings = dataclasses.asdict(cfg) | {"peak_size": side, "baseline": baseline}
+    result = BenchResult(
+        hardware=host,
+        settings=settings,
+        peak_flops_per_s=peaks,
+        rows=rows,
+        comparisons=comparisons(rows, baseline=baseline),
+        table2=table2(names, frames=cfg.frames),
+    )
+    if out_json is not None:
+        Path(out_json).write_text(json.dumps(result.as_dict(), indent=2) + "\n")
+    return result
+
+
+@contextlib.contextmanager
+def _restoring_torch_settings() -> Iterator[None]:
+    """Put back what measuring changes process-wide (CPU threads; TF32 and cudnn autotuning,
+    which the fast path turns on), so a caller's later work runs as before."""
+    threads = torch.get_num_threads()
+    matmul_tf32 = torch.backends.cuda.matmul.allow_tf32
+    cudnn = (torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        torch.backends.cuda.matmul.allow_tf32 = matmul_tf32
+        torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = cudnn
+
+
+def _model_cfg(name: str, cfg: BenchConfig) -> ModelConfig:
+    return ModelConfig(name=name, num_classes=cfg.num_classes, frames=cfg.clip_frames(name))
+
+
+def _progress_printer(cfg: BenchConfig) -> Callable[[int], None]:
+    start = time.perf_counter()
+    total = cfg.warmup + cfg.repeats
+
+    def show(r: int) -> None:
+        kind = "warmup" if r < cfg.warmup else "timed"
+        elapsed = time.perf_counter() - start
+        print(f"bench: round {r + 1}/{total} ({kind}), {elapsed:.0f} s", file=sys.stderr)
+
+    return show
+
+
+def _timed_calls(
+    subjects: Sequence[_Subject], *, passes: Sequence[Pass], device: torch.device, peak_size: int
+) -> tuple[dict[str, Callable[[], None]], dict[str, int]]:
+    """The callables to time ("train:NAME:MODE", "infer:NAME:MODE", "peak:COMPUTE") and the
+    FLOPs of each peak matmul, one per arithmetic the subjects compute in."""
+    calls: dict[str, Callable[[], None]] = {}
+    for s in subjects:
+        if "train" in passes:
+            calls[f"train:{s.name}:{s.mode}"] = s.train_step
+        if "infer" in passes:
+            calls[f"infer:{s.name}:{s.mode}"] = s.infer
+    peak_flops: dict[str, int] = {}
+    for compute in dict.fromkeys(s.compute for s in subjects):
+        dtype = torch.bfloat16 if compute == "bfloat16" else torch.float32
+        calls[f"peak:{compute}"], peak_flops[compute] = hardware.matmul_probe(
+            device, dtype=dtype, size=peak_size, tf32=compute == "tf32"
+        )
+    return calls, peak_flops
+
+
+def _row(
+    s: _Subject,
+    info: ModelInfo,
+    times: dict[str, list[float]],
+    peaks: dict[str, float],
+    *,
+    cfg: BenchConfig,
+) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "model": s.name,
+        "mode": s.mode,
+        "bf16": s.fast.bf16,
+        "channels_last": s.fast.channels_last,
+        "compute": s.compute,
+        "batch": cfg.batch,
+        "input": f"{cfg.clip_frames(s.name)}x3x{cfg.size}x{cfg.size}",
+        "accuracy": None,  # Table 1's first column: from the user's runs (`vidscale eval`)
+        "params": info.params,
+        "macs": info.macs,
+        "flops": info.flops,
+        "compute_per_io": info.compute_per_io,
+        "stage_frames": info.stage_frames,
+        "peak_flops_per_s": peaks[s.compute],
+    }
+    # The paper's training cost convention: backward ≈ 2x forward, so a step is 3x the forward.
+    for kind, flops_per_clip in (("train", 3 * info.flops), ("infer", info.flops)):
+        samples = times.get(f"{kind}:{s.name}:{s.mode}")
+        if not samples:
+            continue
+        seconds = statistics.median(samples)
+        row[f"{kind}_s"] = seconds
+        row[f"{kind}_samples_s"] = samples
+        row[f"{kind}_spread"] = _spread(samples)
+        row[f"{kind}_clips_per_s"] = cfg.batch / seconds
+        row[f"{kind}_flops_per_s"] = flops_per_clip * cfg.batch / seconds
+        row[f"{kind}_utilization"] = row[f"{kind}_flops_per_s"] / peaks[s.compute]
+    return row
+
+
+def add_ratios(rows: list[dict[str, Any]], *, baseline: str) -> list[dict[str, Any]]:
+    """New rows with ratios to the baseline model's row of the same mode, and, for fast rows,
+    the speedup over the same model's fp32 row (fp32 seconds / fast seconds).
+
+    `X_vs_baseline` is this row's X over the baseline's, as in Table 1's "(1.5x)": throughput,
+    utilisation and Compute/IO (higher is better), parameters and FLOPs, and `train_s` /
+    `infer_s` (step time: lower is better).
+    """
+    base = {r["mode"]: r for r in rows if r["model"] == baseline}
+    fp32 = {r["model"]: r for r in rows if r["mode"] == "fp32"}
+    out = []
+    for row in rows:
+        b, ref, new = base[row["mode"]], fp32.get(row["model"]), dict(row)
+        for key in ("params", "flops", "compute_per_io"):
+            new[f"{key}_vs_baseline"] = row[key] / b[key]
+        for kind in PASSES:
+            for key in (f"{kind}_s", f"{kind}_clips_per_s", f"{kind}_utilization"):
+                if key in row and key in b:
+                    new[f"{key}_vs_baseline"] = row[key] / b[key]
+            if row["mode"] == "fast" and ref is not None and f"{kind}_s" in row:
+                new[f"{kind}_fast_speedup"] = ref[f"{kind}_s"] / row[f"{kind}_s"]
+        out.append(new)
+    return out
+
+
+def comparisons(rows: Sequence[dict[str, Any]], *, baseline: str) -> list[dict[str, Any]]:
+    """The baseline against every other model, per mode, as "baseline / model" ratios.
+
+    With baseline TSM, `train_step_time` is TSM's step time over the model's (TSM / TSN: the
+    shift's overhead) and `train_clips_per_s` / `infer_clips_per_s` TSM's throughput over the
+    model's (TSM vs I3D: Table 1's throughput column).
+    """
+    base = {r["mode"]: r for r in rows if r["model"] == baseline}
+    out = []
+    for row in rows:
+        b = base[row["mode"]]
+        if row["model"] == baseline:
+            continue
+        pair: dict[str, Any] = {"mode": row["mode"], "baseline": baseline, "model": row["model"]}
+        if "train_s" in row:
+            pair["train_step_time"] = b["train_s"] / row["train_s"]
+        for key in ("train_clips_per_s", "infer_clips_per_s"):
+            if key in row:
+                pair[key] = b[key] / row[key]
+        out.append(pair)
+    return out
+
+
+def table2(names: Sequence[str], *, frames: int = 0) -> dict[str, list[int | None]]:
+    """Table 2: frames at the output of each of `STAGES` per model (None: no such stage);
+    `frames` is every model's clip length (0: each model's own)."""
+    out = {}
+    for name in names:
+        t = frames or default_frames(name)
+        stages = stage_temporal_resolutions(ModelConfig(name=name), frames=t)
+        out[name] = [stages.get(stage) for stage in STAGES]
+    return out

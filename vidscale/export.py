@@ -1,0 +1,184 @@
+"""`vidscale export RUN --format torchscript|onnx --out FILE`: a trained model for deployment.
+
+The exported model takes float clips (N, C, T, S, S) normalised as in training ((x - mean) / std
+on the 0..255 scale) and returns logits (N, K); T and S are the run's evaluation clip (frames,
+crop size), N is free. `FILE.json` beside it records the class names, input shape, mean, std and
+sampling, so a deployment needs nothing else from the run.
+
+Every export is checked: the saved file is loaded back and run on a random clip of a batch size
+other than the one it was traced with, and its logits must match the PyTorch model's. Export
+runs without gradients, where TSM's shift is plain tensor ops (`models/temporal_shift.py`), so
+every exporter used here records it. TorchScript uses `torch.jit.trace`. ONNX at opset >= 18 uses the
+`torch.export`-based exporter (`dynamo=True`, needing `onnx` and `onnxscript`); it cannot write
+older opsets for this model (its down-conversion fails and it keeps 18), so opsets 11-17, which
+older runtimes need, use the TorchScript-based exporter. The ONNX check runs the file in
+onnxruntime when it is installed (the `onnx` extra) and is reported as skipped otherwise.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+
+from vidscale.predict import LoadedRun, input_normalization, load_run
+
+Format = Literal["torchscript", "onnx"]
+MIN_ONNX_OPSET = 11  # the oldest opset the check passes with
+DYNAMO_MIN_OPSET = 18  # the torch.export-based exporter's oldest opset
+ATOL, RTOL = 1e-4, 1e-3
+
+
+class ExportMismatch(RuntimeError):
+    """The exported model's outputs differ from PyTorch's beyond the tolerance."""
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    path: Path
+    format: Format
+    max_abs_diff: float | None  # None: the exported file could not be run here
+    check: str  # what was compared, or why the comparison was skipped
+
+
+def export(
+    run: Path,
+    *,
+    fmt: Format,
+    out: Path,
+    opset: int = DYNAMO_MIN_OPSET,
+    checkpoint: str = "last",
+    batch: int = 1,
+) -> ExportResult:
+    """Export the run's `checkpoint` ("last", "best", an epoch name or a file) to `out` in
+    `fmt`, traced at batch size `batch`, and check it against PyTorch."""
+    if fmt not in ("torchscript", "onnx"):
+        raise ValueError(f"format must be 'torchscript' or 'onnx', got {fmt!r}")
+    if fmt == "onnx" and opset < MIN_ONNX_OPSET:
+        raise ValueError(f"opset must be >= {MIN_ONNX_OPSET}, got {opset}")
+    if batch < 1:
+        raise ValueError(f"batch must be >= 1, got {batch}")
+    loaded = load_run(run, checkpoint=checkpoint, device="cpu")
+    spec, c = loaded.cfg.data.eval_clip, loaded.cfg.model.in_channels
+    shape = (c, spec.frames, spec.crop_size, spec.crop_size)
+    gen = torch.Generator().manual_seed(0)
+    example = torch.randn(batch, *shape, generator=gen)
+    probe_clip = torch.randn(batch + 1, *shape, generator=gen)  # another batch size
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with torch.no_grad():
+        expected = loaded.model(probe_clip).numpy()
+        match fmt:
+            case "torchscript":
+                got: np.ndarray | None = _torchscript(loaded, example, probe_clip, out)
+                how = "torch.jit.load"
+            case "onnx":
+                got = _onnx(loaded, example, probe_clip, out, opset=opset)
+                how = f"onnxruntime (opset {opset})"
+    _write_metadata(loaded, out, fmt=fmt, shape=shape, opset=opset if fmt == "onnx" else None)
+    if got is None:
+        return ExportResult(out, fmt, None, "skipped: onnxruntime is not installed")
+    diff = float(np.abs(got - expected).max())
+    if not np.allclose(got, expected, atol=ATOL, rtol=RTOL):
+        raise ExportMismatch(f"{out}: outputs differ from PyTorch's by up to {diff:.3g}")
+    check = f"{how} on a random {tuple(probe_clip.shape)} clip: max |diff| {diff:.2g}"
+    return ExportResult(out, fmt, diff, check)
+
+
+def _torchscript(
+    loaded: LoadedRun, example: torch.Tensor, probe_clip: torch.Tensor, out: Path
+) -> np.ndarray:
+    with warnings.catch_warnings():
+        # The trace fixes the shift's shape and layout tests (T, strides); T and S are fixed
+        # by the export's contract, and the batch size enters none of them.
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        traced = torch.jit.trace(loaded.model, (example,), check_trace=False)
+    torch.jit.save(traced, str(out))
+    reloaded = torch.jit.load(str(out), map_location="cpu")
+    result: np.ndarray = reloaded(probe_clip).numpy()
+    return result
+
+
+def _onnx(
+    loaded: LoadedRun, example: torch.Tensor, probe_clip: torch.Tensor, out: Path, *, opset: int
+) -> np.ndarray | None:
+    if opset >= DYNAMO_MIN_OPSET:
+        _onnx_dynamo(loaded.model, example, out, opset=opset)
+    else:
+        _onnx_torchscript(loaded.model, example, out, opset=opset)
+    if importlib.util.find_spec("onnxruntime") is None:
+        return None
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    result: np.ndarray = session.run(None, {"clips": probe_clip.numpy()})[0]
+    return result
+
+
+def _onnx_dynamo(model: torch.nn.Module, example: torch.Tensor, out: Path, *, opset: int) -> None:
+    missing = [m for m in ("onnx", "onnxscript") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise RuntimeError(
+            f"ONNX export needs {' and '.join(missing)}: pip install 'vidscale[onnx]'"
+        )
+    program = torch.onnx.export(
+        model,
+        (example,),
+        dynamo=True,
+        opset_version=opset,
+        input_names=["clips"],
+        output_names=["logits"],
+        dynamic_shapes=({0: torch.export.Dim("batch")},),
+    )
+    if program is None:
+        raise RuntimeError("torch.onnx.export returned no program")
+    program.save(str(out))
+
+
+def _onnx_torchscript(
+    model: torch.nn.Module, example: torch.Tensor, out: Path, *, opset: int
+) -> None:
+    with warnings.catch_warnings():
+        # Deliberate: the only exporter that writes opsets below 18 (see the module docstring);
+        # its trace fixes shapes that the export's contract fixes anyway (see `_torchscript`).
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        torch.onnx.export(
+            model,
+            (example,),
+            str(out),
+            dynamo=False,
+            opset_version=opset,
+            input_names=["clips"],
+            output_names=["logits"],
+            dynamic_axes={"clips": {0: "batch"}, "logits": {0: "batch"}},
+        )
+
+
+def _write_metadata(
+    loaded: LoadedRun, out: Path, *, fmt: Format, shape: tuple[int, ...], opset: int | None
+) -> None:
+    mean, std = input_normalization(loaded.cfg.model.in_channels)
+    spec = loaded.cfg.data.eval_clip
+    meta = {
+        "format": fmt,
+        "opset": opset,
+        "model": loaded.cfg.model.name,
+        "checkpoint": str(loaded.checkpoint),
+        "classes": loaded.classes,
+        "input": {"name": "clips", "shape": ["N", *shape], "layout": "N, C, T, H, W"},
+        "normalize": {"scale": "0..255", "mean": list(mean), "std": list(std)},
+        "output": {"name": "logits", "shape": ["N", len(loaded.classes)]},
+        "sampling": {
+            "sampling": spec.sampling,
+            "stride": spec.stride,
+            "short_side": spec.short_side,
+        },
+    }
+    out.with_name(out.name + ".json").write_text(json.dumps(meta, indent=2) + "\n")
