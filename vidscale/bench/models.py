@@ -50,6 +50,7 @@ from vidscale.models.registry import (
     stage_temporal_resolutions,
 )
 from vidscale.train.fast_path import FastPath, apply_to_model, resolve_fast_path
+from vidscale.train.host_memory import retain_freed_host_memory
 
 Mode = Literal["fp32", "fast"]
 Pass = Literal["train", "infer"]
@@ -280,6 +281,10 @@ def bench_models(
     if cfg.clock == "process" and dev.type != "cpu":
         raise ValueError("clock='process' measures CPU time: it needs device='cpu'")
     side = cfg.peak_size or hardware.DEFAULT_PEAK_SIZE.get(dev.type, 2048)
+    if dev.type == "cpu":
+        # As training does on CPU (for every mode alike): without it each step page-faults its
+        # activation buffers back in, which dominates the shift's cost (see `host_memory`).
+        retain_freed_host_memory()
     with _restoring_torch_settings():
         if cfg.threads > 0 and dev.type == "cpu":
             torch.set_num_threads(cfg.threads)

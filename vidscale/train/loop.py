@@ -27,6 +27,7 @@ from vidscale.optim.factory import build_optimizer
 from vidscale.train import builders
 from vidscale.train.checkpoint import load_checkpoint, prune_checkpoints, save_checkpoint
 from vidscale.train.evaluate import EvalResult, evaluate, topk_hits
+from vidscale.train.host_memory import retain_freed_host_memory
 from vidscale.train.metrics import MetricsLog, plot_run, progress, read_metrics
 from vidscale.train.plan import make_plan, step_lr
 from vidscale.train.summary import RunCounters, write_summary
@@ -91,6 +92,11 @@ class Trainer:
         self.cfg, self.run_dir, self.env, self.splits = cfg, run_dir, env, splits
         builders.set_threads(cfg, env)
         self.fast = builders.fast_path(cfg, env)
+        # Before the model and the loader workers allocate (see `host_memory`: CPU steps
+        # otherwise page-fault their activation buffers back in every step).
+        self.host_memory_retained = (
+            env.device.type == "cpu" and cfg.train.retain_host_memory and retain_freed_host_memory()
+        )
         torch.manual_seed(cfg.train.seed)  # the same initial weights on every rank and run
         self.model = builders.build_model(cfg, env, self.fast)
         if self.fast.compile:
@@ -288,6 +294,7 @@ class Trainer:
                 "recipe": self.cfg.recipe,
                 "base_lr": self.plan.base_lr,
                 "fast_path": self.fast.describe(),
+                "host_memory_retained": self.host_memory_retained,
             },
         )
         if self.env.is_main:
