@@ -64,7 +64,7 @@ class TrainConfig:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     progress: bool = True
     threads: int = 0  # intra-op threads per process on CPU; 0: cores / local world size
-    retain_host_memory: bool = True  # CPU: glibc keeps freed memory for reuse (no page faults)
+    retain_host_memory: bool = True  # CPU fast path: glibc keeps freed memory (no page faults)
 
 
 @dataclass

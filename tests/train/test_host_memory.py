@@ -10,10 +10,12 @@ import pytest
 import torch
 
 
-def _faults_per_step(retain: bool, queue: mp.Queue) -> None:
-    from vidscale.train.host_memory import retain_freed_host_memory
+def _faults_per_step(mode: str, queue: mp.Queue) -> None:
+    from vidscale.train.host_memory import retain_freed_host_memory, set_host_memory_retention
 
-    applied = retain_freed_host_memory() if retain else False
+    applied = retain_freed_host_memory() if mode != "default" else False
+    if mode == "retained, then off":
+        applied = set_host_memory_retention(False)
     faults = []
     for _ in range(12):
         before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -25,11 +27,11 @@ def _faults_per_step(retain: bool, queue: mp.Queue) -> None:
     queue.put((applied, max(faults[-4:])))
 
 
-def faults_in_fresh_process(retain: bool) -> tuple[bool, int]:
+def faults_in_fresh_process(mode: str) -> tuple[bool, int]:
     # A fresh process: the allocator's settings are per process and cannot be undone.
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    proc = ctx.Process(target=_faults_per_step, args=(retain, queue))
+    proc = ctx.Process(target=_faults_per_step, args=(mode, queue))
     proc.start()
     result = queue.get(timeout=120)
     proc.join(timeout=60)
@@ -38,9 +40,11 @@ def faults_in_fresh_process(retain: bool) -> tuple[bool, int]:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc malloc only")
 def test_retained_memory_is_reused_without_page_faults() -> None:
-    applied, retained = faults_in_fresh_process(True)
-    _, default = faults_in_fresh_process(False)
-    assert applied
+    applied, retained = faults_in_fresh_process("retained")
+    _, default = faults_in_fresh_process("default")
+    switched_off, off_again = faults_in_fresh_process("retained, then off")
+    assert applied and switched_off
     pages = (96 << 20) // resource.getpagesize()
     assert default > pages // 2  # glibc maps 96 MiB afresh every step...
-    assert retained < pages // 100  # ...and with retention reuses it
+    assert retained < pages // 100  # ...with retention it reuses it...
+    assert off_again > pages // 2  # ...and switched off (the bench's fp32 rows) maps it again

@@ -50,7 +50,7 @@ from vidscale.models.registry import (
     stage_temporal_resolutions,
 )
 from vidscale.train.fast_path import FastPath, apply_to_model, resolve_fast_path
-from vidscale.train.host_memory import retain_freed_host_memory
+from vidscale.train.host_memory import set_host_memory_retention
 
 Mode = Literal["fp32", "fast"]
 Pass = Literal["train", "infer"]
@@ -147,14 +147,20 @@ class _Subject:
     optimizer: torch.optim.Optimizer
     clips: Tensor
     labels: Tensor
+    retain_host_memory: bool  # CPU fast path: glibc keeps freed memory (see `host_memory`)
 
     @property
     def compute(self) -> str:
         """The arithmetic its convolutions run in, naming the peak it is compared with."""
         return "bfloat16" if self.fast.bf16 else "tf32" if self.tf32 else "float32"
 
-    def train_step(self) -> None:
+    def _settings(self) -> None:
         hardware.set_tf32(self.tf32)
+        if self.fast.device.type == "cpu":
+            set_host_memory_retention(self.retain_host_memory)
+
+    def train_step(self) -> None:
+        self._settings()
         self.model.train()
         with self.fast.autocast()():
             loss = nn.functional.cross_entropy(self.model(self.clips).float(), self.labels)
@@ -163,7 +169,7 @@ class _Subject:
         self.optimizer.zero_grad(set_to_none=True)
 
     def infer(self) -> None:
-        hardware.set_tf32(self.tf32)
+        self._settings()
         self.model.eval()
         with torch.inference_mode(), self.fast.autocast()():
             self.model(self.clips)
@@ -196,7 +202,8 @@ def _subject(name: str, *, mode: Mode, cfg: BenchConfig, device: torch.device) -
     clips = torch.randn(shape, device=device)
     labels = torch.randint(cfg.num_classes, (cfg.batch,), device=device)
     tf32 = mode == "fast" and device.type == "cuda"  # what the trainer's fast path turns on
-    return _Subject(name, mode, fast, tf32, model, optimizer, clips, labels)
+    retain = mode == "fast" and device.type == "cpu"  # as the trainer's CPU fast path
+    return _Subject(name, mode, fast, tf32, model, optimizer, clips, labels, retain)
 
 
 def time_round_robin(
@@ -281,10 +288,6 @@ def bench_models(
     if cfg.clock == "process" and dev.type != "cpu":
         raise ValueError("clock='process' measures CPU time: it needs device='cpu'")
     side = cfg.peak_size or hardware.DEFAULT_PEAK_SIZE.get(dev.type, 2048)
-    if dev.type == "cpu":
-        # As training does on CPU (for every mode alike): without it each step page-faults its
-        # activation buffers back in, which dominates the shift's cost (see `host_memory`).
-        retain_freed_host_memory()
     with _restoring_torch_settings():
         if cfg.threads > 0 and dev.type == "cpu":
             torch.set_num_threads(cfg.threads)

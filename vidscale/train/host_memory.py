@@ -13,41 +13,61 @@ tcmalloc do for PyTorch CPU workloads, without preloading a library.
 
 The cost is that a process's resident memory stays at its peak instead of shrinking, which is
 what a training process does anyway. Other C libraries (musl, macOS) are left alone.
-`train.retain_host_memory=false` switches it off for training; `vidscale bench models` applies
-it on CPU for every mode alike.
+It is part of the CPU fast path: `train.fast_path=false` or `train.retain_host_memory=false`
+switch it off; `vidscale bench models` sets it per timed call, on for the fast-path rows and off
+for the fp32 rows.
 """
 
 from __future__ import annotations
 
 import ctypes
 import sys
+from collections.abc import Callable
+from typing import cast
 
-# From glibc's <malloc.h>.
+# From glibc's <malloc.h> and malloc.c (the static defaults).
 M_TRIM_THRESHOLD = -1
+M_MMAP_THRESHOLD = -3
 M_MMAP_MAX = -4
 _INT_MAX = 2**31 - 1
+_DEFAULT_THRESHOLD = 128 * 1024
+_DEFAULT_MMAP_MAX = 65536
 
-_applied = False
+
+def _mallopt() -> Callable[[int, int], int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):  # not glibc
+        return None
+    fn.argtypes = (ctypes.c_int, ctypes.c_int)
+    fn.restype = ctypes.c_int
+    return cast(Callable[[int, int], int], fn)
+
+
+def set_host_memory_retention(retain: bool) -> bool:
+    """Keep and reuse freed memory (`retain`), or go back to glibc's static default thresholds
+    (mmap above 128 KiB, trim above 128 KiB; glibc's adaptive thresholds stay off once any is
+    set). False where glibc's `mallopt` is not available or refused a setting."""
+    mallopt = _mallopt()
+    if mallopt is None:
+        return False
+    if retain:
+        settings = [(M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, _INT_MAX)]
+    else:
+        settings = [
+            (M_MMAP_THRESHOLD, _DEFAULT_THRESHOLD),
+            (M_TRIM_THRESHOLD, _DEFAULT_THRESHOLD),
+            (M_MMAP_MAX, _DEFAULT_MMAP_MAX),
+        ]
+    return all(mallopt(option, value) == 1 for option, value in settings)  # 1: success
 
 
 def retain_freed_host_memory() -> bool:
     """Configure glibc malloc to keep and reuse freed memory; False where not applicable.
 
-    Safe to call more than once; it affects allocations made after the call (and, through
-    fork, the data-loader workers started later).
+    It affects allocations made after the call (and, through fork, the data-loader workers
+    started later).
     """
-    global _applied
-    if _applied:
-        return True
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # not glibc
-        return False
-    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
-    mallopt.restype = ctypes.c_int
-    # mallopt returns 1 on success.
-    _applied = mallopt(M_MMAP_MAX, 0) == 1 and mallopt(M_TRIM_THRESHOLD, _INT_MAX) == 1
-    return _applied
+    return set_host_memory_retention(True)

@@ -95,7 +95,10 @@ class Trainer:
         # Before the model and the loader workers allocate (see `host_memory`: CPU steps
         # otherwise page-fault their activation buffers back in every step).
         self.host_memory_retained = (
-            env.device.type == "cpu" and cfg.train.retain_host_memory and retain_freed_host_memory()
+            env.device.type == "cpu"
+            and cfg.train.fast_path
+            and cfg.train.retain_host_memory
+            and retain_freed_host_memory()
         )
         torch.manual_seed(cfg.train.seed)  # the same initial weights on every rank and run
         self.model = builders.build_model(cfg, env, self.fast)
