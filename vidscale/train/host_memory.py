@@ -30,7 +30,10 @@ M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
 M_MMAP_MAX = -4
 _INT_MAX = 2**31 - 1
-_DEFAULT_THRESHOLD = 128 * 1024
+# glibc's adaptive mmap threshold rises to the size of freed mmapped blocks, at most 32 MiB,
+# with the trim threshold at twice it: where it settles for activation-sized buffers.
+_ADAPTED_MMAP_THRESHOLD = 32 << 20
+_ADAPTED_TRIM_THRESHOLD = 64 << 20
 _DEFAULT_MMAP_MAX = 65536
 
 
@@ -47,9 +50,10 @@ def _mallopt() -> Callable[[int, int], int] | None:
 
 
 def set_host_memory_retention(retain: bool) -> bool:
-    """Keep and reuse freed memory (`retain`), or go back to glibc's static default thresholds
-    (mmap above 128 KiB, trim above 128 KiB; glibc's adaptive thresholds stay off once any is
-    set). False where glibc's `mallopt` is not available or refused a setting."""
+    """Keep and reuse freed memory (`retain`), or go back to glibc's default behaviour as its
+    adaptive thresholds settle for large buffers (mmap above 32 MiB, trim above 64 MiB; once
+    any threshold is set glibc stops adapting them). False where glibc's `mallopt` is not
+    available or refused a setting."""
     mallopt = _mallopt()
     if mallopt is None:
         return False
@@ -57,8 +61,8 @@ def set_host_memory_retention(retain: bool) -> bool:
         settings = [(M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, _INT_MAX)]
     else:
         settings = [
-            (M_MMAP_THRESHOLD, _DEFAULT_THRESHOLD),
-            (M_TRIM_THRESHOLD, _DEFAULT_THRESHOLD),
+            (M_MMAP_THRESHOLD, _ADAPTED_MMAP_THRESHOLD),
+            (M_TRIM_THRESHOLD, _ADAPTED_TRIM_THRESHOLD),
             (M_MMAP_MAX, _DEFAULT_MMAP_MAX),
         ]
     return all(mallopt(option, value) == 1 for option, value in settings)  # 1: success
