@@ -25,7 +25,7 @@ import sys
 from collections.abc import Callable
 from typing import cast
 
-# From glibc's <malloc.h> and malloc.c (the static defaults).
+# mallopt option numbers from glibc's <malloc.h>; DEFAULT_MMAP_MAX from its malloc.c.
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
 M_MMAP_MAX = -4
