@@ -27,7 +27,8 @@ from typing import Literal
 import numpy as np
 import torch
 
-from vidscale.predict import LoadedRun, input_normalization, load_run
+from vidscale.data.transforms import input_normalization
+from vidscale.predict import LoadedRun, load_run
 
 Format = Literal["torchscript", "onnx"]
 MIN_ONNX_OPSET = 11  # the oldest opset the check passes with

@@ -24,7 +24,7 @@ from vidscale.config import RunConfig, load_config
 from vidscale.data.annotations import read_class_names
 from vidscale.data.dataset import ClipSpec, frame_indices, make_clip
 from vidscale.data.decode import decode_frames, probe
-from vidscale.data.transforms import IMAGENET_MEAN, IMAGENET_STD, normalize
+from vidscale.data.transforms import input_normalization, normalize
 from vidscale.models.registry import build_model
 from vidscale.train.checkpoint import CHECKPOINT_PATTERN, epoch_checkpoints, load_checkpoint
 from vidscale.train.metrics import read_metrics
@@ -125,13 +125,6 @@ def load_run(
     model = build_model(model_cfg)
     model.load_state_dict(load_checkpoint(path)["model"])
     return LoadedRun(cfg=cfg, model=model.to(device).eval(), classes=classes, checkpoint=path)
-
-
-def input_normalization(in_channels: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """Mean and std (0..255 scale) the trainer normalises with: ImageNet's for RGB, else 127.5."""
-    if in_channels == 3:
-        return IMAGENET_MEAN, IMAGENET_STD
-    return (127.5,) * in_channels, (127.5,) * in_channels
 
 
 def sample_views(video: Path, spec: ClipSpec) -> torch.Tensor:

@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader
 from tests.distributed.multiproc import run_ranks
 from tests.train.conftest import tiny_overrides
 from vidscale.config import apply_overrides
-from vidscale.data.dataset import VideoClipDataset
+from vidscale.data.dataset import VideoClipDataset, collate
 from vidscale.data.samplers import ExactEvalSampler
 from vidscale.distributed.env import DistEnv, init_distributed
 from vidscale.models.registry import build_model
@@ -48,15 +48,7 @@ class MultiViewItems(torch.utils.data.Dataset):
         return N_VIDEOS
 
     def __getitem__(self, i: int) -> dict:
-        return {"clip": self.clips[i], "label": int(self.labels[i]), "skipped": []}
-
-
-def collate(items: list[dict]) -> dict:
-    return {
-        "clip": torch.stack([x["clip"] for x in items]),
-        "label": torch.tensor([x["label"] for x in items]),
-        "skipped": [],
-    }
+        return {"clip": self.clips[i], "label": int(self.labels[i]), "index": i, "skipped": []}
 
 
 def small_model() -> nn.Module:

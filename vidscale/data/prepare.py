@@ -30,7 +30,7 @@ import numpy as np
 from tqdm import tqdm
 
 from vidscale.data.annotations import VideoRecord, read_class_names
-from vidscale.data.decode import DecodeError, decode_all, open_video, probe
+from vidscale.data.decode import DecodeError, decode_all, probe
 from vidscale.data.layouts import LayoutSplits, read_layout
 from vidscale.data.shards import (
     SHARD_PATTERN,
@@ -120,10 +120,8 @@ def repeat_counts(source_fps: float, fps: float | None) -> Iterator[int]:
 
 def encode_video(path: Path, *, short_side: int, fps: float | None, quality: int) -> EncodedVideo:
     """Decode `path` once and return its (resampled, resized) frames as JPEG bytes."""
-    with open_video(path) as (_, stream):
-        rate = stream.average_rate or stream.guessed_rate
-        source_fps = float(rate) if rate else 0.0
-    expected = probe(path).num_frames
+    meta = probe(path)  # frame rate, and the frame count its packet index promises
+    source_fps, expected = meta.fps, meta.num_frames
     frames: list[bytes] = []
     shape: tuple[int, ...] = (0, 0)
     decoded = 0

@@ -168,6 +168,14 @@ def _crop(frames_TCHW: torch.Tensor, top: int, left: int, size: int) -> torch.Te
     return box.permute(1, 0, 2, 3).contiguous()
 
 
+def input_normalization(in_channels: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Mean and std (0..255 scale) a model's input is normalised with: ImageNet's for RGB, else
+    127.5 for every channel (stacked optical flow)."""
+    if in_channels == 3:
+        return IMAGENET_MEAN, IMAGENET_STD
+    return (127.5,) * in_channels, (127.5,) * in_channels
+
+
 def normalize(
     clips: torch.Tensor,
     *,

@@ -86,6 +86,12 @@ def _directions(*, causal: bool, adjoint: bool) -> tuple[Direction, ...]:
     return ("prev", "next") if adjoint else ("next", "prev")
 
 
+def _shift(x_N_T_C_H_W: Tensor, *, fold_div: int, causal: bool) -> Tensor:
+    """The forward shift as plain tensor ops."""
+    directions = _directions(causal=causal, adjoint=False)
+    return _shift_folds(x_N_T_C_H_W, fold=x_N_T_C_H_W.shape[2] // fold_div, directions=directions)
+
+
 class _ShiftFunction(torch.autograd.Function):
     """A shift whose backward is the opposite shift of the gradient (its adjoint).
 
@@ -98,8 +104,7 @@ class _ShiftFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x_N_T_C_H_W: Tensor, fold_div: int, causal: bool) -> Tensor:  # type: ignore[override]
         ctx.fold, ctx.causal = x_N_T_C_H_W.shape[2] // fold_div, causal
-        directions = _directions(causal=causal, adjoint=False)
-        return _shift_folds(x_N_T_C_H_W, fold=ctx.fold, directions=directions)
+        return _shift(x_N_T_C_H_W, fold_div=fold_div, causal=causal)
 
     @staticmethod
     def backward(ctx, grad_N_T_C_H_W: Tensor) -> tuple[Tensor, None, None]:  # type: ignore[override]
@@ -114,9 +119,7 @@ def _apply_shift(x_NT_C_H_W: Tensor, *, num_frames: int, fold_div: int, causal: 
     else:
         # No gradient wanted (evaluation, export): plain tensor ops, which torch.jit.trace and
         # the ONNX exporters record, unlike a custom autograd Function.
-        fold = x_N_T_C_H_W.shape[2] // fold_div
-        directions = _directions(causal=causal, adjoint=False)
-        out = _shift_folds(x_N_T_C_H_W, fold=fold, directions=directions)
+        out = _shift(x_N_T_C_H_W, fold_div=fold_div, causal=causal)
     return out.view(x_NT_C_H_W.shape)
 
 

@@ -20,7 +20,7 @@ from vidscale.data.layouts import read_layout
 from vidscale.data.prepare import open_prepared
 from vidscale.data.samplers import ExactEvalSampler, TrainSampler
 from vidscale.data.shard_dataset import ShardClipDataset, StreamingShardDataset
-from vidscale.data.transforms import IMAGENET_MEAN, IMAGENET_STD, normalize
+from vidscale.data.transforms import input_normalization, normalize
 from vidscale.distributed.env import DistEnv
 from vidscale.models.registry import build_model as build_registered_model
 from vidscale.train.fast_path import FastPath, apply_to_model, resolve_fast_path
@@ -136,9 +136,7 @@ def build_model(cfg: RunConfig, env: DistEnv, fast: FastPath) -> nn.Module:
 
 def input_preparer(cfg: RunConfig, env: DistEnv) -> Callable[[torch.Tensor], torch.Tensor]:
     """uint8 (N, C, T, H, W) on the device -> normalised float model input."""
-    channels = cfg.model.in_channels
-    mean = IMAGENET_MEAN if channels == 3 else (127.5,) * channels
-    std = IMAGENET_STD if channels == 3 else (127.5,) * channels
+    mean, std = input_normalization(cfg.model.in_channels)
 
     def prepare(clips: torch.Tensor) -> torch.Tensor:
         return normalize(clips, mean=mean, std=std)

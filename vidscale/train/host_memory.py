@@ -21,6 +21,7 @@ for the fp32 rows.
 from __future__ import annotations
 
 import ctypes
+import functools
 import sys
 from collections.abc import Callable
 from typing import cast
@@ -37,7 +38,9 @@ _ADAPTED_TRIM_THRESHOLD = 64 << 20
 _DEFAULT_MMAP_MAX = 65536
 
 
+@functools.cache
 def _mallopt() -> Callable[[int, int], int] | None:
+    """glibc's `mallopt`, looked up once (the benchmark sets it before every timed call)."""
     if not sys.platform.startswith("linux"):
         return None
     try:
