@@ -7,8 +7,11 @@ import torch
 
 from vidscale.models.temporal_shift import (
     CachedShift,
+    Direction,
     ShiftSpec,
     TemporalShift,
+    _shift_folds,
+    _shift_folds_by_concat,
     causal_temporal_shift,
     temporal_shift,
 )
@@ -69,7 +72,34 @@ def test_shift_is_out_of_place() -> None:
 def test_shift_keeps_channels_last_layout() -> None:
     x = torch.randn(4, 16, 3, 3).to(memory_format=torch.channels_last)
     out = temporal_shift(x, num_frames=2)
+    assert out.is_contiguous(memory_format=torch.channels_last)
     assert torch.equal(out, temporal_shift(x.contiguous(), num_frames=2))
+
+
+@pytest.mark.parametrize("frames", [1, 2, 5])
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("directions", [("next", "prev"), ("prev", "next"), ("prev",), ("next",)])
+def test_eager_and_graph_capture_forms_agree(
+    frames: int, channels_last: bool, directions: tuple[Direction, ...]
+) -> None:
+    x = torch.randn(2 * frames, 24, 3, 2)
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+    x_N_T_C_H_W = x.view(2, frames, 24, 3, 2)
+    eager = _shift_folds(x_N_T_C_H_W, fold=3, directions=directions)
+    captured = _shift_folds_by_concat(x_N_T_C_H_W, fold=3, directions=directions)
+    assert torch.equal(eager, captured)
+    layout = torch.channels_last if channels_last else torch.contiguous_format
+    for out in (eager, captured):
+        assert out.view(x.shape).is_contiguous(memory_format=layout)
+
+
+def test_traced_shift_uses_the_capture_form_and_generalises() -> None:
+    # A trace records the concatenation form; it must match eager on an input it did not see.
+    module = TemporalShift(4)
+    traced = torch.jit.trace(lambda x: module(x, num_frames=3), torch.randn(6, 8, 2, 2))
+    x = torch.randn(9, 8, 5, 5)
+    assert torch.equal(traced(x), module(x, num_frames=3))
 
 
 @pytest.mark.parametrize("shift", [temporal_shift, causal_temporal_shift])
