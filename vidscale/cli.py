@@ -383,6 +383,9 @@ def _add_bench_models(bench_sub: argparse._SubParsersAction) -> None:
     p.add_argument("--warmup", type=_at_least(0), default=None, help="untimed rounds (1)")
     p.add_argument("--repeats", type=_at_least(1), default=None, help="timed rounds (5)")
     p.add_argument("--steps", type=_at_least(1), default=None, help="calls per sample (1)")
+    p.add_argument(
+        "--settle", type=_at_least(0), default=None, help="untimed calls before each sample (1)"
+    )
     p.add_argument("--passes", nargs="+", choices=["train", "infer"], default=None)
     modes = p.add_mutually_exclusive_group()
     modes.add_argument("--fp32-baseline", action="store_true", help="also time fp32 beside")

@@ -62,10 +62,37 @@ def test_bench_models_measures_every_model_in_both_modes(tmp_path: Path) -> None
 def test_round_robin_rotates_the_order_and_times_every_call() -> None:
     order: list[str] = []
     calls = {k: (lambda k=k: order.append(k)) for k in "abc"}
-    times = time_round_robin(calls, warmup=1, repeats=3)
+    times = time_round_robin(calls, warmup=1, repeats=3).seconds
     assert order == list("abcbcacababc")
     assert {k: len(v) for k, v in times.items()} == {"a": 3, "b": 3, "c": 3}
     assert all(t >= 0 for v in times.values() for t in v)
+
+
+def test_settle_calls_run_untimed_right_before_the_timed_ones() -> None:
+    order: list[str] = []
+    now = [0.0]
+
+    def call(k: str) -> None:
+        order.append(k)
+        now[0] += 1.0  # every call takes one clock unit
+
+    calls = {k: (lambda k=k: call(k)) for k in "ab"}
+    samples = time_round_robin(calls, warmup=0, repeats=2, settle=2, clock=lambda: now[0])
+    assert order == list("aaabbbbbbaaa")
+    assert samples.seconds == {"a": [1.0, 1.0], "b": [1.0, 1.0]}  # settle calls not counted
+
+
+def test_page_faults_are_counted_per_timed_call() -> None:
+    faults = [0.0]
+
+    def touch(pages: int) -> None:
+        faults[0] += pages
+
+    calls = {"small": lambda: touch(3), "big": lambda: touch(40)}
+    samples = time_round_robin(
+        calls, warmup=1, repeats=2, steps=2, settle=1, faults=lambda: faults[0]
+    )
+    assert samples.page_faults == {"small": [3.0, 3.0], "big": [40.0, 40.0]}
 
 
 def test_steps_run_back_to_back_and_a_sample_is_their_mean() -> None:
@@ -74,7 +101,7 @@ def test_steps_run_back_to_back_and_a_sample_is_their_mean() -> None:
     calls = {k: (lambda k=k: order.append(k)) for k in "ab"}
     times = time_round_robin(
         calls, warmup=0, repeats=1, steps=2, clock=lambda: float(next(ticks) * 10)
-    )
+    ).seconds
     assert order == list("aabb")
     assert times == {"a": [5.0], "b": [5.0]}  # 10 clock units over 2 steps
 
@@ -87,6 +114,7 @@ def _row(model: str, mode: str, train_s: float, cio: float) -> dict[str, object]
         "flops": 100,
         "compute_per_io": cio,
         "train_s": train_s,
+        "train_samples_s": [train_s, train_s, train_s],
         "train_clips_per_s": 2 / train_s,
         "train_utilization": 0.1 / train_s,
     }
@@ -118,6 +146,22 @@ def test_ratios_to_a_named_baseline_and_fast_over_fp32() -> None:
         "train_clips_per_s": pytest.approx(2.0),
     }
     assert pairs[1]["train_clips_per_s"] == pytest.approx(4.0)
+
+
+def test_comparisons_take_the_median_of_per_round_ratios() -> None:
+    # The machine slows down over the run: both models take longer each round, TSM 2% more
+    # than TSN, except in one disturbed round. The ratio of the medians (1.08) mixes rounds;
+    # the median of the per-round ratios stays at 1.02.
+    tsn = [1.0, 1.1, 1.6, 1.7, 1.8]
+    tsm = [1.02 * t for t in tsn]
+    tsm[1], tsn[1] = 1.9, 1.1 * 0.5  # one disturbed round (an outlier pair)
+    rows = [
+        {"model": "tsm", "mode": "fast", "train_s": 0, "train_samples_s": tsm},
+        {"model": "tsn", "mode": "fast", "train_s": 0, "train_samples_s": tsn},
+    ]
+    (pair,) = comparisons(rows, baseline="tsm")
+    assert pair["train_step_time"] == pytest.approx(1.02)
+    assert pair["train_clips_per_s"] == pytest.approx(1 / 1.02)
 
 
 def test_requests_that_cannot_work_are_refused_before_measuring() -> None:

@@ -56,6 +56,20 @@ def load_average() -> float | None:
         return None
 
 
+def minor_page_faults() -> float:
+    """Minor page faults of this process so far (NaN where the OS does not count them).
+
+    On CPU a step that page-faults its activation buffers back in each time runs far slower
+    than the steady state of a training loop (see `train/host_memory.py`), so benchmarks count
+    them per call.
+    """
+    try:
+        import resource
+    except ImportError:  # not on this OS
+        return float("nan")
+    return float(resource.getrusage(resource.RUSAGE_SELF).ru_minflt)
+
+
 def describe(device: torch.device) -> dict[str, Any]:
     """JSON-ready facts that decide how comparable two benchmark runs are."""
     return {

@@ -18,7 +18,11 @@ device:
 Every timed call (each model's step, each model's inference, each peak matmul) runs once per
 round, round-robin, the starting point rotating every round; medians over rounds are reported.
 Drift (clock changes, other processes on a shared machine) then hits every model alike, so the
-ratios to the baseline model hold even where absolute numbers move. Modes: "fast" is the
+ratios to the baseline model hold even where absolute numbers move; the comparisons take the
+median of the per-round ratios, which cancels drift slower than a round. Before its timed calls
+in a round, each call runs `settle` times untimed, so a sample sees what a training loop sees
+from step to step (the allocator and caches holding this model's buffers, not the previous
+model's); minor page faults per timed call are recorded to show when that failed. Modes: "fast" is the
 trainer's fast path for the device (`train/fast_path.py`: bf16 autocast + channels-last where
 the device has bf16 units, TF32 on CUDA); "fp32" is float32 in the default layout (TF32 off),
 measured beside it so that the fast path's speedup comes out of the same run.
@@ -35,7 +39,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -69,7 +73,7 @@ class BenchConfig:
 
     `frames` is the clip length of every model (0: each model's own: TSM/TSN 8, I3D 3x3x3 16,
     I3D 3x1x1 32, as in Table 1). `warmup` untimed rounds precede `repeats` timed ones; a timed
-    sample is the mean of `steps` consecutive calls. `peak_size` is the peak matmul's side (0:
+    sample is the mean of `steps` consecutive calls, run right after `settle` untimed ones. `peak_size` is the peak matmul's side (0:
     2048 on CPU, 8192 on CUDA); `threads` > 0 sets torch's CPU threads. `clock="process"` times
     CPU runs by the process's CPU time, so time spent preempted by other processes counts for
     nobody (use it with one thread, or idle OpenMP threads' spinning counts too); throughputs
@@ -85,6 +89,7 @@ class BenchConfig:
     warmup: int = 1
     repeats: int = 5
     steps: int = 1
+    settle: int = 1
     peak_size: int = 0
     threads: int = 0
     clock: Clock = "wall"
@@ -94,7 +99,7 @@ class BenchConfig:
         """Tiny settings for a smoke test: 64-pixel clips (I3D 3x3x3 keeps 2x2 pixels at
         res5, so BatchNorm still sees several values at batch 1), one timed round, a small
         peak matmul."""
-        return BenchConfig(size=64, num_classes=10, warmup=0, repeats=1, peak_size=256)
+        return BenchConfig(size=64, num_classes=10, warmup=0, repeats=1, settle=0, peak_size=256)
 
     def validate(self) -> None:
         """Raise ValueError naming the first field whose value cannot work."""
@@ -108,6 +113,7 @@ class BenchConfig:
             (self.warmup >= 0, "warmup must be >= 0"),
             (self.repeats >= 1, "repeats must be >= 1"),
             (self.steps >= 1, "steps must be >= 1"),
+            (self.settle >= 0, "settle must be >= 0"),
             (self.peak_size >= 0, "peak_size must be >= 0"),
             (self.threads >= 0, "threads must be >= 0"),
             (self.clock in ("wall", "process"), "clock must be 'wall' or 'process'"),
@@ -206,37 +212,51 @@ def _subject(name: str, *, mode: Mode, cfg: BenchConfig, device: torch.device) -
     return _Subject(name, mode, fast, tf32, model, optimizer, clips, labels, retain)
 
 
+class RoundRobinSamples(NamedTuple):
+    """Per timed call: seconds per call, and minor page faults per call (NaN: not counted)."""
+
+    seconds: dict[str, list[float]]
+    page_faults: dict[str, list[float]]
+
+
 def time_round_robin(
     calls: Mapping[str, Callable[[], None]],
     *,
     warmup: int,
     repeats: int,
     steps: int = 1,
+    settle: int = 0,
     sync: Callable[[], None] = lambda: None,
     clock: Callable[[], float] = time.perf_counter,
+    faults: Callable[[], float] = hardware.minor_page_faults,
     on_round: Callable[[int], None] | None = None,
-) -> dict[str, list[float]]:
-    """Seconds per call of every callable: `repeats` samples after `warmup` untimed rounds.
+) -> RoundRobinSamples:
+    """`repeats` samples of every callable after `warmup` untimed rounds.
 
-    Each round runs every callable `steps` times in a row (one sample: the mean); round r
-    starts at position r mod len(calls), so none always runs first (after the pause between
-    rounds) or always after the same neighbour. `on_round(r)` is called after round r.
+    Each round runs every callable `settle` times untimed and then `steps` times timed, in a row
+    (one sample: the mean of the timed calls); round r starts at position r mod len(calls), so
+    none always runs first (after the pause between rounds) or always after the same neighbour.
+    `on_round(r)` is called after round r.
     """
     keys = list(calls)
-    times: dict[str, list[float]] = {k: [] for k in keys}
+    seconds: dict[str, list[float]] = {k: [] for k in keys}
+    page_faults: dict[str, list[float]] = {k: [] for k in keys}
     for r in range(warmup + repeats):
         for j in range(len(keys)):
             key = keys[(r + j) % len(keys)]
+            for _ in range(settle):
+                calls[key]()
             sync()
-            t0 = clock()
+            f0, t0 = faults(), clock()
             for _ in range(steps):
                 calls[key]()
             sync()
             if r >= warmup:
-                times[key].append((clock() - t0) / steps)
+                seconds[key].append((clock() - t0) / steps)
+                page_faults[key].append((faults() - f0) / steps)
         if on_round is not None:
             on_round(r)
-    return times
+    return RoundRobinSamples(seconds, page_faults)
 
 
 def _spread(samples: list[float]) -> float:
@@ -294,21 +314,22 @@ def bench_models(
         subjects = [_subject(n, mode=m, cfg=cfg, device=dev) for m in cfg.modes for n in names]
         calls, peak_flops = _timed_calls(subjects, passes=cfg.passes, device=dev, peak_size=side)
         host = hardware.describe(dev)
-        times = time_round_robin(
+        samples = time_round_robin(
             calls,
             warmup=cfg.warmup,
             repeats=cfg.repeats,
             steps=cfg.steps,
+            settle=cfg.settle,
             sync=lambda: hardware.synchronize(dev),
             clock=time.process_time if cfg.clock == "process" else time.perf_counter,
             on_round=_progress_printer(cfg) if progress else None,
         )
     host["load_average_end"] = hardware.load_average()
-    peaks = {k: f / statistics.median(times[f"peak:{k}"]) for k, f in peak_flops.items()}
+    peaks = {k: f / statistics.median(samples.seconds[f"peak:{k}"]) for k, f in peak_flops.items()}
     infos = {
         n: model_info(_model_cfg(n, cfg), frames=cfg.clip_frames(n), size=cfg.size) for n in names
     }
-    rows = [_row(s, infos[s.name], times, peaks, cfg=cfg) for s in subjects]
+    rows = [_row(s, infos[s.name], samples, peaks, cfg=cfg) for s in subjects]
     rows = add_ratios(rows, baseline=baseline)
     settings = dataclasses.asdict(cfg) | {"peak_size": side, "baseline": baseline}
     result = BenchResult(
@@ -378,7 +399,7 @@ def _timed_calls(
 def _row(
     s: _Subject,
     info: ModelInfo,
-    times: dict[str, list[float]],
+    samples: RoundRobinSamples,
     peaks: dict[str, float],
     *,
     cfg: BenchConfig,
@@ -401,13 +422,14 @@ def _row(
     }
     # The paper's training cost convention: backward ≈ 2x forward, so a step is 3x the forward.
     for kind, flops_per_clip in (("train", 3 * info.flops), ("infer", info.flops)):
-        samples = times.get(f"{kind}:{s.name}:{s.mode}")
-        if not samples:
+        key = f"{kind}:{s.name}:{s.mode}"
+        if not samples.seconds.get(key):
             continue
-        seconds = statistics.median(samples)
+        seconds = statistics.median(samples.seconds[key])
         row[f"{kind}_s"] = seconds
-        row[f"{kind}_samples_s"] = samples
-        row[f"{kind}_spread"] = _spread(samples)
+        row[f"{kind}_samples_s"] = samples.seconds[key]
+        row[f"{kind}_spread"] = _spread(samples.seconds[key])
+        row[f"{kind}_page_faults"] = statistics.median(samples.page_faults[key])
         row[f"{kind}_clips_per_s"] = cfg.batch / seconds
         row[f"{kind}_flops_per_s"] = flops_per_clip * cfg.batch / seconds
         row[f"{kind}_utilization"] = row[f"{kind}_flops_per_s"] / peaks[s.compute]
@@ -444,7 +466,9 @@ def comparisons(rows: Sequence[dict[str, Any]], *, baseline: str) -> list[dict[s
 
     With baseline TSM, `train_step_time` is TSM's step time over the model's (TSM / TSN: the
     shift's overhead) and `train_clips_per_s` / `infer_clips_per_s` TSM's throughput over the
-    model's (TSM vs I3D: Table 1's throughput column).
+    model's (TSM vs I3D: Table 1's throughput column). Each is the median over rounds of the
+    ratio within the round (both were timed in it, close together), so a machine that speeds up
+    or slows down over the run moves both sides of every ratio alike.
     """
     base = {r["mode"]: r for r in rows if r["model"] == baseline}
     out = []
@@ -453,11 +477,14 @@ def comparisons(rows: Sequence[dict[str, Any]], *, baseline: str) -> list[dict[s
         if row["model"] == baseline:
             continue
         pair: dict[str, Any] = {"mode": row["mode"], "baseline": baseline, "model": row["model"]}
-        if "train_s" in row:
-            pair["train_step_time"] = b["train_s"] / row["train_s"]
-        for key in ("train_clips_per_s", "infer_clips_per_s"):
-            if key in row:
-                pair[key] = b[key] / row[key]
+        for kind in PASSES:
+            key = f"{kind}_samples_s"
+            if key not in row or key not in b:
+                continue
+            per_round = [x / y for x, y in zip(b[key], row[key], strict=True)]
+            if kind == "train":
+                pair["train_step_time"] = statistics.median(per_round)
+            pair[f"{kind}_clips_per_s"] = statistics.median(1 / r for r in per_round)
         out.append(pair)
     return out
 

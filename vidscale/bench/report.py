@@ -9,6 +9,7 @@ time ratio and the TSM vs I3D throughput ratios are read off directly.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -66,18 +67,25 @@ def _noise(row: dict[str, Any]) -> str:
     return f"{100 * max(spreads):.0f}%" if spreads else "-"
 
 
+def _faults(row: dict[str, Any]) -> str:
+    key = "train_page_faults" if "train_page_faults" in row else "infer_page_faults"
+    if key not in row or math.isnan(row[key]):
+        return "-"
+    return f"{row[key]:.0f}"
+
+
 def format_speed_table(rows: Sequence[dict[str, Any]]) -> str:
     """Table 1's measured columns, one line per (model, mode)."""
     lines = [
         f"{'model':<20} {'mode':<4} {'compute':<8} {'train step s':>14} "
         f"{'train clips/s':>15} {'util':>6} {'infer clips/s':>15} {'util':>6} "
-        f"{'noise':>5} {'fast/fp32 train, infer':>22}"
+        f"{'noise':>5} {'faults':>6} {'fast/fp32 train, infer':>22}"
     ]
     for r in rows:
         lines.append(
             f"{r['model']:<20} {r['mode']:<4} {r['compute']:<8} {_step(r):>14} "
             f"{_rate(r, 'train'):>15} {_util(r, 'train'):>6} {_rate(r, 'infer'):>15} "
-            f"{_util(r, 'infer'):>6} {_noise(r):>5} {_speedups(r):>22}"
+            f"{_util(r, 'infer'):>6} {_noise(r):>5} {_faults(r):>6} {_speedups(r):>22}"
         )
     return "\n".join(lines)
 
@@ -125,14 +133,17 @@ def format_report(result: BenchResult) -> str:
         "",
         f"Table 1, measured on {host['device']} ({host['name']}, {host['torch_threads']} "
         f"threads), batch {s['batch']}: median of {s['repeats']} interleaved rounds "
-        f"({s['warmup']} warmup, {s['steps']} step(s) each, {s['clock']} clock)",
+        f"({s['warmup']} warmup; each sample {s['steps']} timed call(s) after {s['settle']} "
+        f"untimed; {s['clock']} clock)",
         format_speed_table(result.rows),
         f"peak (matmul {s['peak_size']}^3): {peaks}; load average "
         f"{_load(host['load_average'])} -> {_load(host['load_average_end'])}",
         "util = achieved / peak FLOP/s of the same arithmetic (training FLOPs = 3 x forward); "
-        "noise = interquartile range / median",
+        "noise = interquartile range / median; faults = minor page faults per training step "
+        "(per inference without training)",
     ]
     if result.comparisons:
-        sections += ["", "Baseline / model (same mode):", format_comparisons(result.comparisons)]
+        title = "Baseline / model (same mode; median of the per-round ratios):"
+        sections += ["", title, format_comparisons(result.comparisons)]
     sections += ["", "Table 2: frames at each stage's output", format_stage_table(result.table2)]
     return "\n".join(sections)
