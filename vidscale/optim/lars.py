@@ -20,15 +20,16 @@ parameter is adapted and LARS is step for step `torch.optim.SGD(momentum, weight
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import torch
 
+from vidscale.optim.layerwise import LayerwiseOptimizer
 from vidscale.optim.param_groups import EXCLUDE_KEY
 
 
-class LARS(torch.optim.Optimizer):
+class LARS(LayerwiseOptimizer):
     """Momentum SGD with a layer-wise trust ratio; see the module docstring for the update."""
 
     def __init__(
@@ -66,20 +67,6 @@ class LARS(torch.optim.Optimizer):
             EXCLUDE_KEY: False,
         }
         super().__init__(params, defaults)
-
-    @torch.no_grad()
-    # torch declares step() as two overloads; this one signature covers both.
-    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
-        """One update of every parameter that has a gradient; returns the closure's loss."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            for param in group["params"]:
-                if param.grad is not None:
-                    self._update(param, group)
-        return loss
 
     def _update(self, param: torch.Tensor, group: dict[str, Any]) -> None:
         grad = param.grad
