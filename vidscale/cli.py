@@ -184,15 +184,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_data(args: argparse.Namespace) -> int:
-    from vidscale.bench.dataload import bench_data
+    from vidscale.bench.dataload import BenchVideoSpec, bench_data
 
     bench_data(
         args.videos,
         out_json=args.out_json,
         work_dir=args.work_dir,
-        count=args.count,
-        seconds=args.seconds,
         rounds=args.rounds,
+        generate=BenchVideoSpec(count=args.count, seconds=args.seconds),
     )
     return 0
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from vidscale.bench.dataload import (
+    BenchVideoSpec,
     ClipKind,
     DataBenchRow,
     bench_data,
@@ -25,12 +26,13 @@ CLIPS = (
     ClipKind("tsn4", ClipSpec(frames=4, sampling="uniform")),
     ClipKind("dense8", ClipSpec(frames=8, sampling="dense", stride=2)),
 )
+TINY_VIDEOS = BenchVideoSpec(count=2, seconds=1.5, fps=20, width=64, height=48, gops=(250, 6))
 
 
 @pytest.fixture(scope="module")
 def videos(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Path]]:
     out = tmp_path_factory.mktemp("bench_videos")
-    return make_bench_videos(out, count=2, seconds=1.5, fps=20, width=64, height=48, gops=(250, 6))
+    return make_bench_videos(out, TINY_VIDEOS)
 
 
 def test_generated_videos_have_the_requested_shape_and_gop(videos: dict[str, list[Path]]) -> None:
@@ -63,12 +65,7 @@ def test_bench_data_reports_every_method_side_by_side(
         work_dir=tmp_path / "work",
         clips=CLIPS,
         rounds=2,
-        count=2,
-        seconds=1.5,
-        fps=20,
-        width=64,
-        height=48,
-        gops=(250, 6),
+        generate=TINY_VIDEOS,
         show=False,
     )
     assert json.loads(out.read_text()) == json.loads(json.dumps(result))

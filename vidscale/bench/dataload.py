@@ -118,26 +118,30 @@ def write_bench_video(
     return path
 
 
-def make_bench_videos(
-    out: Path,
-    *,
-    count: int = 4,
-    seconds: float = 10.0,
-    fps: int = 30,
-    width: int = 340,
-    height: int = 256,
-    gops: Sequence[int] = (250, 16),
-    seed: int = 0,
-) -> dict[str, list[Path]]:
-    """`count` scenes, each encoded once per GOP length: {"gop250": [...], "gop16": [...]}."""
-    sources: dict[str, list[Path]] = {f"gop{g}": [] for g in gops}
-    num_frames = round(seconds * fps)
-    for k in range(count):
-        for gop in gops:
-            rng = np.random.default_rng((seed, k))  # the same scene for every GOP length
-            frames = scene_frames(rng, num_frames=num_frames, width=width, height=height)
+@dataclass(frozen=True)
+class BenchVideoSpec:
+    """Videos generated for a data benchmark: `count` scenes of `seconds` at `fps`, `width` x
+    `height`, each scene encoded once per GOP length in `gops`; `seed` picks the scenes."""
+
+    count: int = 4
+    seconds: float = 10.0
+    fps: int = 30
+    width: int = 340
+    height: int = 256
+    gops: tuple[int, ...] = (250, 16)
+    seed: int = 0
+
+
+def make_bench_videos(out: Path, spec: BenchVideoSpec = BenchVideoSpec()) -> dict[str, list[Path]]:
+    """The scenes of `spec`, per GOP length: {"gop250": [...], "gop16": [...]}."""
+    sources: dict[str, list[Path]] = {f"gop{g}": [] for g in spec.gops}
+    num_frames = round(spec.seconds * spec.fps)
+    for k in range(spec.count):
+        for gop in spec.gops:
+            rng = np.random.default_rng((spec.seed, k))  # the same scene for every GOP length
+            frames = scene_frames(rng, num_frames=num_frames, width=spec.width, height=spec.height)
             path = Path(out) / f"gop{gop}" / f"scene_{k:03d}.mp4"
-            sources[f"gop{gop}"].append(write_bench_video(path, frames, fps=fps, gop=gop))
+            sources[f"gop{gop}"].append(write_bench_video(path, frames, fps=spec.fps, gop=gop))
     return sources
 
 
@@ -277,12 +281,7 @@ def bench_data(
     work_dir: Path | None = None,
     clips: Sequence[ClipKind] = DEFAULT_CLIPS,
     rounds: int = 5,
-    count: int = 4,
-    seconds: float = 10.0,
-    fps: int = 30,
-    width: int = 340,
-    height: int = 256,
-    gops: Sequence[int] = (250, 16),
+    generate: BenchVideoSpec = BenchVideoSpec(),
     max_videos: int = 8,
     quality: int = 90,
     seed: int = 0,
@@ -290,8 +289,8 @@ def bench_data(
 ) -> dict[str, Any]:
     """Clips/s and CPU ms per clip of each reading method (module docstring), side by side.
 
-    `videos_dir`: benchmark these videos (as they are encoded); otherwise `count` scenes of
-    `seconds` are generated for each GOP in `gops`. Every round reads, for every video and clip
+    `videos_dir`: benchmark these videos (as they are encoded); otherwise the videos of
+    `generate` are made. Every round reads, for every video and clip
     kind, one random training clip with every method in rotating order. Shards are prepared from
     the first source (short side 256, JPEG `quality`). Returns (and writes to `out_json`) the
     settings and one row per (clip kind, method, source).
@@ -301,16 +300,7 @@ def bench_data(
         if videos_dir is not None:
             sources = {"given": find_videos(Path(videos_dir), limit=max_videos)}
         else:
-            sources = make_bench_videos(
-                work / "videos",
-                count=count,
-                seconds=seconds,
-                fps=fps,
-                width=width,
-                height=height,
-                gops=gops,
-                seed=seed,
-            )
+            sources = make_bench_videos(work / "videos", generate)
         first = next(iter(sources))
         # Probed once per video, as each loader worker caches it.
         metas = {s: [probe(p) for p in paths] for s, paths in sources.items()}
@@ -436,7 +426,8 @@ def bench_data_wait(
             if videos_dir is not None:
                 paths = find_videos(Path(videos_dir), limit=64)
             else:
-                made = make_bench_videos(work / "videos", count=count, seconds=seconds, gops=(250,))
+                generate = BenchVideoSpec(count=count, seconds=seconds, gops=(250,))
+                made = make_bench_videos(work / "videos", generate)
                 paths = made["gop250"]
             records = [VideoRecord(p, k % num_classes) for k, p in enumerate(paths)]
             entries = (

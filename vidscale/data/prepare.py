@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict, Unpack
 
 import cv2
 import numpy as np
@@ -327,6 +327,18 @@ def _finish(
     return manifest
 
 
+class PrepareSettings(TypedDict, total=False):
+    """`prepare_dataset`'s keyword settings, which `prepare_from_layout` passes through."""
+
+    short_side: int
+    fps: float | None
+    quality: int
+    shard_bytes: int
+    workers: int
+    seed: int
+    progress: bool
+
+
 def prepare_from_layout(
     kind: str,
     root: Path,
@@ -335,33 +347,17 @@ def prepare_from_layout(
     split: int = 1,
     skip_missing: bool = False,
     annotations_dir: Path | None = None,
-    short_side: int = 256,
-    fps: float | None = None,
-    quality: int = 90,
-    shard_bytes: int = 1 << 30,
-    workers: int = 0,
-    seed: int = 0,
-    progress: bool = True,
+    **settings: Unpack[PrepareSettings],
 ) -> Manifest:
-    """Read a standard layout (`layouts.read_layout`) and prepare it: `vidscale prepare`."""
+    """Read a standard layout (`layouts.read_layout`) and prepare it with `settings` (those of
+    `prepare_dataset`): `vidscale prepare`."""
     splits = read_layout(
         kind, Path(root), split=split, skip_missing=skip_missing, annotations_dir=annotations_dir
     )
     source = {"layout": kind, "root": str(Path(root).absolute())}
     if kind in ("ucf101", "hmdb51"):
         source["split"] = str(split)
-    return prepare_dataset(
-        splits,
-        Path(out),
-        short_side=short_side,
-        fps=fps,
-        quality=quality,
-        shard_bytes=shard_bytes,
-        workers=workers,
-        seed=seed,
-        progress=progress,
-        source=source,
-    )
+    return prepare_dataset(splits, Path(out), source=source, **settings)
 
 
 def open_prepared(root: Path) -> PreparedData:
