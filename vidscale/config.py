@@ -43,6 +43,9 @@ class DataConfig:
     eval_batch_size: int = 0  # 0: same as batch_size
     workers: int = 4
     skip_missing: bool = False
+    # source=stream: clips held for shuffling, and how many before the first is yielded
+    shuffle_buffer: int = 256
+    shuffle_initial: int = 32
     train_clip: ClipSpec = field(default_factory=ClipSpec)
     eval_clip: ClipSpec = field(default_factory=lambda: ClipSpec(flip=False))
 
@@ -211,6 +214,8 @@ def validate(cfg: RunConfig) -> None:
         (cfg.data.batch_size >= 1, "data.batch_size must be >= 1"),
         (cfg.data.eval_batch_size >= 0, "data.eval_batch_size must be >= 0"),
         (cfg.data.workers >= 0, "data.workers must be >= 0"),
+        (cfg.data.shuffle_buffer >= 1, "data.shuffle_buffer must be >= 1"),
+        (cfg.data.shuffle_initial >= 1, "data.shuffle_initial must be >= 1"),
         (cfg.train.epochs >= 1, "train.epochs must be >= 1"),
         (cfg.train.eval_every >= 1, "train.eval_every must be >= 1"),
         (cfg.train.log_every >= 1, "train.log_every must be >= 1"),

@@ -181,3 +181,47 @@ def test_corrupt_frames_are_reported_and_replaced(prepared: Path, tmp_path: Path
     reports = [s for b in batches for s in b["skipped"]]
     assert reports and all(path == bad.path for path, _ in reports)
     assert 6 not in [int(i) for b in batches for i in b["index"]]
+
+
+class _CountingStream(StreamingShardDataset):
+    """Records, for every clip yielded, how many videos had been read by then."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.read = 0
+        self.read_at_yield: list[int] = []
+
+    def _read(self, *args: Any, **kwargs: Any) -> Any:
+        for pending in super()._read(*args, **kwargs):
+            self.read += 1
+            yield pending
+
+    def _shuffled(self, *args: Any, **kwargs: Any) -> Any:
+        for pending in super()._shuffled(*args, **kwargs):
+            self.read_at_yield.append(self.read)
+            yield pending
+
+
+@pytest.mark.parametrize(("buffer", "initial"), [(8, 2), (8, 8), (4, 32)])
+def test_shuffle_buffer_starts_at_initial_and_grows_to_its_size(
+    data: PreparedData, buffer: int, initial: int
+) -> None:
+    ds = _CountingStream(
+        data.train, SPEC, batch_size=1, shuffle_buffer=buffer, shuffle_initial=initial
+    )
+    indices = [int(item["index"]) for item in ds]
+    assert sorted(indices) == list(range(16))  # every video once
+    start = min(initial, buffer)
+    # held[k]: clips in the buffer when clip k is drawn. The first is drawn once `start` are
+    # held (plus the extra read of a growing buffer); each draw then adds one until the buffer
+    # is full, and it stays full until the range is read to its end.
+    held = [reads - k for k, reads in enumerate(ds.read_at_yield)]
+    assert held[0] == (start + 1 if start < buffer else start)
+    still_reading = [h for h, reads in zip(held, ds.read_at_yield, strict=True) if reads < 16]
+    assert still_reading == [min(held[0] + k, buffer) for k in range(len(still_reading))]
+    assert indices != sorted(indices) or buffer == 1
+
+
+def test_shuffle_settings_are_checked(data: PreparedData) -> None:
+    with pytest.raises(ValueError, match="shuffle_initial"):
+        StreamingShardDataset(data.train, SPEC, batch_size=1, shuffle_initial=0)

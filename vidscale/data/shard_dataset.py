@@ -12,7 +12,9 @@ map-style item `i` exactly.
   sequential, poor random I/O). Each epoch the shards are put in an order drawn from
   (seed, epoch); their videos, in file order, form one sequence that is cut into contiguous
   ranges, one per (rank, worker). Each range is read front to back and passed through a shuffle
-  buffer. Every rank yields exactly `floor(N / world_size)` samples rounded down to whole
+  buffer that starts yielding once it holds `shuffle_initial` clips and grows to
+  `shuffle_buffer` by reading two for every one it yields (as WebDataset's `shuffle(bufsize,
+  initial)`): waiting for a full buffer stalled every epoch's first batch. Every rank yields exactly `floor(N / world_size)` samples rounded down to whole
   batches, and every video appears at most once per epoch. Rank, world size and epoch are
   arguments: nothing here talks to `torch.distributed`.
 """
@@ -103,9 +105,15 @@ class StreamingShardDataset(IterableDataset):
         seed: int = 0,
         epoch: int = 0,
         shuffle_buffer: int = 256,
+        shuffle_initial: int = 32,
     ) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} outside world size {world_size}")
+        if shuffle_buffer < 1 or shuffle_initial < 1:
+            raise ValueError(
+                f"shuffle_buffer ({shuffle_buffer}) and shuffle_initial ({shuffle_initial}) "
+                "must be >= 1"
+            )
         self.entries = list(entries)
         self.batches = len(self.entries) // world_size // batch_size
         if self.batches < 1:
@@ -121,6 +129,7 @@ class StreamingShardDataset(IterableDataset):
         self.epoch = epoch
         self.start_batches = 0
         self.shuffle_buffer = shuffle_buffer
+        self.shuffle_initial = min(shuffle_initial, shuffle_buffer)
         by_shard: dict[Path, list[int]] = {}
         for i, e in enumerate(self.entries):
             by_shard.setdefault(e.shard, []).append(i)
@@ -196,11 +205,17 @@ class StreamingShardDataset(IterableDataset):
         for attempt in itertools.count():
             buffer: list[_Pending] = []
             got = False
-            for pending in self._read(positions, attempt, problems):
+            reads = self._read(positions, attempt, problems)
+            for pending in reads:
                 got = True
                 buffer.append(pending)
-                if len(buffer) >= self.shuffle_buffer:
-                    yield _pop_random(buffer, rng)
+                if len(buffer) < self.shuffle_initial:
+                    continue
+                if len(buffer) < self.shuffle_buffer:  # still growing: one extra read
+                    extra = next(reads, None)
+                    if extra is not None:
+                        buffer.append(extra)
+                yield _pop_random(buffer, rng)
             while buffer:  # drain before reading again, so repeats come last
                 yield _pop_random(buffer, rng)
             if not got:

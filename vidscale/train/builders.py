@@ -159,7 +159,14 @@ def build_train_data(
     }
     if cfg.data.source == "stream":
         stream = StreamingShardDataset(
-            items, spec, batch_size=bs, rank=env.rank, world_size=env.world_size, seed=seed
+            items,
+            spec,
+            batch_size=bs,
+            rank=env.rank,
+            world_size=env.world_size,
+            seed=seed,
+            shuffle_buffer=cfg.data.shuffle_buffer,
+            shuffle_initial=cfg.data.shuffle_initial,
         )
         return TrainData(DataLoader(stream, **common), stream, None, bs * accumulate)
     dataset = (
