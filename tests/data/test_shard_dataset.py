@@ -101,9 +101,14 @@ def stream_batches(
     start_batches: int = 0,
 ) -> list[dict[str, Any]]:
     ds = StreamingShardDataset(
-        entries, SPEC, batch_size=batch_size, rank=rank, world_size=world_size, seed=SEED
+        entries,
+        SPEC,
+        batch_size=batch_size,
+        rank=rank,
+        world_size=world_size,
+        seed=SEED,
+        shuffle_buffer=3,  # smaller than a worker's share, so the buffer really shuffles
     )
-    ds.shuffle_buffer = 3  # smaller than a worker's share, so the buffer really shuffles
     ds.set_epoch(epoch, start_batches=start_batches)
     loader = DataLoader(ds, batch_size=batch_size, num_workers=workers, collate_fn=collate)
     return list(loader)
@@ -225,3 +230,38 @@ def test_shuffle_buffer_starts_at_initial_and_grows_to_its_size(
 def test_shuffle_settings_are_checked(data: PreparedData) -> None:
     with pytest.raises(ValueError, match="shuffle_initial"):
         StreamingShardDataset(data.train, SPEC, batch_size=1, shuffle_initial=0)
+
+
+def test_persistent_workers_follow_set_epoch(data: PreparedData) -> None:
+    # Workers started once must see each new epoch and resume position, as fresh workers do.
+    stream = StreamingShardDataset(data.train, SPEC, batch_size=3, seed=SEED, shuffle_buffer=3)
+    map_style = ShardClipDataset(data.train, SPEC, train=True, seed=SEED)
+    loaders = {
+        "stream": DataLoader(
+            stream, batch_size=3, num_workers=2, collate_fn=collate, persistent_workers=True
+        ),
+        "map": DataLoader(
+            map_style, batch_size=4, num_workers=1, collate_fn=collate, persistent_workers=True
+        ),
+    }
+    for epoch, start in ((0, 0), (1, 0), (1, 2), (2, 0)):
+        stream.set_epoch(epoch, start_batches=start)
+        fresh = stream_batches(
+            data.train,
+            rank=0,
+            world_size=1,
+            epoch=epoch,
+            workers=2,
+            batch_size=3,
+            start_batches=start,
+        )
+        persistent = list(loaders["stream"])
+        assert [b["index"].tolist() for b in persistent] == [b["index"].tolist() for b in fresh]
+        assert all(
+            torch.equal(p["clip"], f["clip"]) for p, f in zip(persistent, fresh, strict=True)
+        )
+        map_style.set_epoch(epoch)
+        clips = torch.cat([b["clip"] for b in loaders["map"]])
+        reference = ShardClipDataset(data.train, SPEC, train=True, seed=SEED)
+        reference.set_epoch(epoch)
+        assert torch.equal(clips, torch.stack([reference[i]["clip"] for i in range(16)]))

@@ -21,6 +21,7 @@ from torch.utils.data import Dataset
 
 from vidscale.data.annotations import VideoRecord
 from vidscale.data.decode import VideoMeta, decode_frames, probe
+from vidscale.data.epoch_state import SharedInts
 from vidscale.data.sampling import dense_indices, uniform_indices
 from vidscale.data.transforms import eval_crops, train_transform
 
@@ -110,12 +111,16 @@ class VideoClipDataset(Dataset[dict[str, Any]]):
         self.train = train
         self.seed = seed
         self.max_retries = max_retries
-        self.epoch = 0
+        self._epoch = SharedInts(1)  # reaches persistent loader workers
         self._meta: OrderedDict[Path, VideoMeta] = OrderedDict()
         self._failed: dict[Path, str] = {}
 
+    @property
+    def epoch(self) -> int:
+        return self._epoch[0]
+
     def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+        self._epoch[0] = epoch
 
     def __len__(self) -> int:
         return len(self.records)

@@ -35,6 +35,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from vidscale.data.annotations import VideoRecord
 from vidscale.data.dataset import ClipSpec, VideoClipDataset, frame_indices, make_clip
 from vidscale.data.decode import DecodeError
+from vidscale.data.epoch_state import SharedInts
 from vidscale.data.shards import ShardEntry, ShardReader, decode_jpeg, iter_videos, record_start
 
 
@@ -90,8 +91,8 @@ class StreamingShardDataset(IterableDataset):
 
     `batch_size` is the loader's batch size: each worker yields whole batches, so every rank
     produces `len(self) // batch_size` batches. `set_epoch(e, start_batches=b)` resumes after
-    the rank's first `b` batches of epoch `e` (same `num_workers` required). The dataset is
-    copied into loader workers when iteration starts: use `persistent_workers=False`.
+    the rank's first `b` batches of epoch `e` (same `num_workers` required). Epoch and start
+    are shared with the loader workers, so persistent workers follow `set_epoch`.
     """
 
     def __init__(
@@ -126,8 +127,8 @@ class StreamingShardDataset(IterableDataset):
         self.rank = rank
         self.world_size = world_size
         self.seed = seed
-        self.epoch = epoch
-        self.start_batches = 0
+        self._position = SharedInts(2)  # (epoch, start_batches); reaches persistent workers
+        self._position[0] = epoch
         self.shuffle_buffer = shuffle_buffer
         self.shuffle_initial = min(shuffle_initial, shuffle_buffer)
         by_shard: dict[Path, list[int]] = {}
@@ -139,9 +140,17 @@ class StreamingShardDataset(IterableDataset):
             for shard, group in by_shard.items()
         }
 
+    @property
+    def epoch(self) -> int:
+        return self._position[0]
+
+    @property
+    def start_batches(self) -> int:
+        return self._position[1]
+
     def set_epoch(self, epoch: int, *, start_batches: int = 0) -> None:
-        self.epoch = epoch
-        self.start_batches = start_batches
+        self._position[0] = epoch
+        self._position[1] = start_batches
 
     def __len__(self) -> int:
         """Samples this rank yields per epoch."""

@@ -154,7 +154,10 @@ def build_train_data(
         "collate_fn": collate,
         "pin_memory": env.device.type == "cuda",
         "drop_last": True,
-        "persistent_workers": False,  # the dataset is re-sent at every epoch (set_epoch)
+        # Workers start once per run: no per-epoch start-up, and no fork while a finished
+        # loader's threads are exiting (a child forked then can deadlock in CPython 3.11).
+        # The datasets share their epoch with the workers (`data/epoch_state.py`).
+        "persistent_workers": cfg.data.workers > 0,
         "prefetch_factor": 4 if cfg.data.workers > 0 else None,
     }
     if cfg.data.source == "stream":
@@ -195,4 +198,5 @@ def build_eval_loader(cfg: RunConfig, env: DistEnv, items: list[Any]) -> DataLoa
         collate_fn=collate,
         pin_memory=env.device.type == "cuda",
         drop_last=False,
+        persistent_workers=cfg.data.workers > 0,
     )

@@ -12,6 +12,11 @@ from typing import Any
 
 from tqdm import tqdm
 
+# tqdm's monitor thread starts and exits with the bars; a thread exiting while a DataLoader forks
+# its workers can leave the child deadlocked (CPython 3.11), and the monitor only tunes how
+# often slow bars redraw.
+tqdm.monitor_interval = 0
+
 
 class MetricsLog:
     """Appends one JSON object per event to `metrics.jsonl` and mirrors scalars to TensorBoard.
