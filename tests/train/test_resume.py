@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 from pathlib import Path
 
 import pytest
@@ -14,23 +15,25 @@ from vidscale.train import loop
 from vidscale.train.metrics import read_metrics
 
 
-def config(root: Path):
+def config(root: Path, workers: int = 0):
     cfg = get_recipe("demo_tsm_r18_8f_b32_e20")
-    return apply_overrides(
-        cfg, [*tiny_overrides(root), "train.epochs=2", "train.checkpoint_every_steps=1"]
-    )
+    overrides = ["train.epochs=2", "train.checkpoint_every_steps=1", f"data.workers={workers}"]
+    return apply_overrides(cfg, [*tiny_overrides(root), *overrides])
 
 
 def train_losses(run: Path) -> list[float]:
     return [r["loss"] for r in read_metrics(run / "metrics.jsonl") if r["kind"] == "train"]
 
 
+# workers=1: the loaders' workers persist across epochs and must follow the resume position.
+@pytest.mark.parametrize("workers", [0, 1])
 def test_resume_mid_epoch_matches_uninterrupted_run(
-    tiny_demo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tiny_demo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int
 ) -> None:
-    cfg = config(tiny_demo)
+    cfg = config(tiny_demo, workers)
     env = init_distributed("cpu")
-    full = loop.Trainer(cfg, tmp_path / "full", env, resume=False).run()
+    full = loop.train(cfg, run_dir=tmp_path / "full")
+    assert multiprocessing.active_children() == []  # train() ended its loaders' workers
     reference = train_losses(tmp_path / "full")
     steps_per_epoch = len(reference) // 2
     assert steps_per_epoch >= 2

@@ -306,9 +306,18 @@ class Trainer:
         self.log.close()
         return summary
 
+    def stop_loader_workers(self) -> None:
+        """End the loaders' worker processes now. They persist for the run and would otherwise
+        live until the loaders are collected: in a process that trains again (a sweep), at an
+        unknown moment, possibly while the next run forks its own workers."""
+        del self.train_data, self.val_loader
+
 
 def train(cfg: RunConfig, *, run_dir: Path, resume: bool = False) -> dict[str, Any]:
     """Train (and evaluate every epoch) as one process or one rank of a torchrun job."""
     env = init_distributed(cfg.train.device)
     trainer = Trainer(replace(cfg), run_dir, env, resume=resume)
-    return trainer.run()
+    try:
+        return trainer.run()
+    finally:
+        trainer.stop_loader_workers()
