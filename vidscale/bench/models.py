@@ -22,10 +22,10 @@ ratios to the baseline model hold even where absolute numbers move; the comparis
 median of the per-round ratios, which cancels drift slower than a round. Before its timed calls
 in a round, each call runs `settle` times untimed, so a sample sees what a training loop sees
 from step to step (the allocator and caches holding this model's buffers, not the previous
-model's); minor page faults per timed call are recorded to show when that failed. Modes: "fast" is the
-trainer's fast path for the device (`train/fast_path.py`: bf16 autocast + channels-last where
-the device has bf16 units, TF32 on CUDA); "fp32" is float32 in the default layout (TF32 off),
-measured beside it so that the fast path's speedup comes out of the same run.
+model's); minor page faults per timed call are recorded to show when that failed. Modes:
+"fast" is the trainer's fast path for the device (`train/fast_path.py`: bf16 autocast +
+channels-last where the device has bf16 units, TF32 on CUDA); "fp32" is float32 in the default
+layout (TF32 off), measured beside it so that the fast path's speedup comes out of the same run.
 """
 
 from __future__ import annotations
@@ -73,8 +73,9 @@ class BenchConfig:
 
     `frames` is the clip length of every model (0: each model's own: TSM/TSN 8, I3D 3x3x3 16,
     I3D 3x1x1 32, as in Table 1). `warmup` untimed rounds precede `repeats` timed ones; a timed
-    sample is the mean of `steps` consecutive calls, run right after `settle` untimed ones. `peak_size` is the peak matmul's side (0:
-    2048 on CPU, 8192 on CUDA); `threads` > 0 sets torch's CPU threads. `clock="process"` times
+    sample is the mean of `steps` consecutive calls, run right after `settle` untimed ones.
+    `peak_size` is the peak matmul's side (0: 2048 on CPU, 8192 on CUDA); `threads` > 0 sets
+    torch's CPU threads. `clock="process"` times
     CPU runs by the process's CPU time, so time spent preempted by other processes counts for
     nobody (use it with one thread, or idle OpenMP threads' spinning counts too); throughputs
     are then per CPU-second.

@@ -14,8 +14,9 @@ map-style item `i` exactly.
   ranges, one per (rank, worker). Each range is read front to back and passed through a shuffle
   buffer that starts yielding once it holds `shuffle_initial` clips and grows to
   `shuffle_buffer` by reading two for every one it yields (as WebDataset's `shuffle(bufsize,
-  initial)`): waiting for a full buffer stalled every epoch's first batch. Every rank yields exactly `floor(N / world_size)` samples rounded down to whole
-  batches, and every video appears at most once per epoch. Rank, world size and epoch are
+  initial)`): waiting for a full buffer stalled every epoch's first batch. Every rank yields
+  exactly `floor(N / world_size)` samples rounded down to whole batches, and every video
+  appears at most once per epoch. Rank, world size and epoch are
   arguments: nothing here talks to `torch.distributed`.
 """
 
