@@ -40,6 +40,7 @@ def test_bench_models_measures_every_model_in_both_modes(tmp_path: Path) -> None
             assert r[key] > 0, key
         for kind in ("train", "infer"):
             assert r[f"{kind}_clips_per_s"] > 0 and r[f"{kind}_utilization"] > 0
+            assert r[f"{kind}_page_faults"] >= 0  # counted on Linux (NaN would fail here)
         assert r["input"] == "2x3x32x32" and r["flops"] == 2 * r["macs"]
         assert r["accuracy"] is None  # left to the user's runs
     tsm_fp32, tsm_fast = rows[1], rows[3]
