@@ -35,6 +35,7 @@ def test_torchrun_two_processes_end_to_end(tiny_demo: Path, tmp_path: Path) -> N
         "train.epochs=2",
         "data.batch_size=3",  # 18 videos = 2 ranks x 3 steps x 3: every video is drawn
         f"data.train_list={train_list.name}",
+        "data.workers=1",  # real loader workers, kept across both epochs and evaluations
     ]
     cmd = [
         sys.executable,
