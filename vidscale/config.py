@@ -42,6 +42,9 @@ class DataConfig:
     batch_size: int = 8
     eval_batch_size: int = 0  # 0: same as batch_size
     workers: int = 4
+    # how loader workers start: auto (the platform's default: fork on Linux), fork, forkserver
+    # or spawn (a clean process: no state copied from a parent that runs threads)
+    worker_start: Literal["auto", "fork", "forkserver", "spawn"] = "auto"
     skip_missing: bool = False
     # source=stream: clips held for shuffling, and how many before the first is yielded
     shuffle_buffer: int = 256

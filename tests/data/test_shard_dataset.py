@@ -232,17 +232,20 @@ def test_shuffle_settings_are_checked(data: PreparedData) -> None:
         StreamingShardDataset(data.train, SPEC, batch_size=1, shuffle_initial=0)
 
 
-def test_persistent_workers_follow_set_epoch(data: PreparedData) -> None:
+# forkserver: the datasets reach the workers pickled, their shared epoch as a memory handle.
+@pytest.mark.parametrize("start", [None, "forkserver"])
+def test_persistent_workers_follow_set_epoch(data: PreparedData, start: str | None) -> None:
     # Workers started once must see each new epoch and resume position, as fresh workers do.
     stream = StreamingShardDataset(data.train, SPEC, batch_size=3, seed=SEED, shuffle_buffer=3)
     map_style = ShardClipDataset(data.train, SPEC, train=True, seed=SEED)
+    options: dict[str, Any] = {
+        "collate_fn": collate,
+        "persistent_workers": True,
+        "multiprocessing_context": start,
+    }
     loaders = {
-        "stream": DataLoader(
-            stream, batch_size=3, num_workers=2, collate_fn=collate, persistent_workers=True
-        ),
-        "map": DataLoader(
-            map_style, batch_size=4, num_workers=1, collate_fn=collate, persistent_workers=True
-        ),
+        "stream": DataLoader(stream, batch_size=3, num_workers=2, **options),
+        "map": DataLoader(map_style, batch_size=4, num_workers=1, **options),
     }
     for epoch, start in ((0, 0), (1, 0), (1, 2), (2, 0)):
         stream.set_epoch(epoch, start_batches=start)

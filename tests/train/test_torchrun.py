@@ -36,6 +36,7 @@ def test_torchrun_two_processes_end_to_end(tiny_demo: Path, tmp_path: Path) -> N
         "data.batch_size=3",  # 18 videos = 2 ranks x 3 steps x 3: every video is drawn
         f"data.train_list={train_list.name}",
         "data.workers=1",  # real loader workers, kept across both epochs and evaluations
+        "data.worker_start=forkserver",  # (the resume test covers the default, fork)
     ]
     cmd = [
         sys.executable,

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +146,21 @@ def input_preparer(cfg: RunConfig, env: DistEnv) -> Callable[[torch.Tensor], tor
     return prepare
 
 
+def worker_context(cfg: RunConfig) -> BaseContext | None:
+    """The multiprocessing context loader workers start from (`data.worker_start`).
+
+    forkserver and spawn workers receive the dataset pickled; their shared epoch travels as a
+    handle to the same memory. A forkserver is told to import the data modules once, so each
+    worker it forks starts with them loaded.
+    """
+    if cfg.data.workers == 0 or cfg.data.worker_start == "auto":
+        return None
+    context = mp.get_context(cfg.data.worker_start)
+    if cfg.data.worker_start == "forkserver":
+        context.set_forkserver_preload(["vidscale.data.dataset", "vidscale.data.shard_dataset"])
+    return context
+
+
 def build_train_data(
     cfg: RunConfig, env: DistEnv, items: list[Any], *, accumulate: int
 ) -> TrainData:
@@ -158,6 +175,7 @@ def build_train_data(
         # loader's threads are exiting (a child forked then can deadlock in CPython 3.11).
         # The datasets share their epoch with the workers (`data/epoch_state.py`).
         "persistent_workers": cfg.data.workers > 0,
+        "multiprocessing_context": worker_context(cfg),
         "prefetch_factor": 4 if cfg.data.workers > 0 else None,
     }
     if cfg.data.source == "stream":
@@ -199,4 +217,5 @@ def build_eval_loader(cfg: RunConfig, env: DistEnv, items: list[Any]) -> DataLoa
         pin_memory=env.device.type == "cuda",
         drop_last=False,
         persistent_workers=cfg.data.workers > 0,
+        multiprocessing_context=worker_context(cfg),
     )
