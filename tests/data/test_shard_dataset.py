@@ -114,6 +114,13 @@ def stream_batches(
     return list(loader)
 
 
+def one_rank_batches(entries: list[ShardEntry], epoch: int, start: int) -> list[dict[str, Any]]:
+    """One rank, two loader workers, batch 3: 16 videos make 5 batches, split 3 + 2."""
+    return stream_batches(
+        entries, rank=0, world_size=1, epoch=epoch, workers=2, batch_size=3, start_batches=start
+    )
+
+
 def test_streaming_ranks_get_equal_disjoint_shares_of_the_map_items(data: PreparedData) -> None:
     # 16 videos on 3 ranks, batch 2: 5 per rank rounds down to 2 batches each.
     per_rank = [
@@ -132,17 +139,7 @@ def test_streaming_ranks_get_equal_disjoint_shares_of_the_map_items(data: Prepar
 
 def test_streaming_order_is_a_function_of_seed_and_epoch_and_resumes(data: PreparedData) -> None:
     def order(epoch: int, start: int = 0) -> list[list[int]]:
-        # batch 3: 16 videos make 5 batches, split 3 + 2 over the two loader workers
-        batches = stream_batches(
-            data.train,
-            rank=0,
-            world_size=1,
-            epoch=epoch,
-            workers=2,
-            batch_size=3,
-            start_batches=start,
-        )
-        return [b["index"].tolist() for b in batches]
+        return [b["index"].tolist() for b in one_rank_batches(data.train, epoch, start)]
 
     full = order(5)
     seen = list(itertools.chain.from_iterable(full))
@@ -233,15 +230,15 @@ def test_shuffle_settings_are_checked(data: PreparedData) -> None:
 
 
 # forkserver: the datasets reach the workers pickled, their shared epoch as a memory handle.
-@pytest.mark.parametrize("start", [None, "forkserver"])
-def test_persistent_workers_follow_set_epoch(data: PreparedData, start: str | None) -> None:
+@pytest.mark.parametrize("worker_start", [None, "forkserver"])
+def test_persistent_workers_follow_set_epoch(data: PreparedData, worker_start: str | None) -> None:
     # Workers started once must see each new epoch and resume position, as fresh workers do.
     stream = StreamingShardDataset(data.train, SPEC, batch_size=3, seed=SEED, shuffle_buffer=3)
     map_style = ShardClipDataset(data.train, SPEC, train=True, seed=SEED)
     options: dict[str, Any] = {
         "collate_fn": collate,
         "persistent_workers": True,
-        "multiprocessing_context": start,
+        "multiprocessing_context": worker_start,
     }
     loaders = {
         "stream": DataLoader(stream, batch_size=3, num_workers=2, **options),
@@ -249,15 +246,7 @@ def test_persistent_workers_follow_set_epoch(data: PreparedData, start: str | No
     }
     for epoch, start in ((0, 0), (1, 0), (1, 2), (2, 0)):
         stream.set_epoch(epoch, start_batches=start)
-        fresh = stream_batches(
-            data.train,
-            rank=0,
-            world_size=1,
-            epoch=epoch,
-            workers=2,
-            batch_size=3,
-            start_batches=start,
-        )
+        fresh = one_rank_batches(data.train, epoch, start)
         persistent = list(loaders["stream"])
         assert [b["index"].tolist() for b in persistent] == [b["index"].tolist() for b in fresh]
         assert all(
