@@ -26,6 +26,7 @@ from vidscale.data.dataset import ClipSpec, frame_indices, make_clip
 from vidscale.data.decode import decode_frames, probe
 from vidscale.data.transforms import input_normalization, normalize
 from vidscale.models.registry import build_model
+from vidscale.train.builders import resolve_path
 from vidscale.train.checkpoint import CHECKPOINT_PATTERN, epoch_checkpoints, load_checkpoint
 from vidscale.train.metrics import read_metrics
 
@@ -100,8 +101,7 @@ def class_names(run: Path, cfg: RunConfig) -> list[str]:
     saved = Path(run) / "classes.txt"
     if saved.is_file():
         return read_class_names(saved)
-    listed = Path(cfg.data.classes)
-    path = listed if listed.is_absolute() else Path(cfg.data.root) / listed
+    path = resolve_path(cfg.data.root, cfg.data.classes)
     if not cfg.data.root or not path.is_file():
         raise FileNotFoundError(
             f"no class names: {saved} is missing and the run's class list {path} is not there"

@@ -22,13 +22,18 @@ def gradients(env: DistEnv, hook: str, steps: int) -> tuple[list[torch.Tensor], 
     counter = attach_comm_hook(ddp, CommConfig(hook=hook, powersgd_rank=2, powersgd_start_step=2))
     sent = []
     for step in range(steps):
-        g = torch.Generator().manual_seed(100 * step + env.rank)
-        x = torch.randn(16, 32, generator=g)
-        y = torch.randint(0, 10, (16,), generator=g)
-        ddp.zero_grad()
-        nn.functional.cross_entropy(ddp(x), y).backward()
+        backward_on_random_batch(ddp, env, step, features=32)
         sent.append(counter.take())
     return [p.grad.clone() for p in ddp.parameters()], sent
+
+
+def backward_on_random_batch(ddp: nn.Module, env: DistEnv, step: int, *, features: int) -> None:
+    """One backward pass on 16 random samples, different per step and rank."""
+    g = torch.Generator().manual_seed(100 * step + env.rank)
+    x = torch.randn(16, features, generator=g)
+    y = torch.randint(0, 10, (16,), generator=g)
+    ddp.zero_grad()
+    nn.functional.cross_entropy(ddp(x), y).backward()
 
 
 @pytest.mark.parametrize("hook", ["fp16", "bf16"])
@@ -63,11 +68,7 @@ def many_bucket_steps(env: DistEnv, steps: int) -> list[torch.Tensor]:
     ddp = wrap_ddp(deep_model(), env, bucket_cap_mb=0.01)
     attach_comm_hook(ddp, CommConfig(hook="powersgd", powersgd_rank=2, powersgd_start_step=2))
     for step in range(steps):
-        g = torch.Generator().manual_seed(100 * step + env.rank)
-        x = torch.randn(16, 48, generator=g)
-        y = torch.randint(0, 10, (16,), generator=g)
-        ddp.zero_grad()
-        nn.functional.cross_entropy(ddp(x), y).backward()
+        backward_on_random_batch(ddp, env, step, features=48)
     return [p.grad.clone() for p in ddp.parameters()]
 
 

@@ -121,7 +121,7 @@ def write_bench_video(
 @dataclass(frozen=True)
 class BenchVideoSpec:
     """Videos generated for a data benchmark: `count` scenes of `seconds` at `fps`, `width` x
-    `height`, each scene encoded once per GOP length in `gops`; `seed` picks the scenes."""
+    `height`, each scene encoded once per GOP length in `gops`."""
 
     count: int = 4
     seconds: float = 10.0
@@ -129,16 +129,17 @@ class BenchVideoSpec:
     width: int = 340
     height: int = 256
     gops: tuple[int, ...] = (250, 16)
-    seed: int = 0
 
 
-def make_bench_videos(out: Path, spec: BenchVideoSpec = BenchVideoSpec()) -> dict[str, list[Path]]:
-    """The scenes of `spec`, per GOP length: {"gop250": [...], "gop16": [...]}."""
+def make_bench_videos(
+    out: Path, spec: BenchVideoSpec = BenchVideoSpec(), *, seed: int = 0
+) -> dict[str, list[Path]]:
+    """The scenes of `spec` (picked by `seed`), per GOP length: {"gop250": [...], ...}."""
     sources: dict[str, list[Path]] = {f"gop{g}": [] for g in spec.gops}
     num_frames = round(spec.seconds * spec.fps)
     for k in range(spec.count):
         for gop in spec.gops:
-            rng = np.random.default_rng((spec.seed, k))  # the same scene for every GOP length
+            rng = np.random.default_rng((seed, k))  # the same scene for every GOP length
             frames = scene_frames(rng, num_frames=num_frames, width=spec.width, height=spec.height)
             path = Path(out) / f"gop{gop}" / f"scene_{k:03d}.mp4"
             sources[f"gop{gop}"].append(write_bench_video(path, frames, fps=spec.fps, gop=gop))
@@ -290,8 +291,8 @@ def bench_data(
     """Clips/s and CPU ms per clip of each reading method (module docstring), side by side.
 
     `videos_dir`: benchmark these videos (as they are encoded); otherwise the videos of
-    `generate` are made. Every round reads, for every video and clip
-    kind, one random training clip with every method in rotating order. Shards are prepared from
+    `generate` are made, their scenes picked by `seed`. Every round reads, for every video and
+    clip kind, one random training clip with every method in rotating order. Shards are prepared from
     the first source (short side 256, JPEG `quality`). Returns (and writes to `out_json`) the
     settings and one row per (clip kind, method, source).
     """
@@ -300,7 +301,7 @@ def bench_data(
         if videos_dir is not None:
             sources = {"given": find_videos(Path(videos_dir), limit=max_videos)}
         else:
-            sources = make_bench_videos(work / "videos", generate)
+            sources = make_bench_videos(work / "videos", generate, seed=seed)
         first = next(iter(sources))
         # Probed once per video, as each loader worker caches it.
         metas = {s: [probe(p) for p in paths] for s, paths in sources.items()}

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from vidscale.train.fast_path import device_has_bf16
+from vidscale.train.fast_path import device_has_bf16, set_tf32
 
 DEFAULT_PEAK_SIZE = {"cpu": 2048, "cuda": 8192}
 
@@ -83,16 +83,6 @@ def describe(device: torch.device) -> dict[str, Any]:
     }
 
 
-def set_tf32(enabled: bool) -> None:
-    """Let CUDA float32 matmuls and convolutions use TF32 tensor cores (or not).
-
-    The flags are process-wide, while a benchmark interleaves float32 rows (TF32 off: float32
-    arithmetic) with fast-path rows (the trainer turns TF32 on), so every timed call sets them.
-    """
-    torch.backends.cuda.matmul.allow_tf32 = enabled
-    torch.backends.cudnn.allow_tf32 = enabled
-
-
 def matmul_probe(
     device: torch.device, *, dtype: torch.dtype, size: int, tf32: bool = False
 ) -> tuple[Callable[[], None], int]:
@@ -106,6 +96,8 @@ def matmul_probe(
     out = torch.empty(size, size, device=device, dtype=dtype)
 
     def run() -> None:
+        # TF32 is process-wide while the rows interleave float32 (off) and fast-path (on)
+        # calls, so every timed call sets it.
         set_tf32(tf32)
         torch.mm(a, b, out=out)
 

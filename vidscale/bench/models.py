@@ -53,7 +53,7 @@ from vidscale.models.registry import (
     list_models,
     stage_temporal_resolutions,
 )
-from vidscale.train.fast_path import FastPath, apply_to_model, resolve_fast_path
+from vidscale.train.fast_path import FastPath, apply_to_model, resolve_fast_path, set_tf32
 from vidscale.train.host_memory import set_host_memory_retention
 
 Mode = Literal["fp32", "fast"]
@@ -162,7 +162,7 @@ class _Subject:
         return "bfloat16" if self.fast.bf16 else "tf32" if self.tf32 else "float32"
 
     def _settings(self) -> None:
-        hardware.set_tf32(self.tf32)
+        set_tf32(self.tf32)  # process-wide; the rows interleave TF32 off (fp32) and on (fast)
         if self.fast.device.type == "cpu":
             set_host_memory_retention(self.retain_host_memory)
 

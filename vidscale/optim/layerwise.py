@@ -6,13 +6,14 @@ tensor, its gradient and its group's settings; subclasses implement `_update`.
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 
-class LayerwiseOptimizer(torch.optim.Optimizer):
+class LayerwiseOptimizer(torch.optim.Optimizer, metaclass=abc.ABCMeta):
     """`step()` calls `_update(param, group)` for every parameter that has a gradient."""
 
     @torch.no_grad()
@@ -29,5 +30,6 @@ class LayerwiseOptimizer(torch.optim.Optimizer):
                     self._update(param, group)
         return loss
 
+    @abc.abstractmethod
     def _update(self, param: torch.Tensor, group: dict[str, Any]) -> None:
-        raise NotImplementedError
+        """Update `param` in place from its gradient and its group's settings."""

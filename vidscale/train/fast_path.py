@@ -69,9 +69,14 @@ def resolve_fast_path(
     cl = channels_last == "on" or (channels_last == "auto" and capable)
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True  # fixed clip shapes within a phase
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+        set_tf32(True)
     return FastPath(device, bf16=bf16, channels_last=cl, compile=compile)
+
+
+def set_tf32(enabled: bool) -> None:
+    """Let CUDA float32 matmuls and convolutions use TF32 tensor cores (or not); process-wide."""
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    torch.backends.cudnn.allow_tf32 = enabled
 
 
 def apply_to_model(model: torch.nn.Module, fast: FastPath) -> torch.nn.Module:

@@ -8,8 +8,8 @@ TSM took 100k minor page faults per step at batch 1 and 411k at batch 2, and ran
 than with the faults gone, and it lost more time to them than TSN (whose buffers differ: no
 shifted copy of each block input). Turning `mmap` off for the heap (`M_MMAP_MAX = 0`) and never
 trimming its top (`M_TRIM_THRESHOLD`) keeps those pages mapped and reuses them: faults went to
-zero, and the TSM/TSN step-time ratio went from 1.14 to 1.02 at batch 2 (docs/benchmarks.md). This is what jemalloc and
-tcmalloc do for PyTorch CPU workloads, without preloading a library.
+zero, and the TSM/TSN step-time ratio went from 1.14 to 1.02 at batch 2 (docs/benchmarks.md).
+This is what jemalloc and tcmalloc do for PyTorch CPU workloads, without preloading a library.
 
 The cost is that a process's resident memory stays at its peak instead of shrinking, which is
 what a training process does anyway. Other C libraries (musl, macOS) are left alone.
