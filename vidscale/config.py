@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from vidscale.atomic import atomic_write_text
 from vidscale.data.dataset import ClipSpec
 from vidscale.distributed.comm_hooks import CommConfig
 from vidscale.models.registry import ModelConfig
@@ -71,6 +72,12 @@ class TrainConfig:
     progress: bool = True
     threads: int = 0  # intra-op threads per process on CPU; 0: cores / local world size
     retain_host_memory: bool = True  # CPU fast path: glibc keeps freed memory (no page faults)
+    # A step whose loss or gradient norm is not finite on any rank is skipped on every rank;
+    # more than this many in a row stop the run (divergence, not a stray batch).
+    max_bad_steps: int = 5
+    # Resume under a changed global batch, epochs, LR or schedule: carry progress over as clips
+    # seen instead of refusing (the resumed run is then not the run it would have been).
+    allow_plan_change: bool = False
 
 
 @dataclass
@@ -92,7 +99,8 @@ def to_dict(cfg: Any) -> dict[str, Any]:
 
 
 def save_config(cfg: RunConfig, path: Path) -> None:
-    path.write_text(json.dumps(to_dict(cfg), indent=2, sort_keys=False) + "\n")
+    """Write the config atomically: other ranks and resumed runs read it while it is written."""
+    atomic_write_text(path, json.dumps(to_dict(cfg), indent=2, sort_keys=False) + "\n")
 
 
 def load_config(path: Path) -> RunConfig:
@@ -225,6 +233,7 @@ def validate(cfg: RunConfig) -> None:
         (cfg.train.keep_checkpoints >= 1, "train.keep_checkpoints must be >= 1"),
         (cfg.train.checkpoint_every_steps >= 0, "train.checkpoint_every_steps must be >= 0"),
         (cfg.train.threads >= 0, "train.threads must be >= 0"),
+        (cfg.train.max_bad_steps >= 0, "train.max_bad_steps must be >= 0"),
         (cfg.model.num_classes >= 0, "model.num_classes must be >= 0 (0: from the class list)"),
         (0.0 <= cfg.model.dropout < 1.0, "model.dropout must be in [0, 1)"),
     ]

@@ -46,6 +46,7 @@ class OptimConfig:
     larc_clip: bool = False
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-8
+    clip_grad_norm: float = 0.0  # > 0: scale gradients to at most this global L2 norm
 
     def validate(self) -> None:
         """Raise ValueError naming the first field whose value cannot work."""
@@ -56,6 +57,7 @@ class OptimConfig:
             (not self.nesterov or self.momentum > 0, "nesterov needs momentum > 0"),
             (_finite_at_least(self.weight_decay, 0.0), "weight_decay must be >= 0"),
             (self.accumulate >= 1, "accumulate must be >= 1"),
+            (_finite_at_least(self.clip_grad_norm, 0.0), "clip_grad_norm must be >= 0 (0: off)"),
             (self.simulate_world_size >= 0, "simulate_world_size must be >= 0 (0: off)"),
             (math.isfinite(self.eta) and self.eta > 0, "eta must be > 0"),
             (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -161,6 +162,14 @@ def worker_context(cfg: RunConfig) -> BaseContext | None:
     return context
 
 
+def ignore_stop_signals(worker_id: int) -> None:
+    """Loader workers leave SIGTERM / SIGINT / SIGUSR1 to the training process, which
+    checkpoints and then ends them: SLURM and Ctrl-C signal every process of the job, and a
+    worker dying first would fail the step that is needed to reach the checkpoint."""
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+        signal.signal(sig, signal.SIG_IGN)
+
+
 def build_train_data(
     cfg: RunConfig, env: DistEnv, items: list[Any], *, accumulate: int
 ) -> TrainData:
@@ -177,6 +186,7 @@ def build_train_data(
         "persistent_workers": cfg.data.workers > 0,
         "multiprocessing_context": worker_context(cfg),
         "prefetch_factor": 4 if cfg.data.workers > 0 else None,
+        "worker_init_fn": ignore_stop_signals,
     }
     if cfg.data.source == "stream":
         stream = StreamingShardDataset(
@@ -218,4 +228,5 @@ def build_eval_loader(cfg: RunConfig, env: DistEnv, items: list[Any]) -> DataLoa
         drop_last=False,
         persistent_workers=cfg.data.workers > 0,
         multiprocessing_context=worker_context(cfg),
+        worker_init_fn=ignore_stop_signals,
     )

@@ -1,38 +1,30 @@
-"""Atomic checkpoints that load with `weights_only=True`.
+"""Atomic checkpoints that load with `weights_only=True`, and finding the one to resume from.
 
-A checkpoint is written to a temporary file in the same directory, flushed to disk, then renamed
-over the target, so a crash never leaves a truncated `last.pt`. Everything that training state
-depends on is in it: model, optimizer, epoch, optimizer step, step inside the epoch, and the
-counters that the summary reports. Randomness is a pure function of (seed, rank, step), so no RNG
-state needs saving for an exact resume.
+A checkpoint is written to a temporary file in the same directory, fsynced, renamed over the
+target and the directory fsynced (`vidscale.atomic`), so a crash never leaves a truncated
+`last.pt`. Everything that training state depends on is in it: model, optimizer, progress, the
+epoch's running totals, the per-rank counters and the plan the run was made with. Randomness is a
+pure function of (seed, rank, step), so no RNG state needs saving for an exact resume.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from vidscale.atomic import atomic_write, fsync_dir
+
 CHECKPOINT_PATTERN = re.compile(r"epoch_(\d+)\.pt$")
+LAST = "last.pt"
 
 
 def save_checkpoint(state: dict[str, Any], path: Path) -> None:
     """Write `state` to `path` atomically (same-directory temp file + fsync + rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, lambda f: torch.save(state, f))
 
 
 def load_checkpoint(path: Path, *, map_location: str | torch.device = "cpu") -> dict[str, Any]:
@@ -51,7 +43,51 @@ def epoch_checkpoints(run_dir: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
-def prune_checkpoints(run_dir: Path, *, keep: int) -> None:
-    """Keep the newest `keep` epoch checkpoints (the paper reports the mean over the last 5)."""
-    for p in epoch_checkpoints(run_dir)[:-keep]:
+def prune_checkpoints(run_dir: Path, *, keep: int, newest: int | None = None) -> list[Path]:
+    """Keep the newest `keep` epoch checkpoints (the paper reports the mean over the last 5).
+
+    `newest` is the epoch just written: it is never deleted, and checkpoints of later epochs
+    (left by an abandoned attempt that got further, e.g. before a fallback from a damaged
+    `last.pt`) are deleted, so `vidscale eval --last N` scores this run's history only.
+    """
+    ckpts = epoch_checkpoints(run_dir)
+    numbered = [(int(CHECKPOINT_PATTERN.search(p.name).group(1)), p) for p in ckpts]  # type: ignore[union-attr]
+    stale = [p for e, p in numbered if newest is not None and e > newest]
+    current = [p for e, p in numbered if newest is None or e <= newest]
+    doomed = stale + current[: max(len(current) - keep, 0)]
+    for p in doomed:
         p.unlink(missing_ok=True)
+    if doomed:
+        fsync_dir(run_dir / "checkpoints")
+    return doomed
+
+
+@dataclass(frozen=True)
+class Search:
+    """The checkpoint a run resumes from (loaded; `None` if none loads) and the damaged ones."""
+
+    path: Path | None
+    state: dict[str, Any] | None
+    unreadable: list[tuple[Path, str]]
+
+
+def newest_loadable(run_dir: Path) -> Search:
+    """The newest checkpoint of `run_dir` that loads: `last.pt`, else the latest `epoch_*.pt`.
+
+    Damaged files (truncated, zeroed, not a checkpoint) are passed over and listed with their
+    reason, for the caller to report. Loads to the CPU: the caller moves tensors.
+    """
+    ckpt_dir = run_dir / "checkpoints"
+    candidates = [ckpt_dir / LAST, *reversed(epoch_checkpoints(run_dir))]
+    unreadable: list[tuple[Path, str]] = []
+    for path in candidates:  # newest first: last.pt is written after every epoch file
+        if not path.is_file():
+            continue
+        try:
+            state = load_checkpoint(path)
+            int(state["progress"]["step"])
+        except Exception as err:  # any damage, or a file of another format
+            unreadable.append((path, f"{type(err).__name__}: {err}".splitlines()[0][:200]))
+            continue
+        return Search(path, state, unreadable)
+    return Search(None, None, unreadable)

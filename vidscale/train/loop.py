@@ -4,11 +4,16 @@ Synchronous data-parallel SGD (TSM paper §4): every optimizer step all-reduces 
 all ranks (DDP's ring all-reduce); `optim.accumulate = K` runs K micro-batches per step with the
 all-reduce only on the last, simulating a K-times larger cluster. LR follows the large-batch recipe
 (linear scaling, warmup, cosine) as a pure function of the optimizer step, so resume is exact.
+
+A run survives (`resilience`, `resume`): it continues from its newest loadable checkpoint when
+started again, checkpoints and exits on SIGTERM / SIGINT / SIGUSR1 at the next step, and skips
+steps whose loss or gradient is not finite on any rank.
 """
 
 from __future__ import annotations
 
-import json
+import math
+import signal
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -18,27 +23,48 @@ from typing import Any
 import torch
 from torch import nn
 
-from vidscale.config import RunConfig, save_config, validate
+from vidscale.atomic import atomic_write_text, remove_stale_tmp
+from vidscale.config import ConfigError, RunConfig, save_config, validate
 from vidscale.distributed.collectives import all_gather_object, all_reduce_max, broadcast_buffers
 from vidscale.distributed.comm_hooks import attach_comm_hook
 from vidscale.distributed.ddp import gradient_sync, unwrap, wrap_ddp
 from vidscale.distributed.env import DistEnv, init_distributed
 from vidscale.optim.factory import build_optimizer
 from vidscale.train import builders
-from vidscale.train.checkpoint import load_checkpoint, prune_checkpoints, save_checkpoint
+from vidscale.train.checkpoint import (
+    LAST,
+    newest_loadable,
+    prune_checkpoints,
+    save_checkpoint,
+)
 from vidscale.train.evaluate import EvalResult, evaluate, topk_hits
 from vidscale.train.host_memory import retain_freed_host_memory
-from vidscale.train.metrics import MetricsLog, plot_run, progress, read_metrics
-from vidscale.train.plan import make_plan, step_lr
-from vidscale.train.summary import RunCounters, write_summary
+from vidscale.train.metrics import MetricsLog, plot_run, progress, read_metrics, truncate_metrics
+from vidscale.train.plan import step_lr
+from vidscale.train.resilience import (
+    BatchNormSnapshot,
+    Diverged,
+    DivergenceGuard,
+    Preempted,
+    StepAgreement,
+    StopSignals,
+    agree_step,
+    any_rank,
+    gradient_norm,
+    weights_finite,
+)
+from vidscale.train.resume import ResumeMode, Start, check_directory, checkpoint_record, plan_start
+from vidscale.train.summary import EpochTotals, RunCounters, write_summary
 
 
 @dataclass
 class StepResult:
-    loss: float
+    loss: float  # this rank's mean micro-batch loss
     hits: int
     count: int
     wait_s: float
+    grad_norm: float = 0.0
+    agreed: StepAgreement | None = None  # over all ranks; set once the step is decided
     skipped: list[tuple[str, str]] = field(default_factory=list)
 
 
@@ -57,8 +83,15 @@ def train_step(
     prepare: Callable[[torch.Tensor], torch.Tensor],
     autocast: Callable[[], Any],
     device: torch.device,
+    clip_grad_norm: float = 0.0,
+    stop: bool = False,
+    world_size: int = 1,
 ) -> StepResult:
-    """One optimizer step over `accumulate` micro-batches; the all-reduce runs on the last."""
+    """One optimizer step over `accumulate` micro-batches; the all-reduce runs on the last.
+
+    The update is applied only if every rank's loss and the gradient norm are finite (agreed in
+    one small all-reduce that also carries the step's metrics and any rank's stop request).
+    """
     for group in optimizer.param_groups:
         group["lr"] = lr
     result = StepResult(loss=0.0, hits=0, count=0, wait_s=0.0)
@@ -77,7 +110,19 @@ def train_step(
         result.hits += int(topk_hits(logits.detach(), labels, 1))
         result.count += labels.numel()
         result.skipped.extend(batch["skipped"])
-    optimizer.step()
+    result.grad_norm = gradient_norm(model, max_norm=clip_grad_norm)
+    finite = math.isfinite(result.loss) and math.isfinite(result.grad_norm)
+    result.agreed = agree_step(
+        loss=result.loss,
+        hits=result.hits,
+        clips=result.count,
+        finite=finite,
+        stop=stop,
+        world_size=world_size,
+        device=device,
+    )
+    if result.agreed.finite:
+        optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return result
 
@@ -85,11 +130,20 @@ def train_step(
 class Trainer:
     """Holds the built pieces of one run and runs its epochs."""
 
-    def __init__(self, cfg: RunConfig, run_dir: Path, env: DistEnv, *, resume: bool) -> None:
+    def __init__(
+        self,
+        cfg: RunConfig,
+        run_dir: Path,
+        env: DistEnv,
+        *,
+        resume: ResumeMode = "auto",
+        signals: StopSignals | None = None,
+    ) -> None:
         validate(cfg)
         splits = builders.load_splits(cfg)
         cfg = builders.resolve_num_classes(cfg, splits.classes)
         self.cfg, self.run_dir, self.env, self.splits = cfg, run_dir, env, splits
+        self.signals = signals or StopSignals()
         builders.set_threads(cfg, env)
         self.fast = builders.fast_path(cfg, env)
         # Before the model and the loader workers allocate (see `host_memory`: CPU steps
@@ -107,7 +161,9 @@ class Trainer:
         self.optimizer = build_optimizer(self.model, cfg.optim, lr=0.0)
         self.ddp_model = wrap_ddp(self.model, env, bucket_cap_mb=cfg.comm.bucket_cap_mb)
         self.comm_bytes = attach_comm_hook(self.ddp_model, cfg.comm)
-        self.plan = make_plan(cfg, world_size=env.world_size, train_size=len(splits.train))
+        self.resumed_from: Path | None = None
+        start, state = self._find_start(resume)
+        self.plan, self.progress = start.plan, start.progress
         self.train_data = builders.build_train_data(
             cfg, env, splits.train, accumulate=self.plan.accumulate
         )
@@ -115,142 +171,233 @@ class Trainer:
         self.prepare = builders.input_preparer(cfg, env)
         self.autocast = self.fast.autocast()
         self.counters = RunCounters()
-        self.epoch, self.step, self.step_in_epoch = 0, 0, 0
-        if env.is_main:
-            run_dir.mkdir(parents=True, exist_ok=True)
-            save_config(cfg, run_dir / "config.json")
-            # The class names travel with the run, so predict/export need no dataset.
-            (run_dir / "classes.txt").write_text("\n".join(splits.classes) + "\n")
-            print(f"vidscale: {env.world_size} process(es), {self.fast.describe()}", flush=True)
-        if resume:
-            self._restore()
-        self.log = MetricsLog(run_dir, enabled=env.is_main)
+        self.totals = EpochTotals()
+        self.guard = DivergenceGuard(cfg.train.max_bad_steps)
+        self.bn_snapshot = BatchNormSnapshot(self.model)
+        self.last_good = "none yet"
+        if state is not None:
+            self._load(state, exact=start.exact)
+        self._prepare_run_dir(start, resumed=state is not None)
+        self.log = MetricsLog(
+            run_dir, enabled=env.is_main, resumed_at=self.progress.step if state else None
+        )
+        self._mark = time.perf_counter()
 
-    # -- checkpoints -------------------------------------------------------------------------
-    def _state(self) -> dict[str, Any]:
+    # -- start and checkpoints ---------------------------------------------------------------
+    def _find_start(self, mode: ResumeMode) -> tuple[Start, dict[str, Any] | None]:
+        """The newest loadable checkpoint (every rank searches the same shared directory and
+        the ranks check that they agree) and the plan to continue it under."""
+        search = newest_loadable(self.run_dir)
+        check_directory(self.run_dir, mode=mode, has_checkpoint=search.path is not None)
+        seen = all_gather_object(str(search.path))
+        if len(set(seen)) > 1:
+            raise ConfigError(f"ranks see different checkpoints in {self.run_dir}: {seen}")
+        if self.env.is_main:
+            for bad, reason in search.unreadable:
+                instead = f"resuming from {search.path}" if search.path else "starting afresh"
+                print(f"vidscale: warning: {bad} is unreadable ({reason}); {instead}", flush=True)
+        start = plan_start(
+            self.cfg,
+            search.state,
+            world_size=self.env.world_size,
+            train_size=len(self.splits.train),
+            source=str(search.path),
+        )
+        if search.path is not None:
+            self.resumed_from = search.path
+        return start, search.state
+
+    def _load(self, state: dict[str, Any], *, exact: bool) -> None:
+        try:
+            unwrap(self.model).load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+        except (RuntimeError, ValueError, KeyError) as err:
+            first = str(err).strip().splitlines()[0]
+            raise ConfigError(
+                f"--resume: {self.resumed_from} does not fit this run: {first}"
+            ) from None
+        env = self.env
+        self.counters = RunCounters.restored(
+            state["rank_counters"], rank=env.rank, world_size=env.world_size
+        )
+        if exact:  # a carried-over plan starts its epoch afresh
+            self.totals = EpochTotals(**state["epoch_totals"])
+            self.guard.consecutive = int(state["bad_steps_in_a_row"])
+        self.last_good = f"{self.resumed_from} (step {state['progress']['step']})"
+
+    def _prepare_run_dir(self, start: Start, *, resumed: bool) -> None:
+        """Rank 0: config, class names, stale temporary files, the log trimmed to the start."""
+        if not self.env.is_main:
+            return
+        run_dir, p = self.run_dir, self.progress
+        run_dir.mkdir(parents=True, exist_ok=True)
+        for stale in remove_stale_tmp(run_dir / "checkpoints") + remove_stale_tmp(run_dir):
+            print(f"vidscale: removed {stale} (left by an interrupted write)", flush=True)
+        save_config(self.cfg, run_dir / "config.json")
+        # The class names travel with the run, so predict/export need no dataset.
+        atomic_write_text(run_dir / "classes.txt", "\n".join(self.splits.classes) + "\n")
+        bad = truncate_metrics(run_dir / "metrics.jsonl", step=p.step, epochs_done=p.epoch)
+        if bad:
+            print(f"vidscale: metrics.jsonl: dropped unreadable line(s) {bad}", flush=True)
+        print(f"vidscale: {self.env.world_size} process(es), {self.fast.describe()}", flush=True)
+        for note in start.notes:
+            print(f"vidscale: {note}", flush=True)
+        if resumed:
+            where = f"epoch {p.epoch + 1}, step {p.step}/{self.plan.total_steps}"
+            if p.epoch >= self.cfg.train.epochs:
+                where = f"all {self.cfg.train.epochs} epochs done"
+            print(f"vidscale: resuming {run_dir} from {self.resumed_from} ({where})", flush=True)
+
+    def _state(self, rank_counters: list[dict[str, Any]]) -> dict[str, Any]:
         return {
             "model": unwrap(self.model).state_dict(),
             "optimizer": self.optimizer.state_dict(),
-            "epoch": self.epoch,
-            "step": self.step,
-            "step_in_epoch": self.step_in_epoch,
-            "counters": self.counters.as_dict(),
+            "progress": self.progress.as_dict(),
+            "epoch_totals": self.totals.as_dict(),
+            "bad_steps_in_a_row": self.guard.consecutive,
+            "rank_counters": rank_counters,
+            **checkpoint_record(self.cfg, self.plan),
             "model_name": self.cfg.model.name,
             "num_classes": self.cfg.model.num_classes,
         }
 
     def save(self, *, epoch_end: bool) -> None:
+        """Checkpoint (a collective: every rank calls it; rank 0 writes). Weights that are not
+        finite are never written: the last good checkpoint must survive rotation."""
+        step = self.progress.step
+        if not weights_finite(self.model, device=self.env.device):
+            raise Diverged(f"weights not finite at step {step}; last good: {self.last_good}")
+        self._tick()
+        rank_counters = all_gather_object(self.counters.as_dict())
         if not self.env.is_main:
             return
-        state = self._state()
+        state = self._state(rank_counters)
         ckpt_dir = self.run_dir / "checkpoints"
         if epoch_end:
-            save_checkpoint(state, ckpt_dir / f"epoch_{self.epoch:04d}.pt")
-            prune_checkpoints(self.run_dir, keep=self.cfg.train.keep_checkpoints)
-        save_checkpoint(state, ckpt_dir / "last.pt")
+            save_checkpoint(state, ckpt_dir / f"epoch_{self.progress.epoch:04d}.pt")
+            prune_checkpoints(
+                self.run_dir, keep=self.cfg.train.keep_checkpoints, newest=self.progress.epoch
+            )
+        save_checkpoint(state, ckpt_dir / LAST)
+        self.last_good = f"{ckpt_dir / LAST} (step {step})"
 
-    def _restore(self) -> None:
-        path = self.run_dir / "checkpoints" / "last.pt"
-        if not path.exists():
-            raise FileNotFoundError(f"--resume: no checkpoint at {path}")
-        state = load_checkpoint(path, map_location=self.env.device)
-        unwrap(self.model).load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.epoch, self.step = int(state["epoch"]), int(state["step"])
-        self.step_in_epoch = int(state["step_in_epoch"])
-        self.counters = RunCounters.from_dict(state["counters"])
-        if self.env.is_main:  # drop log lines written after the checkpoint
-            kept = [
-                r for r in read_metrics(self.run_dir / "metrics.jsonl") if r["step"] <= self.step
-            ]
-            (self.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
+    def _tick(self) -> None:
+        now = time.perf_counter()
+        self.counters.wall_seconds += now - self._mark
+        self._mark = now
+
+    def _stop(self) -> None:
+        """Checkpoint where the run is and raise `Preempted` (after the agreement said so)."""
+        self.save(epoch_end=False)
+        got = self.signals.received
+        why = signal.Signals(got).name if got is not None else "a stop signal on another rank"
+        raise Preempted(
+            f"stopped by {why} at step {self.progress.step}; checkpoint "
+            f"{self.run_dir / 'checkpoints' / LAST}; the same command continues the run"
+        )
 
     # -- epochs ------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
-        mark = time.perf_counter()
-        while self.epoch < self.cfg.train.epochs:
+        while self.progress.epoch < self.cfg.train.epochs:
             train_stats = self.train_epoch()
             val = None
-            if (self.epoch + 1) % self.cfg.train.eval_every == 0 or (
-                self.epoch + 1 == self.cfg.train.epochs
+            if (self.progress.epoch + 1) % self.cfg.train.eval_every == 0 or (
+                self.progress.epoch + 1 == self.cfg.train.epochs
             ):
                 val = self.validate()
             self.log_epoch(train_stats, val)
-            self.epoch += 1
-            self.step_in_epoch = 0
-            now = time.perf_counter()
-            self.counters.wall_seconds += now - mark
-            mark = now
+            self.progress.epoch += 1
+            self.progress.step_in_epoch = 0
+            self.totals = EpochTotals()
             self.save(epoch_end=True)
+            if any_rank(self.signals.requested, device=self.env.device):
+                self._stop()  # a signal during evaluation: the epoch is saved, stop here
         return self.finish()
 
     def train_epoch(self) -> dict[str, float]:
-        cfg, plan = self.cfg, self.plan
-        self.train_data.set_epoch(self.epoch, step_in_epoch=self.step_in_epoch)
+        cfg, plan, p = self.cfg, self.plan, self.progress
+        self.train_data.set_epoch(p.epoch, step_in_epoch=p.step_in_epoch)
         batches = iter(self.train_data.loader)
         self.ddp_model.train()
-        sums = {"loss": 0.0, "hits": 0, "count": 0, "wait": 0.0, "time": 0.0}
         bar = progress(
             plan.steps_per_epoch,
             enabled=self.env.is_main and cfg.train.progress,
-            desc=f"epoch {self.epoch + 1}/{cfg.train.epochs}",
-            initial=self.step_in_epoch,
+            desc=f"epoch {p.epoch + 1}/{cfg.train.epochs}",
+            initial=p.step_in_epoch,
         )
-        epoch_start = time.perf_counter()
-        while self.step_in_epoch < plan.steps_per_epoch:
-            t0 = time.perf_counter()
-            lr = step_lr(plan, cfg, self.step)
-            seed_step(cfg, self.env, self.step)
-            result = train_step(
-                self.ddp_model,
-                self.optimizer,
-                batches,
-                accumulate=plan.accumulate,
-                lr=lr,
-                prepare=self.prepare,
-                autocast=self.autocast,
-                device=self.env.device,
-            )
-            dt = time.perf_counter() - t0
-            self.step += 1
-            self.step_in_epoch += 1
-            self.counters.add_step(result, seconds=dt, global_batch=plan.global_batch)
-            for key, value in (("loss", result.loss), ("hits", result.hits)):
-                sums[key] += value
-            sums["count"] += result.count
-            sums["wait"] += result.wait_s
-            sums["time"] += dt
+        while p.step_in_epoch < plan.steps_per_epoch:
+            agreed = self.step(batches)
             bar.update(1)
-            bar.set_postfix(
-                loss=f"{result.loss:.3f}",
-                lr=f"{lr:.3g}",
-                clips_s=f"{plan.global_batch / dt:.1f}",
-            )
-            sent = self.comm_bytes.take()
-            self.counters.allreduce_bytes += sent
-            if self.step % cfg.train.log_every == 0:
-                self.log.write(
-                    "train",
-                    step=self.step,
-                    loss=result.loss,
-                    lr=lr,
-                    epoch=self.epoch,
-                    allreduce_bytes=sent,
-                    clips_per_second=plan.global_batch / dt,
-                )
-            if cfg.train.checkpoint_every_steps and (
-                self.step % cfg.train.checkpoint_every_steps == 0
-            ):
+            bar.set_postfix(loss=f"{agreed.loss:.3f}")
+            if agreed.stop:
+                bar.close()
+                self._stop()
+            every = cfg.train.checkpoint_every_steps
+            if every and p.step % every == 0:
                 self.save(epoch_end=False)
         bar.close()
         del batches
-        steps = max(plan.steps_per_epoch, 1)
-        return {
-            "train_loss": sums["loss"] / steps,
-            "train_top1": 100.0 * sums["hits"] / max(sums["count"], 1),
-            "epoch_seconds": time.perf_counter() - epoch_start,
-            "data_wait_fraction": sums["wait"] / max(sums["time"], 1e-9),
-        }
+        return self.totals.stats()
+
+    def step(self, batches: Iterator[dict[str, Any]]) -> StepAgreement:
+        """One optimizer step with its bookkeeping: skip it everywhere if it was not finite."""
+        cfg, plan, p = self.cfg, self.plan, self.progress
+        t0 = time.perf_counter()
+        lr = step_lr(plan, cfg, p.step)
+        seed_step(cfg, self.env, p.step)
+        self.bn_snapshot.take()
+        result = train_step(
+            self.ddp_model,
+            self.optimizer,
+            batches,
+            accumulate=plan.accumulate,
+            lr=lr,
+            prepare=self.prepare,
+            autocast=self.autocast,
+            device=self.env.device,
+            clip_grad_norm=cfg.optim.clip_grad_norm,
+            stop=self.signals.requested,
+            world_size=self.env.world_size,
+        )
+        dt = time.perf_counter() - t0
+        agreed = result.agreed
+        assert agreed is not None
+        p.step += 1
+        p.step_in_epoch += 1
+        if not agreed.finite:
+            self._skip_bad_step(result)
+        self.guard.record(step=p.step, finite=agreed.finite, last_good=self.last_good)
+        self.totals.add(
+            loss=agreed.loss,
+            hits=agreed.hits,
+            clips=agreed.clips,
+            finite=agreed.finite,
+            wait=result.wait_s,
+            seconds=dt,
+        )
+        self.counters.add_step(result, seconds=dt, global_batch=plan.global_batch)
+        sent = self.comm_bytes.take()
+        self.counters.allreduce_bytes += sent
+        if p.step % cfg.train.log_every == 0 and agreed.finite:
+            self.log.write(
+                "train",
+                step=p.step,
+                loss=agreed.loss,
+                lr=lr,
+                epoch=p.epoch,
+                grad_norm=result.grad_norm,
+                allreduce_bytes=sent,
+                clips_per_second=plan.global_batch / dt,
+            )
+        return agreed
+
+    def _skip_bad_step(self, result: StepResult) -> None:
+        self.bn_snapshot.restore()  # the skipped forward passes must not count either
+        step = self.progress.step
+        self.counters.bad_steps.append(step)
+        self.log.write("bad_step", step=step, epoch=self.progress.epoch, loss=result.loss)
+        if self.env.is_main:
+            print(f"vidscale: step {step}: loss or gradient not finite; skipped", flush=True)
 
     def validate(self) -> EvalResult:
         # Ranks' BN statistics drift apart under DDP: evaluate (and save) rank 0's.
@@ -268,16 +415,16 @@ class Trainer:
     def log_epoch(self, train_stats: dict[str, float], val: EvalResult | None) -> None:
         wait = all_reduce_max(train_stats["data_wait_fraction"])
         values: dict[str, Any] = {**train_stats, "data_wait_fraction": wait}
-        values["epoch"] = self.epoch + 1
-        values["lr"] = step_lr(self.plan, self.cfg, self.step)
+        values["epoch"] = self.progress.epoch + 1
+        values["lr"] = step_lr(self.plan, self.cfg, self.progress.step)
         if val is not None:
             values.update(val_top1=val.top1, val_top5=val.top5, val_loss=val.loss)
             values["val_count"] = val.count
             self.counters.add_val(val.top1)
-        self.log.write("epoch", step=self.step, **values)
+        self.log.write("epoch", step=self.progress.step, **values)
         if self.env.is_main:
             msg = (
-                f"epoch {self.epoch + 1}/{self.cfg.train.epochs}: "
+                f"epoch {self.progress.epoch + 1}/{self.cfg.train.epochs}: "
                 f"train loss {train_stats['train_loss']:.4f} top1 {train_stats['train_top1']:.1f}"
             )
             if val is not None:
@@ -313,11 +460,18 @@ class Trainer:
         del self.train_data, self.val_loader
 
 
-def train(cfg: RunConfig, *, run_dir: Path, resume: bool = False) -> dict[str, Any]:
-    """Train (and evaluate every epoch) as one process or one rank of a torchrun job."""
+def train(cfg: RunConfig, *, run_dir: Path, resume: ResumeMode = "auto") -> dict[str, Any]:
+    """Train (and evaluate every epoch) as one process or one rank of a torchrun job.
+
+    Continues the run in `run_dir` if it has a checkpoint (`resume`, see `train.resume`).
+    Raises `Preempted` after checkpointing on a stop signal, `Diverged` when steps stay
+    non-finite.
+    """
     env = init_distributed(cfg.train.device)
-    trainer = Trainer(replace(cfg), run_dir, env, resume=resume)
-    try:
-        return trainer.run()
-    finally:
-        trainer.stop_loader_workers()
+    signals = StopSignals()
+    with signals.installed():
+        trainer = Trainer(replace(cfg), run_dir, env, resume=resume, signals=signals)
+        try:
+            return trainer.run()
+        finally:
+            trainer.stop_loader_workers()

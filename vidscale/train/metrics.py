@@ -12,6 +12,8 @@ from typing import Any
 
 from tqdm import tqdm
 
+from vidscale.atomic import atomic_write_text
+
 # tqdm's monitor thread starts and exits with the bars; a thread exiting while a DataLoader forks
 # its workers can leave the child deadlocked (CPython 3.11), and the monitor only tunes how
 # often slow bars redraw.
@@ -24,14 +26,17 @@ class MetricsLog:
     Only rank 0 writes; other ranks hold a disabled log so call sites need no rank checks.
     """
 
-    def __init__(self, run_dir: Path, *, enabled: bool) -> None:
+    def __init__(self, run_dir: Path, *, enabled: bool, resumed_at: int | None = None) -> None:
+        """`resumed_at`: the optimizer step a resumed run continues from; TensorBoard hides the
+        events a previous attempt wrote after it (they are written again)."""
         self.enabled = enabled
         self.path = run_dir / "metrics.jsonl"
         self._tb: Any = None
         if enabled:
             from torch.utils.tensorboard import SummaryWriter  # heavy import: rank 0 only
 
-            self._tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+            purge = resumed_at + 1 if resumed_at is not None else None
+            self._tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"), purge_step=purge)
 
     def write(self, kind: str, *, step: int, **values: Any) -> None:
         if not self.enabled:
@@ -51,9 +56,49 @@ class MetricsLog:
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The records of a `metrics.jsonl`; a line a killed write left incomplete is skipped."""
+    return read_metrics_checked(path)[0]
+
+
+def read_metrics_checked(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
+    """The records, and the numbers of the lines that do not parse (a killed write truncates
+    the last line; nothing else writes this file)."""
     if not path.exists():
+        return [], []
+    records, bad = [], []
+    for number, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            bad.append(number)
+            continue
+        if isinstance(record, dict) and "kind" in record and "step" in record:
+            records.append(record)
+        else:
+            bad.append(number)
+    return records, bad
+
+
+def truncate_metrics(path: Path, *, step: int, epochs_done: int) -> list[int]:
+    """Keep the records a resumed run will not write again; return the unparsable lines dropped.
+
+    A run resumed from a checkpoint at optimizer `step` after `epochs_done` complete epochs
+    writes every later record again: train records past `step` and epoch records past
+    `epochs_done` (an epoch's record can precede its checkpoint) are removed, so each step is in
+    the file once. The file is replaced atomically.
+    """
+    records, bad = read_metrics_checked(path)
+    if not records and not bad:
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    kept = [
+        r
+        for r in records
+        if r["step"] <= step and (r["kind"] != "epoch" or r.get("epoch", 0) <= epochs_done)
+    ]
+    atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
+    return bad
 
 
 def progress(total: int, *, enabled: bool, desc: str, initial: int = 0) -> tqdm:

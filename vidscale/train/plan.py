@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from vidscale.config import ConfigError, RunConfig
 from vidscale.optim.factory import effective_accumulate
@@ -17,16 +18,44 @@ class Plan:
     total_steps: int
     warmup_steps: int
     base_lr: float  # the peak: lr_per_8_clips x global_batch / 8
+    world_size: int = 1
+    micro_batch: int = 1  # clips per process per micro-batch
+    train_size: int = 0  # training videos
+
+    def record(self) -> dict[str, Any]:
+        """Plain values for a checkpoint (`weights_only` loads them)."""
+        return asdict(self)
 
 
-def make_plan(cfg: RunConfig, *, world_size: int, train_size: int) -> Plan:
-    micro = cfg.data.batch_size
+def requested_global_batch(cfg: RunConfig, *, world_size: int) -> int:
+    """The global batch `cfg` asks for on `world_size` processes."""
     try:
         accumulate = effective_accumulate(cfg.optim, world_size=world_size)
     except ValueError as err:
         raise ConfigError(f"optim.{err}") from err
-    global_batch = micro * world_size * accumulate
-    steps_per_epoch = (train_size // world_size) // (micro * accumulate)
+    return cfg.data.batch_size * world_size * accumulate
+
+
+def make_plan(
+    cfg: RunConfig, *, world_size: int, train_size: int, global_batch: int | None = None
+) -> Plan:
+    """The run's sizes on `world_size` processes.
+
+    `global_batch` (a resumed run's) is kept whatever the process count: accumulation adapts,
+    and a process count that cannot divide it is refused. Steps per epoch are
+    `train_size // global_batch` on any process count (floor(floor(n/W)/(b*a)) = floor(n/(W*b*a))).
+    """
+    micro = cfg.data.batch_size
+    if global_batch is None:
+        global_batch = requested_global_batch(cfg, world_size=world_size)
+    if global_batch % (micro * world_size):
+        raise ConfigError(
+            f"global batch {global_batch} cannot be kept on {world_size} process(es) with "
+            f"data.batch_size={micro}: {global_batch} is not a multiple of {micro} x "
+            f"{world_size} (choose a data.batch_size that divides {global_batch // world_size})"
+        )
+    accumulate = global_batch // (micro * world_size)
+    steps_per_epoch = train_size // global_batch
     if steps_per_epoch < 1:
         raise ConfigError(
             f"{train_size} training videos cannot fill one step of global batch {global_batch} "
@@ -35,7 +64,17 @@ def make_plan(cfg: RunConfig, *, world_size: int, train_size: int) -> Plan:
     total = steps_per_epoch * cfg.train.epochs
     warmup = round(cfg.lr.warmup_epochs * steps_per_epoch)
     base_lr = scaled_lr(cfg.optim.lr_per_8_clips, global_batch)
-    return Plan(global_batch, accumulate, steps_per_epoch, total, warmup, base_lr)
+    return Plan(
+        global_batch,
+        accumulate,
+        steps_per_epoch,
+        total,
+        warmup,
+        base_lr,
+        world_size=world_size,
+        micro_batch=micro,
+        train_size=train_size,
+    )
 
 
 def step_lr(plan: Plan, cfg: RunConfig, step: int) -> float:

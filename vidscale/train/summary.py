@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
+
+from vidscale.atomic import atomic_write_text
 
 
 class _Step(Protocol):
@@ -23,6 +25,7 @@ class RunCounters:
     allreduce_bytes: int = 0  # gradient bytes this rank sent into all-reduces
     val_history: list[float] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # path -> first reason seen
+    bad_steps: list[int] = field(default_factory=list)  # non-finite steps, skipped on every rank
 
     def add_step(self, result: _Step, *, seconds: float, global_batch: int) -> None:
         self.steps += 1
@@ -44,6 +47,18 @@ class RunCounters:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunCounters:
         return cls(**data)
+
+    @classmethod
+    def restored(cls, saved: list[dict[str, Any]], *, rank: int, world_size: int) -> RunCounters:
+        """This rank's counters from a checkpoint's per-rank list. On another process count,
+        rank 0 continues rank 0's (with every rank's skipped inputs) and the others start at
+        zero: per-rank timings of a different layout would mean nothing."""
+        if len(saved) == world_size:
+            return cls.from_dict(saved[rank])
+        if rank != 0:
+            return cls()
+        merged = cls.merge(saved)
+        return replace(merged.main, skipped=merged.skipped)
 
     @classmethod
     def merge(cls, per_rank: list[dict[str, Any]]) -> MergedCounters:
@@ -91,9 +106,43 @@ class MergedCounters:
             "data_wait_fraction": wait,
             "allreduce_bytes_per_step": main.allreduce_bytes / main.steps if main.steps else 0.0,
             "skipped": [{"path": p, "reason": r} for p, r in sorted(self.skipped.items())],
+            "bad_steps": main.bad_steps,
             **extra,
         }
 
 
+@dataclass
+class EpochTotals:
+    """The current epoch's sums over all ranks (from the per-step agreement), checkpointed so a
+    resumed epoch reports the same metrics as an uninterrupted one."""
+
+    loss: float = 0.0  # sum over finite steps of the step's mean loss
+    steps: int = 0  # finite steps
+    hits: int = 0
+    clips: int = 0
+    wait_seconds: float = 0.0  # this rank's time blocked on data
+    step_seconds: float = 0.0  # this rank's step time
+
+    def add(self, *, loss: float, hits: int, clips: int, finite: bool, wait: float, seconds: float) -> None:
+        if finite:
+            self.loss += loss
+            self.steps += 1
+            self.hits += hits
+            self.clips += clips
+        self.wait_seconds += wait
+        self.step_seconds += seconds
+
+    def stats(self) -> dict[str, float]:
+        return {
+            "train_loss": self.loss / max(self.steps, 1),
+            "train_top1": 100.0 * self.hits / max(self.clips, 1),
+            "epoch_seconds": self.step_seconds,
+            "data_wait_fraction": self.wait_seconds / max(self.step_seconds, 1e-9),
+        }
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
 def write_summary(summary: dict[str, Any], path: Path) -> None:
-    path.write_text(json.dumps(summary, indent=2) + "\n")
+    atomic_write_text(path, json.dumps(summary, indent=2) + "\n")

@@ -175,7 +175,7 @@ Launcher = Callable[[SweepRun, bool], None]
 def train_in_process(run: SweepRun, resume: bool) -> None:
     from vidscale.train.loop import train
 
-    train(run.cfg, run_dir=run.run_dir, resume=resume)
+    train(run.cfg, run_dir=run.run_dir, resume="must" if resume else "auto")
 
 
 def torchrun_launcher(recipe: str, nproc: int) -> Launcher:
@@ -184,7 +184,7 @@ def torchrun_launcher(recipe: str, nproc: int) -> Launcher:
     def launch(run: SweepRun, resume: bool) -> None:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
         cmd += ["--nproc_per_node", str(nproc), "-m", "vidscale", "train", "--recipe", recipe]
-        cmd += ["--out", str(run.run_dir), *(["--resume"] if resume else [])]
+        cmd += ["--out", str(run.run_dir), "--resume", "must" if resume else "auto"]
         for item in run.overrides:
             cmd += ["--set", item]
         code = subprocess.run(cmd, check=False).returncode

@@ -1,0 +1,214 @@
+"""Runs that survive, in one process: auto-resume, damaged files, the plan rule, non-finite steps.
+
+Every check compares against an uninterrupted run of the same config (CPU, deterministic).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.train.conftest import tiny_overrides
+from vidscale.config import ConfigError, RunConfig, apply_overrides
+from vidscale.distributed.env import init_distributed
+from vidscale.recipes import get_recipe
+from vidscale.train import loop
+from vidscale.train.checkpoint import load_checkpoint
+from vidscale.train.metrics import read_metrics
+from vidscale.train.resilience import Diverged
+
+
+def config(root: Path, *extra: str) -> RunConfig:
+    cfg = get_recipe("demo_tsm_r18_8f_b32_e20")
+    return apply_overrides(cfg, [*tiny_overrides(root), "train.epochs=2", *extra])
+
+
+def train(cfg: RunConfig, run: Path, **kwargs: Any) -> dict[str, Any]:
+    return loop.Trainer(cfg, run, init_distributed("cpu"), **kwargs).run()
+
+
+def records(run: Path, kind: str) -> list[dict[str, Any]]:
+    return [r for r in read_metrics(run / "metrics.jsonl") if r["kind"] == kind]
+
+
+def losses(run: Path) -> list[float]:
+    return [r["loss"] for r in records(run, "train")]
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_demo: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An uninterrupted 2-epoch run with a checkpoint after every step."""
+    run = tmp_path_factory.mktemp("reference") / "run"
+    train(config(tiny_demo, "train.checkpoint_every_steps=1"), run)
+    return run
+
+
+def stop_after(monkeypatch: pytest.MonkeyPatch, steps: int) -> None:
+    """Make the next run die (as a killed process would) after `steps` optimizer steps."""
+    real_step = loop.train_step
+    calls = {"n": 0}
+
+    def dying_step(*args: Any, **kwargs: Any) -> Any:
+        if calls["n"] == steps:
+            raise KeyboardInterrupt
+        calls["n"] += 1
+        return real_step(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "train_step", dying_step)
+
+
+def test_rerun_continues_exactly_and_a_finished_run_is_not_retrained(
+    tiny_demo: Path, tmp_path: Path, reference: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = config(tiny_demo, "train.checkpoint_every_steps=1")
+    run = tmp_path / "run"
+    stop_after(monkeypatch, 3)  # mid-epoch 2 (2 steps per epoch)
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, run)
+    monkeypatch.undo()
+    summary = train(cfg, run)  # the same command again: auto-resume
+    assert losses(run) == losses(reference)
+    assert [r["step"] for r in records(run, "train")] == [1, 2, 3, 4]  # each step once
+    # Epoch metrics are over the whole epoch although it ran in two attempts.
+    exact = ("step", "epoch", "train_loss", "train_top1", "lr", "val_top1", "val_loss")
+    assert [[r[k] for k in exact] for r in records(run, "epoch")] == [
+        [r[k] for k in exact] for r in records(reference, "epoch")
+    ]
+    assert summary["val_top1"] == json.loads((reference / "summary.json").read_text())["val_top1"]
+    before = (run / "metrics.jsonl").read_text()
+    again = train(cfg, run)  # finished: nothing is trained, the summary is the same
+    assert (run / "metrics.jsonl").read_text() == before
+    assert again["val_top1_history"] == summary["val_top1_history"]
+    assert again["train_steps"] == summary["train_steps"] == 4
+
+
+def test_resume_never_and_must(tiny_demo: Path, tmp_path: Path, reference: Path) -> None:
+    cfg = config(tiny_demo)
+    with pytest.raises(ConfigError, match=f"--resume never: {reference} is not empty"):
+        train(cfg, reference, resume="never")
+    empty = tmp_path / "empty"
+    with pytest.raises(ConfigError, match=f"--resume must: {empty} holds no loadable checkpoint"):
+        train(cfg, empty, resume="must")
+
+
+def test_damaged_files_are_reported_and_resume_still_exact(
+    tiny_demo: Path,
+    tmp_path: Path,
+    reference: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    cfg = config(tiny_demo, "train.checkpoint_every_steps=1")
+    run = tmp_path / "run"
+    stop_after(monkeypatch, 3)
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, run)
+    monkeypatch.undo()
+    ckpt = run / "checkpoints"
+    (ckpt / "last.pt").write_bytes((ckpt / "last.pt").read_bytes()[:1000])  # truncated
+    (ckpt / "last.pt.abc123.tmp").write_bytes(b"half a checkpoint")  # a killed save
+    lines = len((run / "metrics.jsonl").read_text().splitlines())
+    with (run / "metrics.jsonl").open("a") as f:
+        f.write('{"kind": "train", "step": 4, "lo')  # a killed log write
+    capsys.readouterr()
+    train(cfg, run)
+    out = capsys.readouterr().out
+    assert f"{ckpt / 'last.pt'} is unreadable" in out and "epoch_0001.pt" in out
+    assert f"removed {ckpt / 'last.pt.abc123.tmp'}" in out
+    assert f"metrics.jsonl: dropped unreadable line(s) [{lines + 1}]" in out
+    # Fell back to the end of epoch 1 and trained epoch 2 again: the same run.
+    assert losses(run) == losses(reference)
+    assert not list(ckpt.glob("*.tmp"))
+
+
+def test_plan_change_is_refused_naming_the_field_unless_allowed(
+    tiny_demo: Path, tmp_path: Path, reference: Path
+) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in ("config.json", "metrics.jsonl"):
+        (run / name).write_bytes((reference / name).read_bytes())
+    (run / "checkpoints").mkdir()
+    first = load_checkpoint(reference / "checkpoints" / "epoch_0001.pt")
+    torch.save(first, run / "checkpoints" / "last.pt")
+    with pytest.raises(ConfigError, match=r"train\.epochs 2 -> 3") as err:
+        train(config(tiny_demo, "train.epochs=3"), run)
+    assert "train.allow_plan_change=true" in str(err.value)
+    with pytest.raises(
+        ConfigError, match=r"lr\.warmup_epochs 2\.0 -> 1\.0; global batch 8 -> 16 \("
+    ):
+        train(config(tiny_demo, "data.batch_size=8", "lr.warmup_epochs=1"), run)
+    with pytest.raises(ConfigError, match="holds another model: model.name"):
+        train(config(tiny_demo, "model.name=tsn_resnet18"), run)
+    allowed = train(config(tiny_demo, "train.epochs=3", "train.allow_plan_change=true"), run)
+    assert allowed["train_steps"] == 6  # 2 steps carried over (16 clips) + 4 more
+    assert [r["step"] for r in records(run, "train")] == [1, 2, 3, 4, 5, 6]
+
+
+def nan_at(model: torch.nn.Module, steps: set[int]) -> None:
+    """Make the model's training forward pass return NaN logits at the given (1-based) steps."""
+    calls = {"n": 0}
+
+    def hook(module: torch.nn.Module, args: Any, output: torch.Tensor) -> torch.Tensor | None:
+        if not module.training:
+            return None
+        calls["n"] += 1
+        return output * float("nan") if calls["n"] in steps else None
+
+    model.register_forward_hook(hook)
+
+
+def test_non_finite_step_is_skipped_and_reported(tiny_demo: Path, tmp_path: Path) -> None:
+    cfg = config(tiny_demo, "train.epochs=1", "optim.simulate_world_size=0")  # 4 steps
+    trainer = loop.Trainer(cfg, tmp_path / "run", init_distributed("cpu"))
+    nan_at(trainer.model, {2})
+    before_step: list[dict[str, torch.Tensor]] = []  # weights and BN statistics at each step
+
+    def snapshot(module: torch.nn.Module, args: Any) -> None:
+        if module.training:
+            before_step.append({k: v.clone() for k, v in module.state_dict().items()})
+
+    trainer.model.register_forward_pre_hook(snapshot)
+    summary = trainer.run()
+    assert len(before_step) == 4
+    changed = [
+        any(not torch.equal(a[k], b[k]) for k in a) for a, b in itertools.pairwise(before_step)
+    ]
+    assert changed == [True, False, True]  # step 2 changed nothing, not even BN statistics
+    assert summary["bad_steps"] == [2]
+    assert [r["step"] for r in records(tmp_path / "run", "bad_step")] == [2]
+    assert [r["step"] for r in records(tmp_path / "run", "train")] == [1, 3, 4]
+    assert all(torch.isfinite(v).all() for v in trainer.model.state_dict().values())
+
+
+def test_divergence_stops_naming_the_step_and_the_last_good_checkpoint(
+    tiny_demo: Path, tmp_path: Path
+) -> None:
+    cfg = config(
+        tiny_demo,
+        "optim.simulate_world_size=0",
+        "train.max_bad_steps=1",
+        "train.checkpoint_every_steps=2",
+    )
+    run = tmp_path / "run"
+    trainer = loop.Trainer(cfg, run, init_distributed("cpu"))
+    nan_at(trainer.model, {3, 4, 5})
+    last = run / "checkpoints" / "last.pt"
+    with pytest.raises(Diverged, match=rf"steps 3-4 .* last good checkpoint: {last} \(step 2\)"):
+        trainer.run()
+    assert load_checkpoint(last)["progress"]["step"] == 2
+
+
+def test_non_finite_weights_are_never_checkpointed(tiny_demo: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    trainer = loop.Trainer(config(tiny_demo), run, init_distributed("cpu"))
+    with torch.no_grad():
+        next(trainer.model.parameters()).fill_(float("inf"))
+    with pytest.raises(Diverged, match="weights not finite at step 0"):
+        trainer.save(epoch_end=False)
+    assert not (run / "checkpoints" / "last.pt").exists()

@@ -1,0 +1,177 @@
+"""What keeps a run alive: stop signals, the per-step agreement, and the divergence guard.
+
+- **Stop signals.** SIGTERM (preemption, `scancel`, torchrun stopping its workers), SIGINT
+  (Ctrl-C) and SIGUSR1 (SLURM `--signal=USR1@SECONDS` before a time limit) only set a flag. At
+  the next step boundary every rank learns whether any rank got one (`agree_step`), all write an
+  exact mid-epoch checkpoint and the process exits with `PREEMPTED_EXIT_CODE`; the same command
+  continues the run. A second Ctrl-C stops at once.
+- **One agreement per step.** A single all-reduce of five numbers per optimizer step carries the
+  step's loss, hits and clips (so logged losses and epoch metrics are over all ranks), whether
+  any rank saw a non-finite loss or gradient norm, and whether any rank was asked to stop.
+- **Divergence guard.** A non-finite step is skipped on every rank: no optimizer update, and the
+  BatchNorm statistics its forward passes changed are put back. More than `max_bad_steps` in a
+  row stop the run, naming the step and the last good checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from types import FrameType
+
+import torch
+from torch import nn
+
+from vidscale.distributed.collectives import all_reduce_sum
+
+# EX_TEMPFAIL of sysexits.h ("temporary failure; the user is invited to retry"): torchrun
+# restarts a worker group that exits non-zero while it has restarts left, and a SLURM batch
+# script can requeue on it (`[ $? -eq 75 ] && scontrol requeue $SLURM_JOB_ID`).
+PREEMPTED_EXIT_CODE = 75
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+
+
+class Preempted(Exception):
+    """The run checkpointed and stopped because a rank received a stop signal."""
+
+
+class Diverged(Exception):
+    """The loss or gradient norm stayed non-finite, or the weights became non-finite."""
+
+
+class StopSignals:
+    """Turns SIGTERM / SIGINT / SIGUSR1 into a flag read at step boundaries."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._previous: dict[int, object] = {}
+
+    @contextmanager
+    def installed(self) -> Iterator[StopSignals]:
+        """Handle the signals while the block runs (only from the main thread, where Python
+        delivers signals; elsewhere, e.g. inside a test harness thread, nothing is installed)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        for sig in STOP_SIGNALS:
+            self._previous[int(sig)] = signal.signal(sig, self._handle)
+        try:
+            yield self
+        finally:
+            for signum, handler in self._previous.items():
+                signal.signal(signum, handler)  # type: ignore[arg-type]
+            self._previous.clear()
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.received is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # a second Ctrl-C: the user does not want to wait
+        self.received = signum
+        name = signal.Signals(signum).name
+        # os.write, not print: a handler that interrupts a print must not print (reentrancy).
+        os.write(2, f"vidscale: {name} received; checkpointing at the next step\n".encode())
+
+    @property
+    def requested(self) -> bool:
+        return self.received is not None
+
+
+@dataclass(frozen=True)
+class StepAgreement:
+    """One step's numbers summed over ranks."""
+
+    loss: float  # mean over ranks of each rank's mean micro-batch loss
+    hits: int
+    clips: int
+    finite: bool  # every rank's loss and the gradient norm were finite
+    stop: bool  # some rank was asked to stop
+
+
+def agree_step(
+    *,
+    loss: float,
+    hits: int,
+    clips: int,
+    finite: bool,
+    stop: bool,
+    world_size: int,
+    device: torch.device,
+) -> StepAgreement:
+    """The one all-reduce per step (identity on one process)."""
+    values = torch.tensor(
+        [loss if finite else 0.0, hits, clips, 0.0 if finite else 1.0, 1.0 if stop else 0.0],
+        dtype=torch.float64,
+        device=device,
+    )
+    summed = all_reduce_sum(values).tolist()
+    return StepAgreement(
+        loss=summed[0] / world_size,
+        hits=int(summed[1]),
+        clips=int(summed[2]),
+        finite=summed[3] == 0,
+        stop=summed[4] > 0,
+    )
+
+
+def any_rank(flag: bool, *, device: torch.device) -> bool:
+    """Whether `flag` holds on some rank (a collective: every rank must call it)."""
+    values = torch.tensor([1.0 if flag else 0.0], dtype=torch.float64, device=device)
+    return bool(all_reduce_sum(values).item() > 0)
+
+
+def gradient_norm(model: nn.Module, *, max_norm: float) -> float:
+    """The global L2 norm of the gradients (after DDP's all-reduce, the same on every rank),
+    clipping them to `max_norm` when it is > 0 (`optim.clip_grad_norm`)."""
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    if not grads:
+        return 0.0
+    norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0)
+    if max_norm > 0 and torch.isfinite(norm):
+        torch.nn.utils.clip_grads_with_norm_(grads, max_norm, norm)
+    return float(norm)
+
+
+class BatchNormSnapshot:
+    """The buffers (BatchNorm running statistics and batch counts) at the start of a step, to
+    put back when the step is skipped: a non-finite forward pass has already folded into them."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.buffers = list(model.buffers())
+        self.saved = [b.detach().clone() for b in self.buffers]
+
+    def take(self) -> None:
+        if self.buffers:
+            torch._foreach_copy_(self.saved, self.buffers)
+
+    def restore(self) -> None:
+        if self.buffers:
+            torch._foreach_copy_(self.buffers, self.saved)
+
+
+@dataclass
+class DivergenceGuard:
+    """Counts non-finite steps in a row; too many stop the run."""
+
+    max_bad_steps: int
+    consecutive: int = 0
+
+    def record(self, *, step: int, finite: bool, last_good: str) -> None:
+        """`step` (1-based) was finite or skipped; raise `Diverged` past the limit."""
+        self.consecutive = 0 if finite else self.consecutive + 1
+        if self.consecutive > self.max_bad_steps:
+            first = step - self.consecutive + 1
+            raise Diverged(
+                f"loss or gradient norm not finite at steps {first}-{step} "
+                f"({self.consecutive} in a row > train.max_bad_steps={self.max_bad_steps}); "
+                f"last good checkpoint: {last_good}"
+            )
+
+
+def weights_finite(model: nn.Module, *, device: torch.device) -> bool:
+    """Whether every parameter and float buffer is finite on every rank (a collective)."""
+    tensors = [t for t in (*model.parameters(), *model.buffers()) if t.is_floating_point()]
+    ok = all(bool(torch.isfinite(t).all()) for t in tensors)
+    return not any_rank(not ok, device=device)

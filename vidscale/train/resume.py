@@ -1,0 +1,169 @@
+"""Where a run starts: fresh, or exactly where its newest loadable checkpoint stopped.
+
+`vidscale train` on a run directory continues it by default (`--resume auto`), so a torchrun
+restart (`--max-restarts`), a SLURM requeue and a plain re-run of the same command all continue
+the run instead of overwriting it. `never` refuses a directory that already holds a run; `must`
+refuses one without a checkpoint.
+
+**The plan rule.** A checkpoint records the plan it was made under (world size, accumulation,
+global batch, steps per epoch, total steps, training videos) and the config. On resume:
+- the process count may change: the global batch is kept and accumulation adapts (refused, with
+  the reason, when the new count cannot divide it); progress continues at the same optimizer
+  step, which on map-style data covers the same clips (the sampler's order is a function of
+  (seed, epoch) and steps cover consecutive global positions);
+- a change of the global batch, epochs, training videos, optimizer, LR or schedule fields is
+  refused naming each field, unless `train.allow_plan_change=true`: then progress is carried
+  over as clips seen (step = clips seen // new global batch) and the new schedule continues
+  from there;
+- the model (name, classes, input channels) can never change;
+- any other changed field (workers, logging, paths) is allowed and listed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from vidscale.config import ConfigError, RunConfig, to_dict
+from vidscale.train.plan import Plan, make_plan, requested_global_batch
+
+ResumeMode = Literal["auto", "never", "must"]
+RESUME_MODES: tuple[str, ...] = ("auto", "never", "must")
+
+FIXED_FIELDS = ("model.name", "model.num_classes", "model.in_channels")
+PLAN_FIELDS = ("train.epochs", "optim.name", "optim.lr_per_8_clips")
+GLOBAL_BATCH, TRAIN_VIDEOS = "global batch", "training videos"
+
+
+@dataclass
+class Progress:
+    """How far a run got: complete epochs, optimizer steps, steps into the current epoch."""
+
+    epoch: int = 0
+    step: int = 0
+    step_in_epoch: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Start:
+    """The plan a run follows and where it starts in it."""
+
+    plan: Plan
+    progress: Progress
+    exact: bool  # the same run continues (False after a carried-over plan change)
+    notes: list[str]
+
+
+def flat_config(cfg: RunConfig) -> dict[str, Any]:
+    """`section.field` -> value, JSON-normalised (tuples as lists)."""
+    out: dict[str, Any] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(f"{prefix}.{k}" if prefix else k, v)
+        else:
+            out[prefix] = json.loads(json.dumps(value))
+
+    walk("", to_dict(cfg))
+    return out
+
+
+def fingerprint(flat: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(flat, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def checkpoint_record(cfg: RunConfig, plan: Plan) -> dict[str, Any]:
+    """What a checkpoint stores of the run's plan and config."""
+    flat = flat_config(cfg)
+    return {"plan": plan.record(), "config": flat, "fingerprint": fingerprint(flat)}
+
+
+def _plan_values(flat: dict[str, Any], *, global_batch: int, train_size: int) -> dict[str, Any]:
+    values = {k: flat.get(k) for k in (*PLAN_FIELDS, *(k for k in flat if k.startswith("lr.")))}
+    values[GLOBAL_BATCH] = global_batch
+    values[TRAIN_VIDEOS] = train_size
+    return values
+
+
+def _diff(old: dict[str, Any], new: dict[str, Any], keys: Any) -> list[str]:
+    return [f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in keys if old.get(k) != new.get(k)]
+
+
+def plan_start(
+    cfg: RunConfig,
+    state: dict[str, Any] | None,
+    *,
+    world_size: int,
+    train_size: int,
+    source: str = "",
+) -> Start:
+    """The plan and starting point for `cfg` on `world_size` processes, from a checkpoint's
+    `state` (None: a fresh run). Raises `ConfigError` naming the fields of a refused change."""
+    if state is None:
+        plan = make_plan(cfg, world_size=world_size, train_size=train_size)
+        return Start(plan, Progress(), True, [])
+    progress = Progress(**state["progress"])
+    if "plan" not in state:  # written before plans were recorded: nothing to check against
+        plan = make_plan(cfg, world_size=world_size, train_size=train_size)
+        return Start(plan, progress, True, [f"{source} records no plan; not checked"])
+    old = Plan(**state["plan"])
+    old_flat: dict[str, Any] = state["config"]
+    new_flat = flat_config(cfg)
+    fixed = _diff(old_flat, new_flat, FIXED_FIELDS)
+    if fixed:
+        raise ConfigError(f"--resume: {source} holds another model: {'; '.join(fixed)}")
+    try:
+        asked = requested_global_batch(cfg, world_size=old.world_size)
+    except ConfigError:
+        asked = -1  # the new settings cannot even run on the old process count: a change
+    old_values = _plan_values(old_flat, global_batch=old.global_batch, train_size=old.train_size)
+    new_values = _plan_values(new_flat, global_batch=asked, train_size=train_size)
+    if asked == -1:
+        new_values[GLOBAL_BATCH] = "(not a valid batch on the old process count)"
+    changed = _diff(old_values, new_values, dict.fromkeys([*old_values, *new_values]))
+    plan_keys = set(old_values) | set(new_values)
+    others = _diff(old_flat, new_flat, sorted((set(old_flat) | set(new_flat)) - plan_keys))
+    notes = [f"changed since {source}: {'; '.join(others)}"] if others else []
+    if not changed:
+        plan = make_plan(
+            cfg, world_size=world_size, train_size=train_size, global_batch=old.global_batch
+        )
+        if world_size != old.world_size:
+            notes.append(
+                f"{old.world_size} -> {world_size} processes: global batch {plan.global_batch} "
+                f"kept, accumulation {old.accumulate} -> {plan.accumulate}"
+            )
+        return Start(plan, progress, True, notes)
+    if not cfg.train.allow_plan_change:
+        raise ConfigError(
+            f"--resume: the plan of {source} would change: {'; '.join(changed)} "
+            "(use a new run directory, or --set train.allow_plan_change=true to continue "
+            "from the clips seen so far)"
+        )
+    plan = make_plan(cfg, world_size=world_size, train_size=train_size)
+    clips_seen = progress.step * old.global_batch
+    step = min(clips_seen // plan.global_batch, plan.total_steps)
+    epoch, in_epoch = divmod(step, plan.steps_per_epoch)
+    notes.append(
+        f"plan changed ({'; '.join(changed)}): {clips_seen} clips seen -> step {step} of "
+        f"{plan.total_steps}"
+    )
+    return Start(plan, Progress(epoch, step, in_epoch), False, notes)
+
+
+def check_directory(run_dir: Path, *, mode: ResumeMode, has_checkpoint: bool) -> None:
+    """Refuse what `--resume never` / `--resume must` forbid, naming the directory."""
+    if mode == "never" and run_dir.is_dir() and any(run_dir.iterdir()):
+        raise ConfigError(
+            f"--resume never: {run_dir} is not empty (choose a new --out, or --resume auto)"
+        )
+    if mode == "must" and not has_checkpoint:
+        raise ConfigError(f"--resume must: {run_dir} holds no loadable checkpoint")
