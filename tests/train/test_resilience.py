@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -212,3 +213,40 @@ def test_non_finite_weights_are_never_checkpointed(tiny_demo: Path, tmp_path: Pa
     with pytest.raises(Diverged, match="weights not finite at step 0"):
         trainer.save(epoch_end=False)
     assert not (run / "checkpoints" / "last.pt").exists()
+
+
+def two_process_run(env: Any, root: str, run: str) -> None:
+    cfg = config(Path(root), "optim.simulate_world_size=0")  # 2 x 4 clips: global batch 8
+    loop.Trainer(cfg, Path(run), env).run()
+
+
+def test_resume_on_one_process_keeps_the_global_batch_and_lr(
+    tiny_demo: Path, tmp_path: Path
+) -> None:
+    from tests.distributed.multiproc import run_ranks
+
+    two = tmp_path / "two"
+    run_ranks(two_process_run, 2, str(tiny_demo), str(two))
+    one = tmp_path / "one"
+    shutil.copytree(two, one)
+    for name in ("last.pt", "epoch_0002.pt"):  # back to the end of epoch 1 of 2
+        (one / "checkpoints" / name).unlink()
+    trainer = loop.Trainer(
+        config(tiny_demo, "optim.simulate_world_size=0"), one, init_distributed("cpu")
+    )
+    assert (trainer.plan.global_batch, trainer.plan.accumulate) == (8, 2)
+    trainer.run()
+    ref, got = records(two, "train"), records(one, "train")
+    assert [r["step"] for r in got] == [1, 2, 3, 4]
+    assert [r["lr"] for r in got] == [r["lr"] for r in ref]
+    assert got[:2] == ref[:2]  # epoch 1 is the 2-process run's own
+    # The same clips in each step; only BatchNorm's micro-batches differ (4 clips of one
+    # process's share vs 4 consecutive clips), so the losses track without being equal.
+    for a, b in zip(got[2:], ref[2:], strict=True):
+        assert abs(a["loss"] - b["loss"]) < 0.1 * b["loss"], (a["loss"], b["loss"])
+    with pytest.raises(ConfigError, match=r"train\.epochs 2 -> 3"):
+        loop.Trainer(
+            config(tiny_demo, "optim.simulate_world_size=0", "train.epochs=3"),
+            one,
+            init_distributed("cpu"),
+        )

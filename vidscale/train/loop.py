@@ -84,7 +84,7 @@ def train_step(
     autocast: Callable[[], Any],
     device: torch.device,
     clip_grad_norm: float = 0.0,
-    stop: bool = False,
+    stop_requested: Callable[[], bool] = lambda: False,
     world_size: int = 1,
 ) -> StepResult:
     """One optimizer step over `accumulate` micro-batches; the all-reduce runs on the last.
@@ -117,7 +117,7 @@ def train_step(
         hits=result.hits,
         clips=result.count,
         finite=finite,
-        stop=stop,
+        stop=stop_requested(),  # read late: a signal during this step stops after it
         world_size=world_size,
         device=device,
     )
@@ -356,7 +356,7 @@ class Trainer:
             autocast=self.autocast,
             device=self.env.device,
             clip_grad_norm=cfg.optim.clip_grad_norm,
-            stop=self.signals.requested,
+            stop_requested=lambda: self.signals.requested,
             world_size=self.env.world_size,
         )
         dt = time.perf_counter() - t0
