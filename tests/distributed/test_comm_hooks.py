@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from tests.distributed.multiproc import run_ranks
-from vidscale.distributed.comm_hooks import CommConfig, attach_comm_hook
+from vidscale.distributed.comm_hooks import CommConfig, HookName, attach_comm_hook
 from vidscale.distributed.ddp import wrap_ddp
 from vidscale.distributed.env import DistEnv
 
@@ -17,14 +17,19 @@ def model() -> nn.Module:
     return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10))
 
 
-def gradients(env: DistEnv, hook: str, steps: int) -> tuple[list[torch.Tensor], list[int]]:
+def gradients(env: DistEnv, hook: HookName, steps: int) -> tuple[list[torch.Tensor], list[int]]:
     ddp = wrap_ddp(model(), env)
-    counter = attach_comm_hook(ddp, CommConfig(hook=hook, powersgd_rank=2, powersgd_start_step=2))
+    comm = attach_comm_hook(ddp, CommConfig(hook=hook, powersgd_rank=2, powersgd_start_step=2))
     sent = []
     for step in range(steps):
         backward_on_random_batch(ddp, env, step, features=32)
-        sent.append(counter.take())
-    return [p.grad.clone() for p in ddp.parameters()], sent
+        sent.append(comm.take())
+    return [grad_of(p) for p in ddp.parameters()], sent
+
+
+def grad_of(param: torch.Tensor) -> torch.Tensor:
+    assert param.grad is not None
+    return param.grad.clone()
 
 
 def backward_on_random_batch(ddp: nn.Module, env: DistEnv, step: int, *, features: int) -> None:
@@ -69,7 +74,7 @@ def many_bucket_steps(env: DistEnv, steps: int) -> list[torch.Tensor]:
     attach_comm_hook(ddp, CommConfig(hook="powersgd", powersgd_rank=2, powersgd_start_step=2))
     for step in range(steps):
         backward_on_random_batch(ddp, env, step, features=48)
-    return [p.grad.clone() for p in ddp.parameters()]
+    return [grad_of(p) for p in ddp.parameters()]
 
 
 def test_powersgd_with_many_buckets_keeps_ranks_in_step() -> None:

@@ -33,6 +33,7 @@ from vidscale.optim.factory import build_optimizer
 from vidscale.train import builders
 from vidscale.train.checkpoint import (
     LAST,
+    load_checkpoint,
     newest_loadable,
     prune_checkpoints,
     save_checkpoint,
@@ -160,7 +161,7 @@ class Trainer:
             self.model.compile()  # in place: state_dict keys and DDP's no_sync stay as they are
         self.optimizer = build_optimizer(self.model, cfg.optim, lr=0.0)
         self.ddp_model = wrap_ddp(self.model, env, bucket_cap_mb=cfg.comm.bucket_cap_mb)
-        self.comm_bytes = attach_comm_hook(self.ddp_model, cfg.comm)
+        self.comm = attach_comm_hook(self.ddp_model, cfg.comm)
         self.resumed_from: Path | None = None
         start, state = self._find_start(resume)
         self.plan, self.progress = start.plan, start.progress
@@ -224,6 +225,36 @@ class Trainer:
             self.totals = EpochTotals(**state["epoch_totals"])
             self.guard.consecutive = int(state["bad_steps_in_a_row"])
         self.last_good = f"{self.resumed_from} (step {state['progress']['step']})"
+        self._load_comm(int(state["progress"]["step"]))
+
+    def _load_comm(self, step: int) -> None:
+        """PowerSGD's per-rank state from the files `save` writes beside last.pt. All ranks load
+        it or none does (ranks at different PowerSGD steps issue different collectives); a
+        missing, stale or unfitting file (a resume from an epoch file, or on another process
+        count) restarts PowerSGD from its warm-up, with a warning."""
+        if not self.comm.per_rank:
+            return
+        path = self.run_dir / "checkpoints" / f"last.rank{self.env.rank:04d}.comm.pt"
+        saved: dict[str, Any] | None = None
+        problem: str | None = f"{path.name} is missing"
+        if path.is_file():
+            try:
+                saved = load_checkpoint(path, map_location=self.env.device)
+                problem = (
+                    f"{path.name} is from step {saved.get('step')}, the checkpoint from {step}"
+                    if saved.get("step") != step
+                    else self.comm.incompatibility(saved["comm"])
+                )
+            except Exception as err:  # a damaged file: start PowerSGD afresh, say so
+                problem = f"{path.name} is unreadable ({type(err).__name__})"
+        problems = sorted({p for p in all_gather_object(problem) if p is not None})
+        if problems:
+            if self.env.is_main:
+                joined = "; ".join(problems)
+                print(f"vidscale: warning: PowerSGD starts afresh ({joined})", flush=True)
+            return
+        assert saved is not None
+        self.comm.load_state_dict(saved["comm"])
 
     def _prepare_run_dir(self, start: Start, *, resumed: bool) -> None:
         """Rank 0: config, class names, stale temporary files, the log trimmed to the start."""
@@ -268,11 +299,17 @@ class Trainer:
         if not weights_finite(self.model, device=self.env.device):
             raise Diverged(f"weights not finite at step {step}; last good: {self.last_good}")
         self._tick()
+        ckpt_dir = self.run_dir / "checkpoints"
+        if self.comm.per_rank:  # PowerSGD's error residuals differ per rank: every rank writes
+            save_checkpoint(
+                {"step": step, "comm": self.comm.state_dict()},
+                ckpt_dir / f"last.rank{self.env.rank:04d}.comm.pt",
+            )
+        # Also the barrier that puts every rank's comm file before the last.pt that names it.
         rank_counters = all_gather_object(self.counters.as_dict())
         if not self.env.is_main:
             return
         state = self._state(rank_counters)
-        ckpt_dir = self.run_dir / "checkpoints"
         if epoch_end:
             save_checkpoint(state, ckpt_dir / f"epoch_{self.progress.epoch:04d}.pt")
             prune_checkpoints(
@@ -376,7 +413,7 @@ class Trainer:
             seconds=dt,
         )
         self.counters.add_step(result, seconds=dt, global_batch=plan.global_batch)
-        sent = self.comm_bytes.take()
+        sent = self.comm.take()
         self.counters.allreduce_bytes += sent
         if p.step % cfg.train.log_every == 0 and agreed.finite:
             self.log.write(
