@@ -18,6 +18,7 @@ from typing import Any, Literal
 from vidscale.atomic import atomic_write_text
 from vidscale.data.dataset import ClipSpec
 from vidscale.distributed.comm_hooks import CommConfig
+from vidscale.distributed.env import DistConfig
 from vidscale.models.registry import ModelConfig
 from vidscale.optim.factory import OptimConfig
 from vidscale.schedules.lr import LRConfig
@@ -91,6 +92,7 @@ class RunConfig:
     lr: LRConfig = field(default_factory=LRConfig)
     comm: CommConfig = field(default_factory=CommConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    dist: DistConfig = field(default_factory=DistConfig)
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
@@ -251,7 +253,7 @@ def validate(cfg: RunConfig) -> None:
     for ok, message in checks:
         if not ok:
             raise ConfigError(message)
-    for section in ("optim", "lr", "comm"):
+    for section in ("optim", "lr", "comm", "dist"):
         try:
             getattr(cfg, section).validate()
         except ValueError as err:

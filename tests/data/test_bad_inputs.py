@@ -432,6 +432,8 @@ def test_evaluation_reports_the_truncated_file(corpus: Corpus) -> None:
     items = within(DEADLINE_S, lambda: [dataset[i] for i in range(len(dataset))])
     reported = {p for it in items for p, _ in it["skipped"]}
     assert reported == {str(corpus.truncated_indexed)}
+    # Evaluation substitutes nothing: the truncated file is marked, the rest are read.
+    assert [it["readable"] for it in items] == [False] + [True] * (len(items) - 1)
 
 
 def jpeg_frames(n: int) -> list[bytes]:

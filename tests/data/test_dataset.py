@@ -81,20 +81,72 @@ def test_each_video_is_probed_once_per_worker(
     assert sorted(calls) == sorted(r.path for r in ds.records)
 
 
-def test_corrupt_videos_are_replaced_and_reported(tmp_path: Path) -> None:
+def test_training_replaces_corrupt_videos_and_reports_them(tmp_path: Path) -> None:
     recs = records(tmp_path)
-    ds = VideoClipDataset(recs, ClipSpec(frames=4, crop_size=32, short_side=32), train=False)
+    spec = ClipSpec(frames=4, crop_size=24, short_side=32)
+    ds = VideoClipDataset(recs, spec, train=True, seed=5)
+    ds.set_epoch(1)
     items = [ds[i] for i in range(len(ds))]
     batch = collate(items)
-    assert batch["clip"].shape == (6, 3, 4, 32, 32) and batch["clip"].dtype == torch.uint8
+    assert batch["clip"].shape == (6, 3, 4, 24, 24) and batch["clip"].dtype == torch.uint8
     assert batch["index"].tolist() == list(range(6)) and batch["label"].dtype == torch.long
+    assert batch["unreadable"] == [] and all(it["readable"] for it in items)
     reported = {Path(p).name: reason for p, reason in batch["skipped"]}
     assert set(reported) == {"empty.mp4", "text.mp4"}
     assert "zero-byte" in reported["empty.mp4"]
     assert "DecodeError" in reported["text.mp4"]
     for i in (3, 4):  # the substitute's own label comes with its clip
-        (substitute,) = [j for j in (0, 1, 2, 5) if torch.equal(items[i]["clip"], items[j]["clip"])]
+        # The successful read used the stream (seed, epoch, index, attempt), attempt = failures.
+        attempt = len(items[i]["skipped"])
+        (substitute,) = [
+            j
+            for j in (0, 1, 2, 5)
+            if torch.equal(
+                items[i]["clip"], ds.load_views(j, np.random.default_rng((5, 1, i, attempt)))
+            )
+        ]
         assert items[i]["label"] == recs[substitute].label
+
+
+def test_evaluation_marks_corrupt_videos_unreadable_and_substitutes_nothing(
+    tmp_path: Path,
+) -> None:
+    recs = records(tmp_path)
+    ds = VideoClipDataset(recs, ClipSpec(frames=4, crop_size=32, short_side=32), train=False)
+    items = [ds[i] for i in range(len(ds))]
+    for i in (3, 4):  # the video's own label and index, no clip, exactly one report: itself
+        item = items[i]
+        assert item["readable"] is False and item["clip"] is None
+        assert (item["label"], item["index"]) == (recs[i].label, i)
+        assert [p for p, _ in item["skipped"]] == [str(recs[i].path)]
+    assert ds[3] == items[3]  # the remembered failure gives the same item
+    assert all(items[i]["readable"] and items[i]["skipped"] == [] for i in (0, 1, 2, 5))
+
+    batch = collate(items)  # mixed: rows are the readable items only, in order
+    assert batch["clip"].shape == (4, 3, 4, 32, 32) and batch["clip"].dtype == torch.uint8
+    assert batch["index"].tolist() == [0, 1, 2, 5]
+    assert batch["label"].tolist() == [recs[i].label for i in (0, 1, 2, 5)]
+    for row, i in enumerate((0, 1, 2, 5)):
+        assert torch.equal(batch["clip"][row], items[i]["clip"])
+    reported = {Path(p).name: reason for p, reason in batch["unreadable"]}
+    assert set(reported) == {"empty.mp4", "text.mp4"} and len(batch["unreadable"]) == 2
+    assert "zero-byte" in reported["empty.mp4"] and "DecodeError" in reported["text.mp4"]
+    assert batch["skipped"] == batch["unreadable"]
+
+    none = collate([items[3], items[4]])  # no row at all
+    assert none["clip"].shape == (0,) and none["clip"].dtype == torch.uint8
+    assert none["label"].shape == none["index"].shape == (0,)
+    assert none["label"].dtype == none["index"].dtype == torch.long
+    assert len(none["unreadable"]) == 2
+
+
+def test_evaluation_loader_workers_carry_unreadable_items(tmp_path: Path) -> None:
+    recs = records(tmp_path)
+    ds = VideoClipDataset(recs, ClipSpec(frames=4, crop_size=32, short_side=32), train=False)
+    loader = DataLoader(ds, batch_size=2, num_workers=2, collate_fn=collate)
+    batches = list(loader)  # [0, 1], [2, 3] mixed, [4, 5] mixed
+    assert [b["index"].tolist() for b in batches] == [[0, 1], [2], [5]]
+    assert [len(b["unreadable"]) for b in batches] == [0, 1, 1]
 
 
 def test_substitutes_do_not_depend_on_what_a_worker_saw_before(tmp_path: Path) -> None:
@@ -129,8 +181,13 @@ def test_gives_up_after_max_retries(tmp_path: Path) -> None:
 
 
 def test_multi_view_eval(tmp_path: Path) -> None:
-    recs = records(tmp_path)[:1]
+    recs = records(tmp_path)
     spec = ClipSpec(frames=4, crop_size=24, short_side=32, num_clips=2, num_crops=3)
-    item = VideoClipDataset(recs, spec, train=False)[0]
+    ds = VideoClipDataset(recs, spec, train=False)
+    item = ds[0]
     assert item["clip"].shape == (6, 3, 4, 24, 24)
     assert not np.array_equal(item["clip"][0].numpy(), item["clip"][3].numpy())
+    batch = collate([ds[i] for i in (0, 3, 1)])  # an unreadable video between two readable
+    assert batch["clip"].shape == (2, 6, 3, 4, 24, 24) and batch["index"].tolist() == [0, 1]
+    assert torch.equal(batch["clip"][0], item["clip"])
+    assert [Path(p).name for p, _ in batch["unreadable"]] == ["empty.mp4"]

@@ -165,15 +165,20 @@ def test_stream_split_covers_the_epoch_without_overlap(data: PreparedData) -> No
         StreamingShardDataset(data.train, SPEC, batch_size=9, world_size=2)
 
 
+def wipe_frames(entry: ShardEntry) -> None:
+    """Overwrite every JPEG frame of one prepared video with zeros."""
+    with open(entry.shard, "r+b") as f:
+        for offset, size in zip(entry.offsets, entry.sizes, strict=True):
+            f.seek(int(offset))
+            f.write(b"\0" * int(size))
+
+
 def test_corrupt_frames_are_reported_and_replaced(prepared: Path, tmp_path: Path) -> None:
     copy = tmp_path / "copy"
     shutil.copytree(prepared, copy)
     data = open_prepared(copy)
     bad = data.train[6]
-    with open(bad.shard, "r+b") as f:  # wipe every frame of one video
-        for offset, size in zip(bad.offsets, bad.sizes, strict=True):
-            f.seek(int(offset))
-            f.write(b"\0" * int(size))
+    wipe_frames(bad)
     item = ShardClipDataset(data.train, SPEC, train=True, seed=SEED)[6]
     assert item["index"] == 6 and item["skipped"][0][0] == bad.path
     assert "corrupt JPEG" in item["skipped"][0][1]
@@ -183,6 +188,27 @@ def test_corrupt_frames_are_reported_and_replaced(prepared: Path, tmp_path: Path
     reports = [s for b in batches for s in b["skipped"]]
     assert reports and all(path == bad.path for path, _ in reports)
     assert 6 not in [int(i) for b in batches for i in b["index"]]
+    assert all(b["unreadable"] == [] for b in batches)  # training replaces, never leaves out
+
+
+def test_corrupt_frames_are_not_replaced_in_evaluation(prepared: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(prepared, copy)
+    data = open_prepared(copy)
+    bad = data.val[2]
+    wipe_frames(bad)
+    views = ClipSpec(frames=4, crop_size=24, short_side=28, num_clips=2, num_crops=3)
+    ds = ShardClipDataset(data.val, views, train=False, seed=SEED)
+    item = ds[2]
+    assert item["readable"] is False and item["clip"] is None
+    assert (item["label"], item["index"]) == (bad.label, 2)
+    assert [p for p, _ in item["skipped"]] == [bad.path]
+    assert "corrupt JPEG" in item["skipped"][0][1]
+    batch = collate([ds[i] for i in range(4)])
+    assert batch["index"].tolist() == [0, 1, 3]
+    assert batch["label"].tolist() == [data.val[i].label for i in (0, 1, 3)]
+    assert batch["clip"].shape == (3, 6, 3, 4, 24, 24)
+    assert batch["unreadable"] == item["skipped"]
 
 
 class _CountingStream(StreamingShardDataset):

@@ -157,7 +157,7 @@ def test_evaluate_run_uses_the_requested_views(tiny_demo: Path, tmp_path: Path) 
         get_recipe("demo_tsm_r18_8f_b32_e20"), [*tiny_overrides(tiny_demo), "train.epochs=1"]
     )
     run = tmp_path / "run"
-    loop.Trainer(cfg, run, init_distributed("cpu"), resume=False).run()
+    loop.Trainer(cfg, run, init_distributed("cpu"), resume="never").run()
     views = Views(num_clips=2, num_crops=3, short_side=40, crop_size=32, views_per_forward=5)
     result = evaluate_run(run, last=3, views=views)
 

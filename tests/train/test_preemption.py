@@ -138,3 +138,31 @@ def test_sigterm_to_one_torchrun_rank_stops_every_rank_at_the_same_step(
     done = subprocess.run(cmd, capture_output=True, text=True, env=environment(), timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     assert [s for s, _ in train_losses(run)] == list(range(1, STEPS + 1))
+
+
+@pytest.mark.slow
+def test_torchrun_restart_after_a_killed_rank_completes_the_run_exactly(
+    tiny_demo: Path, tmp_path: Path
+) -> None:
+    reference = tmp_path / "reference"
+    cmd = train_command(tiny_demo, reference, nproc=2)
+    done = subprocess.run(cmd, capture_output=True, text=True, env=environment(), timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    run = tmp_path / "run"
+    cmd = train_command(tiny_demo, run, nproc=2)
+    cmd.insert(cmd.index("--standalone"), "--max-restarts=1")
+    chance = random.Random(os.getpid())
+    at, victim = chance.randrange(2, STEPS - 2), chance.randrange(2)
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=environment())
+    wait_for_step(proc, run, at, timeout=180)
+    workers = {rank_of(pid): pid for pid in children(proc.pid)}
+    os.kill(workers[victim], signal.SIGKILL)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, f"killed rank {victim} after step {at}:\n{err[-4000:]}"
+    assert "Fatal Python error" not in err
+    steps = [s for s, _ in train_losses(run)]
+    assert steps == list(range(1, STEPS + 1))  # every step exactly once
+    assert train_losses(run) == train_losses(reference)
+    summaries = [json.loads((r / "summary.json").read_text()) for r in (run, reference)]
+    assert summaries[0]["val_top1_history"] == summaries[1]["val_top1_history"]

@@ -1,10 +1,17 @@
 """Map-style dataset of clips decoded from video files.
 
-An item is `{"clip": uint8 (C, T, H, W), "label": int, "index": int, "skipped": [...]}`.
-Augmentation randomness comes from `np.random.default_rng((seed, epoch, index, attempt))`, so a
-sample does not depend on which worker produced it (exact resume). A video that cannot be read is
-replaced by another, deterministically chosen, sample; each (path, reason) goes into `skipped` so
-the run can report it.
+An item is `{"clip": uint8 (C, T, H, W), "label": int, "index": int, "skipped": [...],
+"readable": bool}`. Augmentation randomness comes from
+`np.random.default_rng((seed, epoch, index, attempt))`, so a sample does not depend on which
+worker produced it (exact resume). Each read failure goes into `skipped` as (path, reason) so the
+run can report it. What happens next depends on the mode:
+
+- training: the unreadable video is replaced by another, deterministically chosen, sample (a
+  step needs a full batch, and an epoch's sample count must not depend on the data);
+- evaluation: nothing is substituted. The item is marked `"readable": False` with `"clip": None`
+  and the video's own label and index, so an evaluator can leave it out of every sum and name
+  it; a substitute would be another video counted twice, with its own label, under this
+  video's place in the count.
 """
 
 from __future__ import annotations
@@ -89,10 +96,14 @@ def make_clip(
 class VideoClipDataset(Dataset[dict[str, Any]]):
     """Clips of `records` sampled and transformed by `spec`.
 
-    Item i is video i unless it cannot be read; then up to `max_retries` substitutes, each
-    drawn deterministically from (seed, epoch, i, attempt), are tried, and every failure is
-    reported in the item's `skipped` list as (path, reason). Each worker remembers probed videos
-    (so an item decodes its video once) and videos that failed (so they are not read again).
+    Item i is video i unless it cannot be read. Training (`train=True`): up to `max_retries`
+    substitutes, each drawn deterministically from (seed, epoch, i, attempt), are tried, and
+    every failure is reported in the item's `skipped` list as (path, reason). Evaluation
+    (`train=False`): the item is `{"clip": None, "label": record i's label, "index": i,
+    "skipped": [(path i, reason)], "readable": False}` (`max_retries` is not used); `collate`
+    leaves such items out of the batch's rows. Every other item has `"readable": True`. Each
+    worker remembers probed videos (so an item decodes its video once) and videos that failed
+    (so they are not read again).
     """
 
     def __init__(
@@ -138,12 +149,26 @@ class VideoClipDataset(Dataset[dict[str, Any]]):
             except Exception as err:  # one unreadable video must not stop a long run
                 reason = self._failed.setdefault(path, f"{type(err).__name__}: {err}")
                 skipped.append((str(path), reason))
+                if not self.train:
+                    return {
+                        "clip": None,
+                        "label": self.records[index].label,
+                        "index": index,
+                        "skipped": skipped,
+                        "readable": False,
+                    }
                 # Its own generator: the choice must not depend on how far the read got.
                 pick = np.random.default_rng((self.seed, self.epoch, index, attempt, 1))
                 current = self._substitute(current, pick)
                 continue
             label = self.records[current].label
-            return {"clip": clip, "label": label, "index": index, "skipped": skipped}
+            return {
+                "clip": clip,
+                "label": label,
+                "index": index,
+                "skipped": skipped,
+                "readable": True,
+            }
         raise RuntimeError(
             f"item {index}: {self.max_retries + 1} videos in a row could not be read; "
             f"last: {skipped[-1][0]}: {skipped[-1][1]}"
@@ -188,10 +213,23 @@ class _KnownBad(Exception):
 
 
 def collate(items: list[dict[str, Any]]) -> dict[str, Any]:
-    """Stack clips; labels and indices as int64 tensors; concatenate the skip reports."""
+    """A batch whose rows are the readable items, in order.
+
+    `clip`: their clips stacked, (N, C, T, H, W) or (N, V, C, T, H, W) for multi-view items;
+    an empty uint8 tensor of shape (0,) when no item is readable. `label`, `index`: int64 (N,)
+    of the same rows. `skipped`: every item's read-failure reports, concatenated (training
+    substitutions and unreadable evaluation videos alike). `unreadable`: the reports of the
+    items left out, one (path, reason) per item (an unreadable item reports exactly itself),
+    so `len(batch["unreadable"])` is how many listed videos the batch could not read. An item
+    without a `"readable"` key counts as readable.
+    """
+    rows = [it for it in items if it.get("readable", True)]
     return {
-        "clip": torch.stack([it["clip"] for it in items]),
-        "label": torch.tensor([it["label"] for it in items], dtype=torch.long),
-        "index": torch.tensor([it["index"] for it in items], dtype=torch.long),
+        "clip": (
+            torch.stack([it["clip"] for it in rows]) if rows else torch.empty(0, dtype=torch.uint8)
+        ),
+        "label": torch.tensor([it["label"] for it in rows], dtype=torch.long),
+        "index": torch.tensor([it["index"] for it in rows], dtype=torch.long),
         "skipped": [s for it in items for s in it["skipped"]],
+        "unreadable": [s for it in items if not it.get("readable", True) for s in it["skipped"]],
     }

@@ -41,7 +41,13 @@ from vidscale.data.shards import ShardEntry, ShardReader, decode_jpeg, iter_vide
 
 
 class ShardClipDataset(VideoClipDataset):
-    """`VideoClipDataset` whose frames come from shards; same items, same randomness."""
+    """`VideoClipDataset` whose frames come from shards; same items, same randomness.
+
+    A record whose frames cannot be read (corrupt JPEG data, a truncated or missing shard) is
+    handled as the raw dataset handles an unreadable video: substituted in training, and in
+    evaluation returned as an item with `"readable": False`, `"clip": None` and the record's
+    own label, reported under the entry's source `path`.
+    """
 
     def __init__(
         self,
@@ -203,7 +209,13 @@ class StreamingShardDataset(IterableDataset):
                 continue
             reports, problems[:] = list(problems), []
             emitted += 1
-            yield {"clip": clip, "label": entry.label, "index": pending.index, "skipped": reports}
+            yield {
+                "clip": clip,
+                "label": entry.label,
+                "index": pending.index,
+                "skipped": reports,
+                "readable": True,  # training only: an unreadable video is never yielded
+            }
             if emitted == quota:
                 return
 

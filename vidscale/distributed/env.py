@@ -1,19 +1,66 @@
-"""The distributed environment, read once from torchrun's variables and passed down.
+"""The distributed environment, read once from the launcher's variables and passed down.
 
 `torchrun --nproc_per_node N -m vidscale train ...` sets RANK, LOCAL_RANK, WORLD_SIZE,
-MASTER_ADDR and MASTER_PORT; a plain `vidscale train` sets none of them and runs as one process.
-The backend is chosen from the device: NCCL for CUDA, gloo on CPU.
+LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT (so can any launcher, e.g. an `srun` wrapper);
+a plain `vidscale train` sets none of them and runs as one process. The backend is chosen from
+the device: NCCL for CUDA, gloo on CPU.
+
+**One key namespace per launch of the group.** torchrun (2.5 and later) hosts the store that
+the ranks rendezvous through in its agent (`TORCHELASTIC_USE_AGENT_STORE=True`) and keeps that
+one store, at the same MASTER_PORT, for every restart of the worker group; torch's `env://`
+rendezvous then hands each new group the bare store, on the assumption that every restart gets
+a new one. The keys of the previous attempt are still there: gloo publishes each rank's
+listening address under a fixed key and reads its peers' keys, so a restarted rank that looks
+before its peer has overwritten its key gets the dead process's address. Which rank looks
+first is a race: the group either fails with "Connection refused" or both ranks wait in
+`gloo::transport::tcp::Pair::waitUntilConnected` for a connection that never comes, past the
+group's timeout (measured with a minimal script, one rank SIGKILLed after an all-reduce:
+7 restarts in 14 went wrong, 3 of them hung; with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, which
+gives every attempt a store of its own, 8 in 8 worked).
+TORCHELASTIC_RESTART_COUNT cannot name a namespace either: every agent counts its own
+restarts, and on several nodes the counts differ (pytorch/pytorch#135712). `init_distributed`
+therefore builds the store itself and has the ranks agree on a namespace no earlier launch
+used (`_fresh_namespace`); the process group and `vidscale.distributed.failure` use only keys
+inside it.
 """
 
 from __future__ import annotations
 
 import datetime
+import math
 import os
+import time
+import uuid
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
 import torch.distributed as dist
+
+# Long enough for the slowest collective that legitimately waits on one rank: the other ranks
+# wait in the next collective while rank 0 writes a checkpoint (seconds to a few minutes for
+# the largest models on a network file system) or while the first evaluation fills the page
+# cache from a large validation set. Short enough that a rank that really hangs is noticed
+# within minutes rather than torch's 30 (gloo) or its NCCL default, and well inside a batch
+# job's time limit. A rank that fails is noticed in seconds through `vidscale.distributed.
+# failure`, not through this timeout.
+DEFAULT_TIMEOUT_S = 600.0
+
+# The one key outside a launch's namespace: rank 0's announcement of the current launch.
+_LAUNCH_KEY = "vidscale/launch"
+_POLL_S = 0.05
+
+
+@dataclass
+class DistConfig:
+    """How the ranks of a multi-process run wait on each other (the `dist` config section)."""
+
+    # Seconds a rank waits in one collective or in joining the process group before failing.
+    timeout_s: float = DEFAULT_TIMEOUT_S
+
+    def validate(self) -> None:
+        if not (self.timeout_s > 0 and math.isfinite(self.timeout_s)):
+            raise ValueError(f"timeout_s must be a finite number > 0, got {self.timeout_s}")
 
 
 @dataclass(frozen=True)
@@ -34,6 +81,42 @@ class DistEnv:
         return self.world_size > 1
 
 
+@dataclass(frozen=True)
+class GroupStore:
+    """Where this launch's keys live: the store's address and the launch's namespace in it.
+
+    `in_agent`: torchrun's agent hosts the store, which then outlives the ranks; otherwise
+    rank 0 hosts it and it ends with rank 0's process (`hosted_here` on rank 0).
+    """
+
+    host: str
+    port: int
+    namespace: str
+    in_agent: bool
+    hosted_here: bool
+    timeout_s: float
+
+    def connect(self, *, timeout_s: float | None = None) -> dist.Store:
+        """A new client connection to the store, seeing only this launch's keys."""
+        client = dist.TCPStore(
+            self.host,
+            self.port,
+            None,
+            False,
+            datetime.timedelta(seconds=timeout_s or self.timeout_s),
+            wait_for_workers=False,
+        )
+        return dist.PrefixStore(self.namespace, client)
+
+
+_group_store: GroupStore | None = None
+
+
+def group_store() -> GroupStore | None:
+    """This launch's store, once `init_distributed` joined a group of several processes."""
+    return _group_store
+
+
 def _pick_device(preference: Literal["auto", "cpu", "cuda"], local_rank: int) -> torch.device:
     if preference == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("train.device=cuda but no CUDA device is available")
@@ -44,9 +127,16 @@ def _pick_device(preference: Literal["auto", "cpu", "cuda"], local_rank: int) ->
 
 
 def init_distributed(
-    device: Literal["auto", "cpu", "cuda"] = "auto", *, timeout_s: float = 1800.0
+    device: Literal["auto", "cpu", "cuda"] = "auto", *, timeout_s: float = DEFAULT_TIMEOUT_S
 ) -> DistEnv:
-    """Initialise the default process group when launched by torchrun; no-op on one process."""
+    """Join the default process group when launched as several processes; no-op on one.
+
+    Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT. Every
+    launch of the group (a torchrun restart included) gets keys of its own in the store (see
+    the module docstring). Raises TimeoutError if the other ranks do not arrive within
+    `timeout_s`, which is also the timeout of every collective.
+    """
+    global _group_store
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -56,16 +146,75 @@ def init_distributed(
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
     if world_size > 1 and not dist.is_initialized():
+        timeout = datetime.timedelta(seconds=timeout_s)
+        try:
+            host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+        except KeyError as err:
+            raise RuntimeError(f"WORLD_SIZE={world_size} but {err.args[0]} is not set") from err
+        # torch's own test (torch.distributed.rendezvous): the agent hosts the store at
+        # MASTER_PORT; otherwise rank 0 hosts it, as `env://` does.
+        agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True)
+        hosted_here = rank == 0 and not agent_store
+        store = dist.TCPStore(
+            host, port, world_size, hosted_here, timeout, multi_tenant=hosted_here
+        )
+        namespace = _fresh_namespace(store, rank=rank, world_size=world_size, timeout_s=timeout_s)
         dist.init_process_group(
             backend=backend,
+            store=dist.PrefixStore(namespace, store),
             rank=rank,
             world_size=world_size,
-            timeout=datetime.timedelta(seconds=timeout_s),
+            timeout=timeout,
             device_id=dev if dev.type == "cuda" else None,
         )
+        _group_store = GroupStore(host, port, namespace, agent_store, hosted_here, timeout_s)
     return DistEnv(rank, local_rank, world_size, local_world, dev, backend)
 
 
+def _fresh_namespace(store: dist.Store, *, rank: int, world_size: int, timeout_s: float) -> str:
+    """A key prefix that every rank of this launch agrees on and no earlier launch used.
+
+    Rank 0 announces a new random token under `_LAUNCH_KEY`. A rank cannot tell that token
+    from the previous launch's, so it joins under the token it read with a random nonce of its
+    own, and rank 0 answers under a key that names the token and that nonce: an answer that
+    exists is fresh by construction. A rank that read the previous launch's token gets no
+    answer, reads the key again and joins the new token. Rank 0 waits for every rank's join
+    under its own token, so no earlier launch's keys can stand in for one.
+    """
+    # Every wait here polls: a `store.wait` that times out leaves the client connection
+    # expecting the server's late reply.
+    deadline = time.monotonic() + timeout_s
+    if rank == 0:
+        token = uuid.uuid4().hex
+        store.set(_LAUNCH_KEY, token)
+        joins = [f"vidscale/{token}/join/{r}" for r in range(1, world_size)]
+        while not store.check(joins):
+            if time.monotonic() > deadline:
+                missing = [r for r, key in enumerate(joins, start=1) if not store.check([key])]
+                raise TimeoutError(
+                    f"ranks {missing} did not join the process group within {timeout_s:g} s"
+                )
+            time.sleep(_POLL_S)
+        nonces = [n.decode() for n in store.multi_get(joins)]
+        for r, nonce in enumerate(nonces, start=1):
+            store.set(f"vidscale/{token}/welcome/{r}/{nonce}", token)
+        return f"vidscale/{token}"
+    nonce = uuid.uuid4().hex
+    joined = ""
+    while True:
+        token = store.get(_LAUNCH_KEY).decode()  # waits (up to the store's timeout) for rank 0
+        if token != joined:
+            store.set(f"vidscale/{token}/join/{rank}", nonce)
+            joined = token
+        if store.check([f"vidscale/{token}/welcome/{rank}/{nonce}"]):
+            return f"vidscale/{token}"
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"rank 0 did not answer rank {rank} within {timeout_s:g} s")
+        time.sleep(_POLL_S)
+
+
 def shutdown() -> None:
+    global _group_store
     if dist.is_initialized():
         dist.destroy_process_group()
+    _group_store = None

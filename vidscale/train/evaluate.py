@@ -1,8 +1,11 @@
 """Exact evaluation under data parallelism, with multi-view testing.
 
 Each rank evaluates a disjoint slice of the validation set (`ExactEvalSampler`, no padding) and
-the sums (loss, top-1 hits, top-5 hits, count) are all-reduced, so every video counts exactly
-once whatever the world size.
+the sums (loss, top-1 hits, top-5 hits, count) are all-reduced, so every readable video counts
+exactly once whatever the world size. A video that cannot be read is not replaced in evaluation
+(`VideoClipDataset` with `train=False` marks it unreadable and `collate` leaves it out of the
+batch's rows): it is in none of the sums, and the result counts and names it, gathered over
+ranks. The accuracy is therefore over exactly the readable videos, and `count` says how many.
 
 Multi-view testing (TSM paper §4: "sample 10 clips per video and calculate the average
 prediction"; the TSM code also takes 3 crops of the full-resolution frame): a batch clip of shape
@@ -22,18 +25,29 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from vidscale.distributed.collectives import all_reduce_sum
+from vidscale.distributed.collectives import all_gather_object, all_reduce_sum
 
 Average = Literal["logits", "softmax"]
 
 
 @dataclass(frozen=True)
 class EvalResult:
-    top1: float  # percent
-    top5: float  # percent
+    """One evaluation over all ranks.
+
+    `top1`, `top5` (percent) and `loss` (mean) are over the `count` readable videos (not
+    views); with none readable they are 0.0. `videos` is how many listed videos were evaluated
+    (`count` + the unreadable ones). `unreadable` names the videos left out, as (path, reason)
+    from every rank, sorted and without repeats. `skipped` is this rank's read-failure reports
+    as its batches carried them (in evaluation, its share of `unreadable`).
+    """
+
+    top1: float
+    top5: float
     loss: float
-    count: int  # videos (not views)
+    count: int
     skipped: list[tuple[str, str]]
+    unreadable: list[tuple[str, str]]
+    videos: int
 
 
 def topk_hits(logits: torch.Tensor, labels: torch.Tensor, k: int) -> torch.Tensor:
@@ -99,15 +113,26 @@ def evaluate(
 
     `prepare` turns a uint8 clip batch (N, C, T, H, W) already on the device into the model's
     float input. A batch clip of shape (N, V, C, T, H, W) is evaluated as V views per video
-    (see `video_scores`); `count` is always the number of videos.
+    (see `video_scores`); `count` is always the number of videos. A batch's `unreadable`
+    reports (one per listed video it could not read; see `vidscale.data.dataset.collate`) are
+    counted into `videos` and named in `unreadable`; a batch with no rows runs no forward pass.
+    Every rank must call this (it all-reduces and all-gathers).
     """
     if average not in ("logits", "softmax"):
         raise ValueError(f"average must be 'logits' or 'softmax', got {average!r}")
     was_training = model.training
     model.eval()
-    sums = torch.zeros(4, dtype=torch.float64, device=device)  # loss, top1, top5, count
+    # loss, top1 hits, top5 hits, readable videos, unreadable videos
+    sums = torch.zeros(5, dtype=torch.float64, device=device)
     skipped: list[tuple[str, str]] = []
+    unreadable: list[tuple[str, str]] = []
     for batch in batches:
+        skipped.extend(batch.get("skipped", []))
+        left_out = batch.get("unreadable", [])
+        unreadable.extend(left_out)
+        sums[4] += len(left_out)
+        if batch["label"].numel() == 0:  # every video of the batch was unreadable
+            continue
         clips = batch["clip"].to(device, non_blocking=True)
         labels = batch["label"].to(device, non_blocking=True)
         scores = video_scores(
@@ -123,8 +148,10 @@ def evaluate(
         sums[1] += topk_hits(scores, labels, 1)
         sums[2] += topk_hits(scores, labels, 5)
         sums[3] += labels.numel()
-        skipped.extend(batch.get("skipped", []))
     all_reduce_sum(sums)
+    named = {
+        (str(path), str(reason)) for part in all_gather_object(unreadable) for path, reason in part
+    }
     model.train(was_training)
     count = int(sums[3].item())
     denom = max(count, 1)
@@ -134,4 +161,6 @@ def evaluate(
         loss=sums[0].item() / denom,
         count=count,
         skipped=skipped,
+        unreadable=sorted(named),
+        videos=count + int(sums[4].item()),
     )

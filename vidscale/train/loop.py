@@ -29,6 +29,7 @@ from vidscale.distributed.collectives import all_gather_object, all_reduce_max, 
 from vidscale.distributed.comm_hooks import attach_comm_hook
 from vidscale.distributed.ddp import gradient_sync, unwrap, wrap_ddp
 from vidscale.distributed.env import DistEnv, init_distributed
+from vidscale.distributed.failure import fail_together
 from vidscale.optim.factory import build_optimizer
 from vidscale.train import builders
 from vidscale.train.checkpoint import (
@@ -447,6 +448,8 @@ class Trainer:
             autocast=self.autocast,
         )
         self.counters.add_skipped(result.skipped)
+        self.counters.val_videos = result.count
+        self.counters.val_unreadable = [(p, r) for p, r in result.unreadable]
         return result
 
     def log_epoch(self, train_stats: dict[str, float], val: EvalResult | None) -> None:
@@ -457,6 +460,7 @@ class Trainer:
         if val is not None:
             values.update(val_top1=val.top1, val_top5=val.top5, val_loss=val.loss)
             values["val_count"] = val.count
+            values["val_unreadable"] = len(val.unreadable)
             self.counters.add_val(val.top1)
         self.log.write("epoch", step=self.progress.step, **values)
         if self.env.is_main:
@@ -465,7 +469,8 @@ class Trainer:
                 f"train loss {train_stats['train_loss']:.4f} top1 {train_stats['train_top1']:.1f}"
             )
             if val is not None:
-                msg += f" | val top1 {val.top1:.2f} top5 {val.top5:.2f} ({val.count} videos)"
+                msg += f" | val top1 {val.top1:.2f} top5 {val.top5:.2f} ({val.count} videos"
+                msg += f", {len(val.unreadable)} unreadable)" if val.unreadable else ")"
             msg += f" | {train_stats['epoch_seconds']:.1f}s, data wait {100 * wait:.1f}%"
             print(msg, flush=True)
 
@@ -504,9 +509,11 @@ def train(cfg: RunConfig, *, run_dir: Path, resume: ResumeMode = "auto") -> dict
     Raises `Preempted` after checkpointing on a stop signal, `Diverged` when steps stay
     non-finite.
     """
-    env = init_distributed(cfg.train.device)
+    env = init_distributed(cfg.train.device, timeout_s=cfg.dist.timeout_s)
     signals = StopSignals()
-    with signals.installed():
+    # A rank that fails stops the others in seconds (not at the collective timeout); a stop or
+    # a divergence is agreed by all ranks, so it is no failure of one.
+    with fail_together(env, expected=(Preempted, Diverged)), signals.installed():
         trainer = Trainer(replace(cfg), run_dir, env, resume=resume, signals=signals)
         try:
             return trainer.run()

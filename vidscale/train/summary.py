@@ -26,6 +26,8 @@ class RunCounters:
     val_history: list[float] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # path -> first reason seen
     bad_steps: list[int] = field(default_factory=list)  # non-finite steps, skipped on every rank
+    val_videos: int | None = None  # readable videos of the last evaluation, all ranks
+    val_unreadable: list[tuple[str, str]] = field(default_factory=list)  # its (path, reason)
 
     def add_step(self, result: _Step, *, seconds: float, global_batch: int) -> None:
         self.steps += 1
@@ -107,6 +109,8 @@ class MergedCounters:
             "allreduce_bytes_per_step": main.allreduce_bytes / main.steps if main.steps else 0.0,
             "skipped": [{"path": p, "reason": r} for p, r in sorted(self.skipped.items())],
             "bad_steps": main.bad_steps,
+            "val_videos": main.val_videos,
+            "val_unreadable": [{"path": p, "reason": r} for p, r in main.val_unreadable],
             **extra,
         }
 
@@ -123,7 +127,9 @@ class EpochTotals:
     wait_seconds: float = 0.0  # this rank's time blocked on data
     step_seconds: float = 0.0  # this rank's step time
 
-    def add(self, *, loss: float, hits: int, clips: int, finite: bool, wait: float, seconds: float) -> None:
+    def add(
+        self, *, loss: float, hits: int, clips: int, finite: bool, wait: float, seconds: float
+    ) -> None:
         if finite:
             self.loss += loss
             self.steps += 1
