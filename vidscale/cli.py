@@ -1,13 +1,19 @@
-"""The `vidscale` command: parse, load a recipe, apply `--set` overrides, call one function."""
+"""The `vidscale` command: parse, load a recipe, apply `--set` overrides, call one function.
+
+Bad input of any command (a flag, a config field, an annotation line, a missing or unreadable
+file or video) ends it with one line `vidscale: error: ...` on stderr and exit status 2;
+`vidscale --debug COMMAND ...` shows the traceback instead.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from vidscale.config import ConfigError, RunConfig, apply_overrides, load_config
 
@@ -29,14 +35,18 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
 
 
 def resolve_config(args: argparse.Namespace, *, run_dir: Path | None = None) -> RunConfig:
-    """Recipe (or a run's saved config when resuming) + --data + --set overrides."""
+    """The recipe (or, without one, the saved config of the run in `run_dir`) + --data + --set.
+
+    A re-run of the same command therefore resolves to the same config, and `vidscale train
+    --out RUN` alone continues RUN with its own settings.
+    """
     from vidscale.recipes import get_recipe
 
     saved = run_dir / "config.json" if run_dir is not None else None
-    if getattr(args, "resume", False) and saved is not None and saved.exists():
-        cfg = load_config(saved)
-    elif args.recipe:
+    if args.recipe:
         cfg = get_recipe(args.recipe)
+    elif saved is not None and saved.exists():
+        cfg = load_config(saved)
     else:
         raise ConfigError("--recipe is required (see `vidscale recipes`)")
     overrides = list(args.overrides)
@@ -59,11 +69,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from vidscale.train.sweep import SweepSpec, parse_list, sweep
 
     data = [f"data.root={args.data}"] if args.data is not None else []
+    try:
+        batches = parse_list(args.batches, int)
+    except ConfigError as err:
+        raise ConfigError(f"--batches: {err}") from err
     spec = SweepSpec(
         recipe=args.recipe,
         out=args.out,
         overrides=(*data, *args.overrides),
-        batches=parse_list(args.batches, int),
+        batches=batches,
         optimizers=parse_list(args.optimizers, str),
         epochs=args.epochs,
         nproc=args.nproc,
@@ -74,6 +88,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def cmd_synth(args: argparse.Namespace) -> int:
     from vidscale.data.synthetic import write_synthetic_dataset
+
+    if args.size % 2:
+        raise ConfigError(f"--size must be even (H.264 4:2:0), got {args.size}")
 
     summary = write_synthetic_dataset(
         args.out,
@@ -88,23 +105,26 @@ def cmd_synth(args: argparse.Namespace) -> int:
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
-    from vidscale.data.prepare import prepare_from_layout
+    from vidscale.data.prepare import PrepareError, prepare_from_layout
 
-    manifest = prepare_from_layout(
-        args.layout,
-        args.root,
-        args.out,
-        split=args.split,
-        skip_missing=args.skip_missing,
-        annotations_dir=args.annotations_dir,
-        short_side=args.short_side,
-        fps=args.fps,
-        quality=args.quality,
-        shard_bytes=int(args.shard_size * 1e6),
-        workers=args.workers,
-        seed=args.seed,
-        progress=not args.no_progress,
-    )
+    try:
+        manifest = prepare_from_layout(
+            args.layout,
+            args.root,
+            args.out,
+            split=args.split,
+            skip_missing=args.skip_missing,
+            annotations_dir=args.annotations_dir,
+            short_side=args.short_side,
+            fps=args.fps,
+            quality=args.quality,
+            shard_bytes=int(args.shard_size * 1e6),
+            workers=args.workers,
+            seed=args.seed,
+            progress=not args.no_progress,
+        )
+    except PrepareError as err:  # OUT holds frames prepared with other options
+        raise ConfigError(f"--out: {err}") from err
     print(manifest)
     return 0
 
@@ -113,6 +133,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     from vidscale.bench.flops import format_info, info_as_dict, model_info
     from vidscale.models.registry import ModelConfig, default_frames
 
+    _check_model("NAME", args.name)
     frames = args.frames or default_frames(args.name)
     cfg = ModelConfig(name=args.name, num_classes=args.num_classes, frames=frames)
     info = model_info(cfg, frames=frames, size=args.size)
@@ -162,6 +183,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     from vidscale.train.eval_run import PAPER_VIEWS, Views, evaluate_run
 
+    _check_run("RUN", args.run)
     views = PAPER_VIEWS if args.paper_views else None
     given = {
         name: value
@@ -186,6 +208,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_bench_data(args: argparse.Namespace) -> int:
     from vidscale.bench.dataload import BenchVideoSpec, bench_data
 
+    _check_dir("--videos", args.videos)
+    _check_parent("--out-json", args.out_json)
     bench_data(
         args.videos,
         out_json=args.out_json,
@@ -199,11 +223,14 @@ def cmd_bench_data(args: argparse.Namespace) -> int:
 def cmd_bench_data_wait(args: argparse.Namespace) -> int:
     from vidscale.bench.dataload import bench_data_wait
 
+    _check_model("--model", args.model)
+    _check_dir("--videos", args.videos)
+    _check_parent("--out-json", args.out_json)
     bench_data_wait(
         args.model,
         batch=args.batch,
-        frames_list=tuple(int(x) for x in args.frames.split(",")),
-        workers_list=tuple(int(x) for x in args.workers.split(",")),
+        frames_list=args.frames,
+        workers_list=args.workers,
         steps=args.steps,
         size=args.size,
         source=args.source,
@@ -216,8 +243,9 @@ def cmd_bench_data_wait(args: argparse.Namespace) -> int:
 # -- predict, export, bench models ------------------------------------------------------------
 
 
-def _at_least(low: int) -> Callable[[str], int]:
-    """An argparse type: an integer >= `low` (argparse names the flag in its error)."""
+def _at_least(low: int, most: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an integer >= `low` (and <= `most`); argparse names the flag in its
+    error."""
 
     def parse(text: str) -> int:
         try:
@@ -226,9 +254,68 @@ def _at_least(low: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
         if value < low:
             raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        if most is not None and value > most:
+            raise argparse.ArgumentTypeError(f"must be <= {most}, got {value}")
         return value
 
     return parse
+
+
+def _above(low: float) -> Callable[[str], float]:
+    """An argparse type: a number > `low`."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not value > low:  # also refuses nan
+            raise argparse.ArgumentTypeError(f"must be > {low:g}, got {text}")
+        return value
+
+    return parse
+
+
+def _int_list(low: int) -> Callable[[str], tuple[int, ...]]:
+    """An argparse type: comma-separated integers, each >= `low` (e.g. `8,16,32`)."""
+    one = _at_least(low)
+
+    def parse(text: str) -> tuple[int, ...]:
+        try:
+            return tuple(one(item) for item in text.split(","))
+        except argparse.ArgumentTypeError as err:
+            if "," not in text:
+                raise
+            raise argparse.ArgumentTypeError(f"{err} in {text!r}") from None
+
+    return parse
+
+
+def _check_run(name: str, run: Path) -> None:
+    if not (run / "config.json").is_file():
+        raise ConfigError(f"{name}: {run} has no config.json (not a training run)")
+
+
+def _check_dir(flag: str, path: Path | None) -> None:
+    if path is not None and not path.is_dir():
+        raise ConfigError(f"{flag}: {path} is not a directory")
+
+
+def _check_parent(flag: str, path: Path, *, made: bool = False) -> None:
+    """An output file's directory must exist (or, where the command `made` it, must not lie
+    below a file): found out before a long run, not after it."""
+    parent = path.parent
+    if made:
+        parent = next(p for p in (parent, *parent.parents) if p.exists())
+    if not parent.is_dir():
+        raise ConfigError(f"{flag}: {parent} is not a directory")
+
+
+def _check_model(flag: str, name: str) -> None:
+    from vidscale.models.registry import list_models
+
+    if name not in list_models():
+        raise ConfigError(f"{flag}: unknown model {name!r}; see `vidscale models`")
 
 
 def _check_device(device: str) -> None:
@@ -274,8 +361,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     from vidscale.export import DYNAMO_MIN_OPSET, MIN_ONNX_OPSET, ExportMismatch, export
     from vidscale.predict import checkpoint_path
 
-    if not (args.run / "config.json").is_file():
-        raise ConfigError(f"RUN: {args.run} has no config.json (not a training run)")
+    _check_run("RUN", args.run)
+    _check_parent("--out", args.out, made=True)
     if args.opset is not None and args.format != "onnx":
         raise ConfigError("--opset applies to --format onnx only")
     if args.opset is not None and args.opset < MIN_ONNX_OPSET:
@@ -293,7 +380,8 @@ def cmd_export(args: argparse.Namespace) -> int:
             checkpoint=args.checkpoint,
         )
     except ExportMismatch as err:
-        print(f"vidscale: export check failed: {err}", file=sys.stderr)
+        # Not bad input: the exported model disagrees with PyTorch (status 1, like a failed test).
+        print(f"vidscale: error: export check failed: {err}", file=sys.stderr)
         return 1
     print(f"wrote {result.path} and {result.path.name}.json; check: {result.check}")
     return 0
@@ -321,6 +409,7 @@ def cmd_bench_models(args: argparse.Namespace) -> int:
     from vidscale.bench.report import format_report
 
     cfg = _bench_models_config(args)
+    _check_parent("--out-json", args.out_json)
     names = args.models or list(DEFAULT_MODELS)
     try:
         check_request(names, cfg, baseline=args.baseline)
@@ -400,13 +489,26 @@ def _add_bench_models(bench_sub: argparse._SubParsersAction) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="vidscale", description=__doc__)
+    parser = _Parser(
+        prog="vidscale", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--debug", action="store_true", help="on an error, show its traceback instead of one line"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("train", help="train (one process, or every rank under torchrun)")
     _add_config_args(p)
     p.add_argument("--out", type=Path, required=True, help="run directory")
-    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoints/last.pt")
+    p.add_argument(
+        "--resume",
+        nargs="?",
+        choices=["auto", "never", "must"],
+        default="auto",
+        const="must",
+        help="auto (default): continue OUT from its newest loadable checkpoint if it has one; "
+        "never: refuse a non-empty OUT; must (or --resume alone): fail without a checkpoint",
+    )
     p.add_argument("--print-summary", action="store_true", help="print summary.json at the end")
     p.set_defaults(fn=cmd_train)
 
@@ -416,8 +518,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, required=True, help="sweep directory, one run per subdir")
     p.add_argument("--batches", default="32,128,768", help="global batches (accumulation)")
     p.add_argument("--optimizers", default="sgd,lars,lamb")
-    p.add_argument("--epochs", type=int, default=10, help="epochs of every run")
-    p.add_argument("--nproc", type=int, default=1, help=">1: each run under torchrun")
+    p.add_argument("--epochs", type=_at_least(1), default=10, help="epochs of every run")
+    p.add_argument("--nproc", type=_at_least(1), default=1, help=">1: each run under torchrun")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--plot-only", action="store_true", help="rebuild sweep.json/png from runs")
     p.set_defaults(fn=cmd_sweep)
@@ -425,10 +527,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("synth", help="write the built-in demo dataset (real H.264 files)")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--train-per-class", type=int, default=96)
-    p.add_argument("--val-per-class", type=int, default=24)
-    p.add_argument("--size", type=int, default=32, help="frame side in pixels")
-    p.add_argument("--frames", type=int, default=16, help="frames per video")
+    p.add_argument("--train-per-class", type=_at_least(1), default=96)
+    p.add_argument("--val-per-class", type=_at_least(1), default=24)
+    p.add_argument("--size", type=_at_least(16), default=32, help="frame side in pixels (even)")
+    p.add_argument("--frames", type=_at_least(4), default=16, help="frames per video")
     p.set_defaults(fn=cmd_synth)
 
     p = sub.add_parser("prepare", help="videos + annotations -> JPEG frame shards + index")
@@ -440,22 +542,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--root", type=Path, required=True, help="the dataset as downloaded")
     p.add_argument("--out", type=Path, required=True, help="the prepared dataset directory")
     p.add_argument("--annotations-dir", type=Path, default=None)
-    p.add_argument("--split", type=int, default=1, help="UCF101/HMDB51 split (1-3)")
+    p.add_argument("--split", type=int, choices=[1, 2, 3], default=1, help="UCF101/HMDB51 split")
     p.add_argument("--skip-missing", action="store_true", help="report missing videos, go on")
-    p.add_argument("--short-side", type=int, default=256, help="resize the short side (px)")
-    p.add_argument("--fps", type=float, default=None, help="resample to this frame rate")
-    p.add_argument("--quality", type=int, default=90, help="JPEG quality")
-    p.add_argument("--shard-size", type=float, default=1000.0, help="MB per shard")
-    p.add_argument("--workers", type=int, default=0, help="processes (0: all cores)")
+    p.add_argument(
+        "--short-side", type=_at_least(0), default=256, help="resize the short side (px; 0: keep)"
+    )
+    p.add_argument("--fps", type=_above(0), default=None, help="resample to this frame rate")
+    p.add_argument("--quality", type=_at_least(1, 100), default=90, help="JPEG quality (1-100)")
+    p.add_argument("--shard-size", type=_above(0), default=1000.0, help="MB per shard")
+    p.add_argument("--workers", type=_at_least(0), default=0, help="processes (0: all cores)")
     p.add_argument("--seed", type=int, default=0, help="video order in the shards")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(fn=cmd_prepare)
 
     p = sub.add_parser("info", help="parameters and multiply-accumulates of a model")
     p.add_argument("name")
-    p.add_argument("--num-classes", type=int, default=400)
-    p.add_argument("--frames", type=int, default=0, help="0: the model's default")
-    p.add_argument("--size", type=int, default=224)
+    p.add_argument("--num-classes", type=_at_least(1), default=400)
+    p.add_argument("--frames", type=_at_least(0), default=0, help="0: the model's default")
+    p.add_argument("--size", type=_at_least(32), default=224)
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_info)
 
@@ -464,10 +568,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("recipes", help="list named recipes with their resolved batch and LR")
     p.add_argument("filter", nargs="?", default="", help="only names containing this")
-    p.add_argument("--world-size", type=int, default=1, help="processes the run would use")
+    p.add_argument("--world-size", type=_at_least(1), default=1, help="processes the run would use")
     p.add_argument(
         "--dataset-size",
-        type=int,
+        type=_at_least(1),
         default=240_000,
         help="training videos (default: about Kinetics-400's training split)",
     )
@@ -476,13 +580,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("eval", help="evaluate a run's checkpoints (mean/std over the last N)")
     p.add_argument("run", type=Path)
-    p.add_argument("--last", type=int, default=1, help="evaluate the last N epoch checkpoints")
+    p.add_argument(
+        "--last", type=_at_least(1), default=1, help="evaluate the last N epoch checkpoints"
+    )
     p.add_argument("--data", type=Path, default=None)
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--clips", type=int, default=None, help="clips per video (test views)")
+    p.add_argument("--clips", type=_at_least(1), default=None, help="clips per video (test views)")
     p.add_argument("--crops", type=int, choices=[1, 3], default=None, help="crops per clip")
-    p.add_argument("--short-side", type=int, default=None, help="resize the short side (px)")
-    p.add_argument("--crop-size", type=int, default=None, help="crop size (px)")
+    p.add_argument("--short-side", type=_at_least(1), default=None, help="resize the short side")
+    p.add_argument("--crop-size", type=_at_least(1), default=None, help="crop size (px)")
     p.add_argument("--average", choices=["logits", "softmax"], default=None)
     p.add_argument(
         "--paper-views", action="store_true", help="10 clips x 3 crops of 256 (TSM paper)"
@@ -496,17 +602,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--videos", type=Path, default=None, help="default: generate test videos")
     p.add_argument("--out-json", type=Path, default=Path("bench_data.json"))
     p.add_argument("--work-dir", type=Path, default=None)
-    p.add_argument("--count", type=int, default=4, help="videos to generate")
-    p.add_argument("--seconds", type=float, default=10.0, help="length of generated videos")
-    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--count", type=_at_least(1), default=4, help="videos to generate")
+    p.add_argument("--seconds", type=_above(0), default=10.0, help="length of generated videos")
+    p.add_argument("--rounds", type=_at_least(1), default=5)
     p.set_defaults(fn=cmd_bench_data)
     p = bench_sub.add_parser("data-wait", help="share of step time blocked on data (Fig. 3b)")
     p.add_argument("--model", default="tsm_resnet18")
-    p.add_argument("--batch", type=int, default=2)
-    p.add_argument("--frames", default="8,16,32")
-    p.add_argument("--workers", default="0,1,2")
-    p.add_argument("--steps", type=int, default=3)
-    p.add_argument("--size", type=int, default=112)
+    p.add_argument("--batch", type=_at_least(1), default=2)
+    p.add_argument("--frames", type=_int_list(1), default="8,16,32", help="clip lengths")
+    p.add_argument("--workers", type=_int_list(0), default="0,1,2", help="loader processes")
+    p.add_argument("--steps", type=_at_least(1), default=3)
+    p.add_argument("--size", type=_at_least(32), default=112)
     p.add_argument("--source", choices=["videos", "shards"], default="videos")
     p.add_argument("--videos", type=Path, default=None)
     p.add_argument("--out-json", type=Path, default=Path("bench_data_wait.json"))
@@ -515,17 +621,57 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with vidscale's one-line error format (exit status 2, as argparse's own)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"vidscale: error: {message} (see `{self.prog} --help`)\n")
+
+
+def _one_line(err: BaseException) -> str:
+    """`err` as one line: an OS error as `FILE: reason`, other messages' lines joined."""
+    if isinstance(err, OSError) and err.filename is not None and err.strerror:
+        files = f"{err.filename}" + (f" -> {err.filename2}" if err.filename2 else "")
+        text = f"{files}: {err.strerror}"
+    else:
+        text = str(err) or type(err).__name__
+    return "; ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; return its exit status.
+
+    Bad input prints one line `vidscale: error: ...` on stderr and returns 2: a config field or
+    flag (`ConfigError`), an annotation file (`AnnotationError`), an undecodable video
+    (`DecodeError`), a missing, unreadable or unwritable path (`OSError`), or a value a function
+    rejects (`ValueError`, vidscale's convention for bad arguments). With `--debug` it is re-raised
+    instead, traceback included. Ctrl-C returns 130 without a traceback. Other exceptions are bugs
+    and propagate with their traceback.
+    """
     args = build_parser().parse_args(argv)
     from vidscale.data.annotations import AnnotationError
+    from vidscale.data.decode import DecodeError
+
+    bad_input = (ConfigError, AnnotationError, DecodeError, OSError, ValueError)
+    from vidscale.train.resilience import PREEMPTED_EXIT_CODE, Diverged, Preempted
 
     try:
         return int(args.fn(args))
-    except ConfigError as err:
-        print(f"vidscale: config error: {err}", file=sys.stderr)
-        return 2
-    except AnnotationError as err:
-        print(f"vidscale: annotation error: {err}", file=sys.stderr)
+    except Preempted as stop:  # checkpointed: the same command continues (torchrun, requeue)
+        if os.environ.get("RANK", "0") == "0":  # every rank stops at the same step: say it once
+            print(f"vidscale: {stop}", file=sys.stderr)
+        return PREEMPTED_EXIT_CODE
+    except Diverged as err:
+        print(f"vidscale: error: diverged: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        return 130
+    except bad_input as err:
+        if args.debug:
+            raise
+        print(f"vidscale: error: {_one_line(err)}", file=sys.stderr)
         return 2
     finally:
         from vidscale.distributed.env import shutdown

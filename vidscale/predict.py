@@ -20,10 +20,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from vidscale.config import RunConfig, load_config
+from vidscale.config import ConfigError, RunConfig, load_config
 from vidscale.data.annotations import read_class_names
 from vidscale.data.dataset import ClipSpec, frame_indices, make_clip
-from vidscale.data.decode import decode_frames, probe
+from vidscale.data.decode import DecodeError, decode_frames, probe
 from vidscale.data.transforms import input_normalization, normalize
 from vidscale.models.registry import build_model
 from vidscale.train.builders import resolve_path
@@ -109,12 +109,52 @@ def class_names(run: Path, cfg: RunConfig) -> list[str]:
     return read_class_names(path)
 
 
+def run_config(run: Path) -> RunConfig:
+    """RUN/config.json; a missing or malformed one is a `ConfigError` naming the file."""
+    path = Path(run) / "config.json"
+    if not path.is_file():
+        raise ConfigError(f"{run}: not a training run (no config.json)")
+    try:
+        return load_config(path)
+    except ValueError as err:  # malformed JSON, or fields this version does not know
+        raise ConfigError(f"{path}: {err}") from err
+
+
+def load_weights(path: Path, model: nn.Module, *, map_location: str | torch.device = "cpu") -> None:
+    """Load checkpoint `path`'s weights into `model`.
+
+    A file that is not a checkpoint, or one of another model, is a `ValueError` naming it:
+    `torch.load` reports damage as whichever of KeyError, EOFError, UnpicklingError or
+    RuntimeError the bytes happen to trigger, and a wrong model as a multi-line RuntimeError.
+    """
+    try:
+        state = load_checkpoint(path, map_location=map_location)["model"]
+    except Exception as err:
+        raise ValueError(f"{path}: not a readable checkpoint ({_first_line(err)})") from err
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as err:
+        raise ValueError(
+            f"{path}: its weights do not fit this run's model ({_first_line(err)})"
+        ) from err
+
+
+def _first_line(err: BaseException) -> str:
+    """`Type: first line of the message`, at most 160 characters (torch's run to pages)."""
+    lines = str(err).splitlines()
+    return f"{type(err).__name__}: {lines[0] if lines else ''}"[:160]
+
+
 def load_run(
     run: Path, *, checkpoint: str = "last", device: str | torch.device = "cpu"
 ) -> LoadedRun:
-    """Build the run's model (no ImageNet download or file needed) and load its weights."""
+    """Build the run's model (no ImageNet download or file needed) and load its weights.
+
+    Raises `ConfigError` for a missing or malformed RUN/config.json, `FileNotFoundError` for a
+    missing checkpoint or class list, `ValueError` for a checkpoint that does not load.
+    """
     run = Path(run)
-    cfg = load_config(run / "config.json")
+    cfg = run_config(run)
     classes = class_names(run, cfg)
     num_classes = cfg.model.num_classes or len(classes)
     if num_classes != len(classes):
@@ -123,19 +163,26 @@ def load_run(
     cfg = dataclasses.replace(cfg, model=model_cfg)
     path = checkpoint_path(run, checkpoint)
     model = build_model(model_cfg)
-    model.load_state_dict(load_checkpoint(path)["model"])
+    load_weights(path, model)
     return LoadedRun(cfg=cfg, model=model.to(device).eval(), classes=classes, checkpoint=path)
 
 
 def sample_views(video: Path, spec: ClipSpec) -> torch.Tensor:
-    """The evaluation views of one video as uint8 (V, 3, T, H, W), V = clips x crops."""
-    meta = probe(video)
-    views: list[torch.Tensor] = []
-    for k in range(spec.num_clips):
-        idx = frame_indices(meta.num_frames, spec, rng=None, clip_index=k)
-        frames = decode_frames(video, idx, meta=meta)
-        # Evaluation transforms are deterministic; make_clip only takes the generator along.
-        views.extend(make_clip(frames, spec, train=False, rng=np.random.default_rng(0)))
+    """The evaluation views of one video as uint8 (V, 3, T, H, W), V = clips x crops.
+
+    Raises `DecodeError` naming `video` when it is missing, empty or not a readable video.
+    """
+    try:
+        meta = probe(video)
+        views: list[torch.Tensor] = []
+        for k in range(spec.num_clips):
+            idx = frame_indices(meta.num_frames, spec, rng=None, clip_index=k)
+            frames = decode_frames(video, idx, meta=meta)
+            # Evaluation transforms are deterministic; make_clip only takes the generator along.
+            views.extend(make_clip(frames, spec, train=False, rng=np.random.default_rng(0)))
+    except DecodeError as err:
+        # The decoder's reasons ("zero-byte file", "no video stream") do not name the file.
+        raise DecodeError(f"{video}: {err}") from err
     return torch.stack(views)
 
 

@@ -142,6 +142,118 @@ def test_kinetics_missing_and_unknown_classes(kinetics: Path) -> None:
         read_layout("kinetics", kinetics)
 
 
+# Names of the training and validation CSVs as each distributor ships them: DeepMind's archives
+# (all releases), the CVDF mirror, MMAction2's download_annotations.sh, the ActivityNet crawler,
+# and Kinetics-700 copies (2019 and 2020 releases).
+KINETICS_TRAIN_NAMES = [
+    "train.csv",
+    "kinetics_train.csv",
+    "kinetics-400_train.csv",
+    "kinetics-600_train.csv",
+    "kinetics-700_train.csv",
+    "kinetics_700_train.csv",
+    "kinetics700_2020_train.csv",
+]
+KINETICS_VAL_NAMES = [
+    "validate.csv",
+    "val.csv",
+    "validation.csv",
+    "kinetics_val.csv",
+    "kinetics-400_val.csv",
+    "kinetics-400_validate.csv",
+    "kinetics-600_val.csv",
+    "kinetics-600_validate.csv",
+    "kinetics-700_val.csv",
+    "kinetics-700_validate.csv",
+    "kinetics-700_validation.csv",
+    "kinetics_700_val.csv",
+    "kinetics700_2020_val.csv",
+    "kinetics700_2020_validate.csv",
+]
+
+
+def kinetics_csvs(directory: Path, train: str, val: str) -> None:
+    """One training clip of each of two classes and one validation clip, named `train`/`val`."""
+    write(
+        directory / train,
+        KINETICS_HEADER + "abseiling,aaaaaaaaaaa,0,10,train\nyoga,bbbbbbbbbbb,5,15,train\n",
+    )
+    write(directory / val, KINETICS_HEADER + "yoga,ccccccccccc,1,11,val\n")
+
+
+def kinetics_videos(root: Path, train_dir: str = "train", val_dir: str = "val") -> None:
+    touch(root / train_dir / "abseiling" / "aaaaaaaaaaa_000000_000010.mp4")
+    touch(root / train_dir / "yoga" / "bbbbbbbbbbb_000005_000015.mp4")
+    touch(root / val_dir / "yoga" / "ccccccccccc_000001_000011.mp4")
+
+
+def assert_kinetics_read(root: Path, **kwargs: Path) -> None:
+    splits = read_layout("kinetics", root, **kwargs)
+    assert splits.classes == ["abseiling", "yoga"]
+    assert [(r.path.name, r.label) for r in splits.train] == [
+        ("aaaaaaaaaaa_000000_000010.mp4", 0),
+        ("bbbbbbbbbbb_000005_000015.mp4", 1),
+    ]
+    assert [(r.path.name, r.label) for r in splits.val] == [("ccccccccccc_000001_000011.mp4", 1)]
+
+
+@pytest.mark.parametrize("name", KINETICS_TRAIN_NAMES)
+def test_kinetics_reads_every_published_training_csv_name(tmp_path: Path, name: str) -> None:
+    kinetics_csvs(tmp_path / "annotations", name, "validate.csv")
+    kinetics_videos(tmp_path)
+    assert_kinetics_read(tmp_path)
+
+
+@pytest.mark.parametrize("name", KINETICS_VAL_NAMES)
+def test_kinetics_reads_every_published_validation_csv_name(tmp_path: Path, name: str) -> None:
+    kinetics_csvs(tmp_path, "train.csv", name)  # in the root this time
+    kinetics_videos(tmp_path)
+    assert_kinetics_read(tmp_path)
+
+
+def test_kinetics_reads_the_mmaction2_layout(tmp_path: Path) -> None:
+    """download_annotations.sh renames the CSVs; download_videos.sh writes videos_{train,val}/."""
+    kinetics_csvs(tmp_path / "annotations", "kinetics_train.csv", "kinetics_val.csv")
+    kinetics_videos(tmp_path, "videos_train", "videos_val")
+    assert_kinetics_read(tmp_path)
+
+
+def test_kinetics_annotations_dir_is_the_only_place_looked_in(tmp_path: Path) -> None:
+    kinetics_csvs(tmp_path / "elsewhere", "kinetics-600_train.csv", "kinetics-600_val.csv")
+    kinetics_videos(tmp_path)
+    assert_kinetics_read(tmp_path, annotations_dir=tmp_path / "elsewhere")
+    with pytest.raises(AnnotationError, match="no Kinetics train annotation file"):
+        read_layout("kinetics", tmp_path)
+
+
+def test_kinetics_missing_csv_names_every_file_and_directory_looked_for(tmp_path: Path) -> None:
+    write(tmp_path / "annotations" / "kinetics_train.csv", KINETICS_HEADER)
+    with pytest.raises(AnnotationError) as caught:
+        read_layout("kinetics", tmp_path)
+    message = str(caught.value)
+    assert (
+        f"no Kinetics val annotation file in {tmp_path / 'annotations'} or {tmp_path};" in message
+    )
+    assert all(name in message for name in KINETICS_VAL_NAMES)
+    (tmp_path / "annotations" / "kinetics_train.csv").unlink()
+    with pytest.raises(AnnotationError) as caught:
+        read_layout("kinetics", tmp_path)
+    assert all(name in str(caught.value) for name in KINETICS_TRAIN_NAMES)
+
+
+def test_kinetics_two_releases_side_by_side_are_refused(tmp_path: Path) -> None:
+    """The ActivityNet crawler's data/ holds Kinetics-400's and -600's CSVs together."""
+    kinetics_csvs(tmp_path, "kinetics-400_train.csv", "kinetics-400_val.csv")
+    kinetics_csvs(tmp_path, "kinetics-600_train.csv", "kinetics-600_val.csv")
+    kinetics_videos(tmp_path)
+    with pytest.raises(
+        AnnotationError,
+        match=r"2 Kinetics train annotation files \(kinetics-400_train\.csv, "
+        r"kinetics-600_train\.csv\): ambiguous",
+    ):
+        read_layout("kinetics", tmp_path)
+
+
 # HMDB51 --------------------------------------------------------------------------------------
 
 

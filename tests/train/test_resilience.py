@@ -291,3 +291,33 @@ def test_powersgd_resume_is_exact(tiny_demo: Path, tmp_path: Path) -> None:
     # loss would differ.
     assert len(full) == 5 and cut == full
     assert (tmp_path / "cut" / "checkpoints" / "last.rank0001.comm.pt").is_file()
+
+
+def nan_on_rank_one(env: Any, root: str, run: str) -> dict[str, Any]:
+    """A 2-process run whose rank 1 alone produces NaN logits at step 2."""
+    cfg = config(Path(root), "train.epochs=1", "optim.simulate_world_size=0")  # 2 steps
+    trainer = loop.Trainer(cfg, Path(run), env)
+    if env.rank == 1:
+        nan_at(trainer.model, {2})
+    before_step: list[list[torch.Tensor]] = []
+
+    def snapshot(module: torch.nn.Module, args: Any) -> None:
+        if module.training:
+            before_step.append([p.detach().clone() for p in module.parameters()])
+
+    trainer.model.register_forward_pre_hook(snapshot)
+    summary = trainer.run()
+    final = [p.detach().clone() for p in trainer.model.parameters()]
+    return {"bad": summary["bad_steps"], "before": before_step, "final": final}
+
+
+def test_nan_on_one_rank_skips_the_step_on_every_rank(tiny_demo: Path, tmp_path: Path) -> None:
+    from tests.distributed.multiproc import run_ranks
+
+    ranks = run_ranks(nan_on_rank_one, 2, str(tiny_demo), str(tmp_path / "run"))
+    for r in ranks:
+        assert r["bad"] == [2]
+        # No update at step 2 on either rank: the weights after it are those before it.
+        assert all(torch.equal(a, b) for a, b in zip(r["before"][1], r["final"], strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(ranks[0]["final"], ranks[1]["final"], strict=True))
+    assert [r["step"] for r in records(tmp_path / "run", "bad_step")] == [2]

@@ -7,9 +7,14 @@ the layout's own numbering where it has one (UCF101 `classInd.txt`, 1-based -> 0
 `AnnotationError` naming the annotation file and line, unless `skip_missing` (then it is listed
 in `missing` as `(expected path, "file:line: reason")`).
 
-- kinetics: `train.csv`, `validate.csv` (or `val.csv`) with header
-  `label,youtube_id,time_start,time_end,split`; videos `<split>/<label>/<id>_<s:06d>_<e:06d>.mp4`,
-  flat `<split>/<id>_<s:06d>_<e:06d>.mp4`, or `<id>.mp4` (.webm, .mkv too).
+- kinetics: one training and one validation CSV with the header
+  `label,youtube_id,time_start,time_end,split`, under any name its distributors use
+  (`KINETICS_ANNOTATIONS`: DeepMind's `train.csv`/`validate.csv`, the CVDF mirror's `val.csv`,
+  MMAction2's `kinetics_{train,val}.csv`, the ActivityNet crawler's
+  `kinetics-{400,600}_{train,val}.csv`, ...), in `annotations/` or the root; videos
+  `<split>/<label>/<id>_<s:06d>_<e:06d>.mp4`, flat `<split>/<id>_<s:06d>_<e:06d>.mp4`, or
+  `<id>.mp4` (.webm, .mkv too), `<split>` being `train`/`val` (or MMAction2's `videos_train`/
+  `videos_val`). Test CSVs are not read (their labels were withheld).
 - ucf101: `ucfTrainTestlist/{classInd,trainlist0N,testlist0N}.txt`, videos `UCF-101/<Class>/*.avi`.
 - hmdb51: `testTrainMulti_7030_splits/<class>_test_splitN.txt` (tag 1 train, 2 test, 0 unused),
   videos `<class>/<video>.avi`.
@@ -113,6 +118,26 @@ def _first_file(directory: Path, names: Sequence[str]) -> Path:
     raise AnnotationError(f"{directory}: none of {', '.join(names)} found")
 
 
+def _only_file(directories: Sequence[Path], names: Sequence[str], *, what: str) -> Path:
+    """The one file named any of `names` in the first of `directories` that holds one.
+
+    Two or more there is an error, not a choice: a directory holding the annotations of two
+    releases (the ActivityNet crawler ships Kinetics-400's and -600's side by side) must not
+    silently train on whichever name comes first. Errors name every file and directory looked for.
+    """
+    for directory in directories:
+        found = [directory / name for name in names if (directory / name).is_file()]
+        if len(found) == 1:
+            return found[0]
+        if found:
+            raise AnnotationError(
+                f"{directory}: {len(found)} {what} annotation files "
+                f"({', '.join(p.name for p in found)}): ambiguous, keep only one there"
+            )
+    where = " or ".join(str(d) for d in directories)
+    raise AnnotationError(f"no {what} annotation file in {where}; looked for {', '.join(names)}")
+
+
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
     """(line number, stripped text) of the non-blank lines of a text file."""
     if not path.is_file():
@@ -178,16 +203,45 @@ def _index_videos(directory: Path, *, depth: int) -> dict[str, Path]:
     return found
 
 
+# "" = DeepMind's archives (train/validate/test.csv; the CVDF mirror has val.csv);
+# "kinetics_" = MMAction2's download_annotations.sh renames; "kinetics-400_"/"kinetics-600_" =
+# the ActivityNet crawler's data/; the rest as Kinetics-700 (2019, 2020) copies are named.
+_KINETICS_PREFIXES = (
+    "",
+    "kinetics_",
+    "kinetics-400_",
+    "kinetics-600_",
+    "kinetics-700_",
+    "kinetics_700_",
+    "kinetics700_2020_",
+)
+
+
+def _kinetics_names(*splits: str) -> tuple[str, ...]:
+    """`<prefix><split>.csv` for every distributor's prefix, unprefixed first."""
+    return tuple(f"{prefix}{split}.csv" for prefix in _KINETICS_PREFIXES for split in splits)
+
+
+KINETICS_ANNOTATIONS: dict[str, tuple[str, ...]] = {
+    "train": _kinetics_names("train"),
+    "val": _kinetics_names("validate", "val", "valid", "validation"),
+}
+"""The annotation file names `read_layout("kinetics", ...)` accepts, per split."""
+
+
 def _read_kinetics(root: Path, ann: Path | None, missing: _Missing) -> Split:
-    ann = ann or _first_dir(root / "annotations", root)
+    ann_dirs = [ann] if ann is not None else [root / "annotations", root]
     csvs = {
-        "train": _first_file(ann, ["train.csv"]),
-        "val": _first_file(ann, ["validate.csv", "val.csv", "valid.csv", "validation.csv"]),
+        split: _only_file(ann_dirs, names, what=f"Kinetics {split}")
+        for split, names in KINETICS_ANNOTATIONS.items()
     }
     rows = {split: _read_kinetics_csv(path) for split, path in csvs.items()}
     classes = sorted({r.label for r in rows["train"]})
     index = {name: i for i, name in enumerate(classes)}
-    dirs = {"train": ("train",), "val": ("val", "validate", "valid", "validation")}
+    dirs = {
+        "train": ("train", "videos_train"),
+        "val": ("val", "validate", "valid", "validation", "videos_val"),
+    }
     out: dict[str, list[VideoRecord]] = {}
     for split, split_rows in rows.items():
         roots = [root / d for d in dirs[split] if (root / d).is_dir()] or [root]
@@ -199,7 +253,9 @@ def _read_kinetics(root: Path, ann: Path | None, missing: _Missing) -> Split:
         for r in split_rows:
             where = f"{csvs[split]}:{r.lineno}"
             if r.label not in index:
-                raise AnnotationError(f"{where}: class {r.label!r} does not occur in train.csv")
+                raise AnnotationError(
+                    f"{where}: class {r.label!r} does not occur in {csvs['train'].name}"
+                )
             clip_name = f"{r.youtube_id}_{r.start:06d}_{r.end:06d}"
             video = videos.get(clip_name) or videos.get(r.youtube_id)
             expected = roots[0] / r.label / f"{clip_name}.mp4"

@@ -4,8 +4,8 @@ the last N.
 The TSM paper reports accuracy as mean +- std over the last 5 epochs' checkpoints (§4,
 "Baseline"), testing each video on 10 clips with the short side resized to 256 (§4, following
 the non-local paper); the TSM code adds 3 crops of 256 x 256 along the long side
-(`PAPER_VIEWS`). Runs as one process or under torchrun (exact sharded evaluation: every video
-counts once).
+(`PAPER_VIEWS`). Runs as one process or under torchrun (exact sharded evaluation: every readable
+video counts once; unreadable ones are counted in no accuracy and listed in the report).
 """
 
 from __future__ import annotations
@@ -15,7 +15,10 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from vidscale.config import RunConfig, apply_overrides, load_config
+import torch
+from torch import nn
+
+from vidscale.config import ConfigError, RunConfig, apply_overrides, load_config
 from vidscale.data.dataset import ClipSpec
 from vidscale.distributed.env import init_distributed
 from vidscale.train import builders
@@ -70,12 +73,43 @@ PAPER_VIEWS = Views(num_clips=10, num_crops=3, short_side=256, crop_size=256)
 def resolve_eval_config(
     run_dir: Path, *, overrides: list[str] | None = None, data: Path | None = None
 ) -> RunConfig:
-    """The run's saved config with `data.root=data` (if given) and `--set` overrides applied."""
-    cfg = load_config(Path(run_dir) / "config.json")
+    """The run's saved config with `data.root=data` (if given) and `--set` overrides applied.
+
+    A missing or malformed RUN/config.json is a `ConfigError` naming the file.
+    """
+    path = Path(run_dir) / "config.json"
+    if not path.is_file():
+        raise ConfigError(f"{run_dir}: not a training run (no config.json)")
+    try:
+        cfg = load_config(path)
+    except ValueError as err:  # malformed JSON, or fields this version does not know
+        raise ConfigError(f"{path}: {err}") from err
     extra = list(overrides or [])
     if data is not None:
         extra.insert(0, f"data.root={data}")
     return apply_overrides(cfg, extra)
+
+
+def _load_weights(model: nn.Module, path: Path, device: torch.device) -> None:
+    """Checkpoint `path`'s weights into `model`; a damaged file or another model's weights are a
+    `ValueError` naming the file (`torch.load` reports damage as KeyError, EOFError,
+    UnpicklingError or RuntimeError, whichever the bytes trigger)."""
+    try:
+        state = load_checkpoint(path, map_location=device)["model"]
+    except Exception as err:
+        raise ValueError(f"{path}: not a readable checkpoint ({_first_line(err)})") from err
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as err:
+        raise ValueError(
+            f"{path}: its weights do not fit this run's model ({_first_line(err)})"
+        ) from err
+
+
+def _first_line(err: BaseException) -> str:
+    """`Type: first line of the message`, at most 160 characters (torch's run to pages)."""
+    lines = str(err).splitlines()
+    return f"{type(err).__name__}: {lines[0] if lines else ''}"[:160]
 
 
 def evaluate_run(
@@ -113,7 +147,7 @@ def evaluate_run(
     )
     results: list[EvalResult] = []
     for path in checkpoints:
-        model.load_state_dict(load_checkpoint(path, map_location=env.device)["model"])
+        _load_weights(model, path, env.device)
         results.append(
             evaluate(
                 model,
@@ -131,7 +165,12 @@ def evaluate_run(
 def summarize(
     checkpoints: list[Path], results: list[EvalResult], spec: ClipSpec, views: Views
 ) -> dict[str, Any]:
-    """The JSON-ready report: one row per checkpoint, mean and sample std over them."""
+    """The JSON-ready report: one row per checkpoint, mean and sample std over them.
+
+    `videos` is the number of readable videos every accuracy is over (each counted once),
+    `listed` the number of videos in the validation list, and `unreadable` the videos left
+    out, as `{"path", "reason"}` sorted by path (the union over checkpoints).
+    """
     top1 = [r.top1 for r in results]
     top5 = [r.top5 for r in results]
     rows = [
@@ -145,6 +184,11 @@ def summarize(
         "top5_mean": statistics.fmean(top5),
         "top5_std": statistics.stdev(top5) if len(top5) > 1 else 0.0,
         "videos": results[0].count,
+        "listed": results[0].videos,
+        "unreadable": [
+            {"path": path, "reason": reason}
+            for path, reason in sorted({item for r in results for item in r.unreadable})
+        ],
         "views": {
             **asdict(views),
             "short_side": spec.short_side,
