@@ -27,7 +27,7 @@ from vidscale.data.decode import DecodeError, decode_frames, probe
 from vidscale.data.transforms import input_normalization, normalize
 from vidscale.models.registry import build_model
 from vidscale.train.builders import resolve_path
-from vidscale.train.checkpoint import CHECKPOINT_PATTERN, epoch_checkpoints, load_checkpoint
+from vidscale.train.checkpoint import CHECKPOINT_PATTERN, epoch_checkpoints, load_weights
 from vidscale.train.metrics import read_metrics
 
 VIEWS_PER_FORWARD = 8  # views run through the model at once (bounds activation memory)
@@ -118,31 +118,6 @@ def run_config(run: Path) -> RunConfig:
         return load_config(path)
     except ValueError as err:  # malformed JSON, or fields this version does not know
         raise ConfigError(f"{path}: {err}") from err
-
-
-def load_weights(path: Path, model: nn.Module, *, map_location: str | torch.device = "cpu") -> None:
-    """Load checkpoint `path`'s weights into `model`.
-
-    A file that is not a checkpoint, or one of another model, is a `ValueError` naming it:
-    `torch.load` reports damage as whichever of KeyError, EOFError, UnpicklingError or
-    RuntimeError the bytes happen to trigger, and a wrong model as a multi-line RuntimeError.
-    """
-    try:
-        state = load_checkpoint(path, map_location=map_location)["model"]
-    except Exception as err:
-        raise ValueError(f"{path}: not a readable checkpoint ({_first_line(err)})") from err
-    try:
-        model.load_state_dict(state)
-    except RuntimeError as err:
-        raise ValueError(
-            f"{path}: its weights do not fit this run's model ({_first_line(err)})"
-        ) from err
-
-
-def _first_line(err: BaseException) -> str:
-    """`Type: first line of the message`, at most 160 characters (torch's run to pages)."""
-    lines = str(err).splitlines()
-    return f"{type(err).__name__}: {lines[0] if lines else ''}"[:160]
 
 
 def load_run(

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from vidscale.atomic import atomic_write, fsync_dir
 
@@ -31,6 +32,31 @@ def load_checkpoint(path: Path, *, map_location: str | torch.device = "cpu") -> 
     """Load a checkpoint safely: tensors and plain containers only, never arbitrary objects."""
     state: dict[str, Any] = torch.load(path, map_location=map_location, weights_only=True)
     return state
+
+
+def load_weights(path: Path, model: nn.Module, *, map_location: str | torch.device = "cpu") -> None:
+    """Load checkpoint `path`'s weights into `model`.
+
+    A file that is not a checkpoint, or one of another model, is a `ValueError` naming it:
+    `torch.load` reports damage as whichever of KeyError, EOFError, UnpicklingError or
+    RuntimeError the bytes happen to trigger, and a wrong model as a multi-line RuntimeError.
+    """
+    try:
+        state = load_checkpoint(path, map_location=map_location)["model"]
+    except Exception as err:
+        raise ValueError(f"{path}: not a readable checkpoint ({first_line(err)})") from err
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as err:
+        raise ValueError(
+            f"{path}: its weights do not fit this run's model ({first_line(err)})"
+        ) from err
+
+
+def first_line(err: BaseException) -> str:
+    """`Type: first line of the message`, at most 160 characters (torch's run to pages)."""
+    lines = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {lines[0] if lines else ''}"[:160]
 
 
 def epoch_checkpoints(run_dir: Path) -> list[Path]:
@@ -87,7 +113,7 @@ def newest_loadable(run_dir: Path) -> Search:
             state = load_checkpoint(path)
             int(state["progress"]["step"])
         except Exception as err:  # any damage, or a file of another format
-            unreadable.append((path, f"{type(err).__name__}: {err}".splitlines()[0][:200]))
+            unreadable.append((path, first_line(err)))
             continue
         return Search(path, state, unreadable)
     return Search(None, None, unreadable)

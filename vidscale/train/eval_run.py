@@ -15,14 +15,11 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import torch
-from torch import nn
-
 from vidscale.config import ConfigError, RunConfig, apply_overrides, load_config
 from vidscale.data.dataset import ClipSpec
 from vidscale.distributed.env import init_distributed
 from vidscale.train import builders
-from vidscale.train.checkpoint import epoch_checkpoints, load_checkpoint
+from vidscale.train.checkpoint import epoch_checkpoints, load_weights
 from vidscale.train.evaluate import Average, EvalResult, evaluate
 
 
@@ -90,28 +87,6 @@ def resolve_eval_config(
     return apply_overrides(cfg, extra)
 
 
-def _load_weights(model: nn.Module, path: Path, device: torch.device) -> None:
-    """Checkpoint `path`'s weights into `model`; a damaged file or another model's weights are a
-    `ValueError` naming the file (`torch.load` reports damage as KeyError, EOFError,
-    UnpicklingError or RuntimeError, whichever the bytes trigger)."""
-    try:
-        state = load_checkpoint(path, map_location=device)["model"]
-    except Exception as err:
-        raise ValueError(f"{path}: not a readable checkpoint ({_first_line(err)})") from err
-    try:
-        model.load_state_dict(state)
-    except RuntimeError as err:
-        raise ValueError(
-            f"{path}: its weights do not fit this run's model ({_first_line(err)})"
-        ) from err
-
-
-def _first_line(err: BaseException) -> str:
-    """`Type: first line of the message`, at most 160 characters (torch's run to pages)."""
-    lines = str(err).splitlines()
-    return f"{type(err).__name__}: {lines[0] if lines else ''}"[:160]
-
-
 def evaluate_run(
     run_dir: Path,
     *,
@@ -147,7 +122,7 @@ def evaluate_run(
     )
     results: list[EvalResult] = []
     for path in checkpoints:
-        _load_weights(model, path, env.device)
+        load_weights(path, model, map_location=env.device)
         results.append(
             evaluate(
                 model,

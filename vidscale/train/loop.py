@@ -34,6 +34,7 @@ from vidscale.optim.factory import build_optimizer
 from vidscale.train import builders
 from vidscale.train.checkpoint import (
     LAST,
+    first_line,
     load_checkpoint,
     newest_loadable,
     prune_checkpoints,
@@ -214,9 +215,8 @@ class Trainer:
             unwrap(self.model).load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
         except (RuntimeError, ValueError, KeyError) as err:
-            first = str(err).strip().splitlines()[0]
             raise ConfigError(
-                f"--resume: {self.resumed_from} does not fit this run: {first}"
+                f"--resume: {self.resumed_from} does not fit this run: {first_line(err)}"
             ) from None
         env = self.env
         self.counters = RunCounters.restored(
