@@ -117,3 +117,36 @@ def newest_loadable(run_dir: Path) -> Search:
             continue
         return Search(path, state, unreadable)
     return Search(None, None, unreadable)
+
+
+def comm_state_path(ckpt_dir: Path, rank: int) -> Path:
+    return ckpt_dir / f"last.rank{rank:04d}.comm.pt"
+
+
+def save_comm_state(comm: Any, ckpt_dir: Path, *, rank: int, step: int) -> None:
+    """Every rank: the comm hook's per-rank state (PowerSGD's error residuals differ per rank),
+    tagged with the step of the `last.pt` it belongs to. A no-op for stateless hooks."""
+    if comm.per_rank:
+        save_checkpoint({"step": step, "comm": comm.state_dict()}, comm_state_path(ckpt_dir, rank))
+
+
+def read_comm_state(
+    comm: Any, ckpt_dir: Path, *, rank: int, step: int
+) -> tuple[dict[str, Any] | None, str | None]:
+    """This rank's comm state saved with the checkpoint of `step`, or why it cannot be used
+    (missing, damaged, from another step, process count or setting).
+
+    Loading is the caller's collective decision: all ranks load or none does, because ranks at
+    different PowerSGD steps would issue different collectives.
+    """
+    path = comm_state_path(ckpt_dir, rank)
+    if not path.is_file():
+        return None, f"{path.name} is missing"
+    try:
+        saved = load_checkpoint(path)
+    except Exception as err:  # a damaged file: the hook starts afresh, and says so
+        return None, f"{path.name} is unreadable ({first_line(err)})"
+    if saved.get("step") != step:
+        return None, f"{path.name} is from step {saved.get('step')}, the checkpoint from {step}"
+    problem: str | None = comm.incompatibility(saved["comm"])
+    return (saved["comm"], None) if problem is None else (None, problem)

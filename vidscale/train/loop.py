@@ -23,8 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from vidscale.atomic import atomic_write_text, remove_stale_tmp
-from vidscale.config import ConfigError, RunConfig, save_config, validate
+from vidscale.config import ConfigError, RunConfig, validate
 from vidscale.distributed.collectives import all_gather_object, all_reduce_max, broadcast_buffers
 from vidscale.distributed.comm_hooks import attach_comm_hook
 from vidscale.distributed.ddp import gradient_sync, unwrap, wrap_ddp
@@ -35,14 +34,14 @@ from vidscale.train import builders
 from vidscale.train.checkpoint import (
     LAST,
     first_line,
-    load_checkpoint,
-    newest_loadable,
     prune_checkpoints,
+    read_comm_state,
     save_checkpoint,
+    save_comm_state,
 )
 from vidscale.train.evaluate import EvalResult, evaluate, topk_hits
 from vidscale.train.host_memory import retain_freed_host_memory
-from vidscale.train.metrics import MetricsLog, plot_run, progress, read_metrics, truncate_metrics
+from vidscale.train.metrics import MetricsLog, plot_run, progress, read_metrics
 from vidscale.train.plan import step_lr
 from vidscale.train.resilience import (
     BatchNormSnapshot,
@@ -56,7 +55,7 @@ from vidscale.train.resilience import (
     gradient_norm,
     weights_finite,
 )
-from vidscale.train.resume import ResumeMode, Start, check_directory, checkpoint_record, plan_start
+from vidscale.train.resume import ResumeMode, checkpoint_record, find_start, prepare_run_dir
 from vidscale.train.summary import EpochTotals, RunCounters, write_summary
 
 
@@ -164,8 +163,8 @@ class Trainer:
         self.optimizer = build_optimizer(self.model, cfg.optim, lr=0.0)
         self.ddp_model = wrap_ddp(self.model, env, bucket_cap_mb=cfg.comm.bucket_cap_mb)
         self.comm = attach_comm_hook(self.ddp_model, cfg.comm)
-        self.resumed_from: Path | None = None
-        start, state = self._find_start(resume)
+        start = find_start(cfg, run_dir, env, mode=resume, train_size=len(splits.train))
+        self.resumed_from, state = start.path, start.state
         self.plan, self.progress = start.plan, start.progress
         self.train_data = builders.build_train_data(
             cfg, env, splits.train, accumulate=self.plan.accumulate
@@ -180,36 +179,15 @@ class Trainer:
         self.last_good = "none yet"
         if state is not None:
             self._load(state, exact=start.exact)
-        self._prepare_run_dir(start, resumed=state is not None)
+        if env.is_main:
+            print(f"vidscale: {env.world_size} process(es), {self.fast.describe()}", flush=True)
+            prepare_run_dir(run_dir, cfg, start, classes=splits.classes)
         self.log = MetricsLog(
             run_dir, enabled=env.is_main, resumed_at=self.progress.step if state else None
         )
         self._mark = time.perf_counter()
 
     # -- start and checkpoints ---------------------------------------------------------------
-    def _find_start(self, mode: ResumeMode) -> tuple[Start, dict[str, Any] | None]:
-        """The newest loadable checkpoint (every rank searches the same shared directory and
-        the ranks check that they agree) and the plan to continue it under."""
-        search = newest_loadable(self.run_dir)
-        check_directory(self.run_dir, mode=mode, has_checkpoint=search.path is not None)
-        seen = all_gather_object(str(search.path))
-        if len(set(seen)) > 1:
-            raise ConfigError(f"ranks see different checkpoints in {self.run_dir}: {seen}")
-        if self.env.is_main:
-            for bad, reason in search.unreadable:
-                instead = f"resuming from {search.path}" if search.path else "starting afresh"
-                print(f"vidscale: warning: {bad} is unreadable ({reason}); {instead}", flush=True)
-        start = plan_start(
-            self.cfg,
-            search.state,
-            world_size=self.env.world_size,
-            train_size=len(self.splits.train),
-            source=str(search.path),
-        )
-        if search.path is not None:
-            self.resumed_from = search.path
-        return start, search.state
-
     def _load(self, state: dict[str, Any], *, exact: bool) -> None:
         try:
             unwrap(self.model).load_state_dict(state["model"])
@@ -229,25 +207,13 @@ class Trainer:
         self._load_comm(int(state["progress"]["step"]))
 
     def _load_comm(self, step: int) -> None:
-        """PowerSGD's per-rank state from the files `save` writes beside last.pt. All ranks load
-        it or none does (ranks at different PowerSGD steps issue different collectives); a
+        """PowerSGD's per-rank state, saved beside last.pt: every rank loads it or none does; a
         missing, stale or unfitting file (a resume from an epoch file, or on another process
         count) restarts PowerSGD from its warm-up, with a warning."""
         if not self.comm.per_rank:
             return
-        path = self.run_dir / "checkpoints" / f"last.rank{self.env.rank:04d}.comm.pt"
-        saved: dict[str, Any] | None = None
-        problem: str | None = f"{path.name} is missing"
-        if path.is_file():
-            try:
-                saved = load_checkpoint(path, map_location=self.env.device)
-                problem = (
-                    f"{path.name} is from step {saved.get('step')}, the checkpoint from {step}"
-                    if saved.get("step") != step
-                    else self.comm.incompatibility(saved["comm"])
-                )
-            except Exception as err:  # a damaged file: start PowerSGD afresh, say so
-                problem = f"{path.name} is unreadable ({type(err).__name__})"
+        ckpt_dir = self.run_dir / "checkpoints"
+        saved, problem = read_comm_state(self.comm, ckpt_dir, rank=self.env.rank, step=step)
         problems = sorted({p for p in all_gather_object(problem) if p is not None})
         if problems:
             if self.env.is_main:
@@ -255,30 +221,7 @@ class Trainer:
                 print(f"vidscale: warning: PowerSGD starts afresh ({joined})", flush=True)
             return
         assert saved is not None
-        self.comm.load_state_dict(saved["comm"])
-
-    def _prepare_run_dir(self, start: Start, *, resumed: bool) -> None:
-        """Rank 0: config, class names, stale temporary files, the log trimmed to the start."""
-        if not self.env.is_main:
-            return
-        run_dir, p = self.run_dir, self.progress
-        run_dir.mkdir(parents=True, exist_ok=True)
-        for stale in remove_stale_tmp(run_dir / "checkpoints") + remove_stale_tmp(run_dir):
-            print(f"vidscale: removed {stale} (left by an interrupted write)", flush=True)
-        save_config(self.cfg, run_dir / "config.json")
-        # The class names travel with the run, so predict/export need no dataset.
-        atomic_write_text(run_dir / "classes.txt", "\n".join(self.splits.classes) + "\n")
-        bad = truncate_metrics(run_dir / "metrics.jsonl", step=p.step, epochs_done=p.epoch)
-        if bad:
-            print(f"vidscale: metrics.jsonl: dropped unreadable line(s) {bad}", flush=True)
-        print(f"vidscale: {self.env.world_size} process(es), {self.fast.describe()}", flush=True)
-        for note in start.notes:
-            print(f"vidscale: {note}", flush=True)
-        if resumed:
-            where = f"epoch {p.epoch + 1}, step {p.step}/{self.plan.total_steps}"
-            if p.epoch >= self.cfg.train.epochs:
-                where = f"all {self.cfg.train.epochs} epochs done"
-            print(f"vidscale: resuming {run_dir} from {self.resumed_from} ({where})", flush=True)
+        self.comm.load_state_dict(saved)
 
     def _state(self, rank_counters: list[dict[str, Any]]) -> dict[str, Any]:
         return {
@@ -301,11 +244,7 @@ class Trainer:
             raise Diverged(f"weights not finite at step {step}; last good: {self.last_good}")
         self._tick()
         ckpt_dir = self.run_dir / "checkpoints"
-        if self.comm.per_rank:  # PowerSGD's error residuals differ per rank: every rank writes
-            save_checkpoint(
-                {"step": step, "comm": self.comm.state_dict()},
-                ckpt_dir / f"last.rank{self.env.rank:04d}.comm.pt",
-            )
+        save_comm_state(self.comm, ckpt_dir, rank=self.env.rank, step=step)
         # Also the barrier that puts every rank's comm file before the last.pt that names it.
         rank_counters = all_gather_object(self.counters.as_dict())
         if not self.env.is_main:

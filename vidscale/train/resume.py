@@ -28,7 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from vidscale.config import ConfigError, RunConfig, to_dict
+from vidscale.atomic import atomic_write_text, remove_stale_tmp
+from vidscale.config import ConfigError, RunConfig, save_config, to_dict
+from vidscale.distributed.collectives import all_gather_object
+from vidscale.distributed.env import DistEnv
+from vidscale.train.checkpoint import newest_loadable
+from vidscale.train.metrics import truncate_metrics
 from vidscale.train.plan import Plan, make_plan, requested_global_batch
 
 ResumeMode = Literal["auto", "never", "must"]
@@ -59,6 +64,8 @@ class Start:
     progress: Progress
     exact: bool  # the same run continues (False after a carried-over plan change)
     notes: list[str]
+    path: Path | None = None  # the checkpoint it continues
+    state: dict[str, Any] | None = None  # that checkpoint, loaded (to the CPU)
 
 
 def flat_config(cfg: RunConfig) -> dict[str, Any]:
@@ -167,3 +174,46 @@ def check_directory(run_dir: Path, *, mode: ResumeMode, has_checkpoint: bool) ->
         )
     if mode == "must" and not has_checkpoint:
         raise ConfigError(f"--resume must: {run_dir} holds no loadable checkpoint")
+
+
+def find_start(
+    cfg: RunConfig, run_dir: Path, env: DistEnv, *, mode: ResumeMode, train_size: int
+) -> Start:
+    """Where the run in `run_dir` starts: its newest loadable checkpoint under the plan rule,
+    or afresh. Every rank searches the same shared directory; the ranks check that they found
+    the same file (a collective)."""
+    search = newest_loadable(run_dir)
+    check_directory(run_dir, mode=mode, has_checkpoint=search.path is not None)
+    seen = all_gather_object(str(search.path))
+    if len(set(seen)) > 1:
+        raise ConfigError(f"ranks see different checkpoints in {run_dir}: {seen}")
+    if env.is_main:
+        for bad, reason in search.unreadable:
+            instead = f"resuming from {search.path}" if search.path else "starting afresh"
+            print(f"vidscale: warning: {bad} is unreadable ({reason}); {instead}", flush=True)
+    start = plan_start(
+        cfg, search.state, world_size=env.world_size, train_size=train_size, source=str(search.path)
+    )
+    return dataclasses.replace(start, path=search.path, state=search.state)
+
+
+def prepare_run_dir(run_dir: Path, cfg: RunConfig, start: Start, *, classes: list[str]) -> None:
+    """Rank 0, at start: remove stale temporary files, write the config and class names, trim
+    `metrics.jsonl` to the start (each step is logged once), and say where the run starts."""
+    p = start.progress
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for stale in remove_stale_tmp(run_dir / "checkpoints") + remove_stale_tmp(run_dir):
+        print(f"vidscale: removed {stale} (left by an interrupted write)", flush=True)
+    save_config(cfg, run_dir / "config.json")
+    # The class names travel with the run, so predict/export need no dataset.
+    atomic_write_text(run_dir / "classes.txt", "\n".join(classes) + "\n")
+    bad = truncate_metrics(run_dir / "metrics.jsonl", step=p.step, epochs_done=p.epoch)
+    if bad:
+        print(f"vidscale: metrics.jsonl: dropped unreadable line(s) {bad}", flush=True)
+    for note in start.notes:
+        print(f"vidscale: {note}", flush=True)
+    if start.path is not None:
+        where = f"epoch {p.epoch + 1}, step {p.step}/{start.plan.total_steps}"
+        if p.epoch >= cfg.train.epochs:
+            where = f"all {cfg.train.epochs} epochs done"
+        print(f"vidscale: resuming {run_dir} from {start.path} ({where})", flush=True)
