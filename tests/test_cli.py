@@ -219,3 +219,14 @@ def test_ctrl_c_ends_quietly_with_status_130(tmp_path: Path) -> None:
         proc.kill()
     assert proc.returncode == 130
     assert "Traceback" not in rest and "error" not in rest, rest
+
+
+def test_resume_modes() -> None:
+    from vidscale.cli import build_parser
+
+    def mode(*extra: str) -> str:
+        args = build_parser().parse_args(["train", "--out", "RUN", "--recipe", "r", *extra])
+        return str(args.resume)
+
+    assert mode() == "auto" and mode("--resume") == "auto"  # safe in a first launch too
+    assert mode("--resume", "never") == "never" and mode("--resume", "must") == "must"

@@ -505,9 +505,9 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="?",
         choices=["auto", "never", "must"],
         default="auto",
-        const="must",
-        help="auto (default): continue OUT from its newest loadable checkpoint if it has one; "
-        "never: refuse a non-empty OUT; must (or --resume alone): fail without a checkpoint",
+        const="auto",
+        help="auto (default, or --resume alone): continue OUT from its newest loadable "
+        "checkpoint if it has one; never: refuse a non-empty OUT; must: fail without one",
     )
     p.add_argument("--print-summary", action="store_true", help="print summary.json at the end")
     p.set_defaults(fn=cmd_train)

@@ -110,13 +110,29 @@ def newest_loadable(run_dir: Path) -> Search:
         if not path.is_file():
             continue
         try:
-            state = load_checkpoint(path)
+            state = upgrade(load_checkpoint(path))
             int(state["progress"]["step"])
         except Exception as err:  # any damage, or a file of another format
             unreadable.append((path, first_line(err)))
             continue
         return Search(path, state, unreadable)
     return Search(None, None, unreadable)
+
+
+def upgrade(state: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint written before plans and per-rank counters were recorded, in today's layout:
+    progress from its top-level keys, rank 0's counters for every rank, the epoch's running
+    sums unknown (zero). Its plan cannot be checked (`resume.plan_start` says so)."""
+    if "progress" in state or "step" not in state:
+        return state
+    progress = {k: int(state[k]) for k in ("epoch", "step", "step_in_epoch")}
+    return {
+        **state,
+        "progress": progress,
+        "rank_counters": [state.get("counters", {})],
+        "epoch_totals": {},
+        "bad_steps_in_a_row": 0,
+    }
 
 
 def comm_state_path(ckpt_dir: Path, rank: int) -> Path:

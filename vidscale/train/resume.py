@@ -120,7 +120,8 @@ def plan_start(
     progress = Progress(**state["progress"])
     if "plan" not in state:  # written before plans were recorded: nothing to check against
         plan = make_plan(cfg, world_size=world_size, train_size=train_size)
-        return Start(plan, progress, True, [f"{source} records no plan; not checked"])
+        note = f"{source} records no plan: not checked, and this epoch's metrics restart"
+        return Start(plan, progress, True, [note])
     old = Plan(**state["plan"])
     old_flat: dict[str, Any] = state["config"]
     new_flat = flat_config(cfg)
@@ -148,6 +149,12 @@ def plan_start(
                 f"{old.world_size} -> {world_size} processes: global batch {plan.global_batch} "
                 f"kept, accumulation {old.accumulate} -> {plan.accumulate}"
             )
+            if cfg.data.source == "stream" and progress.step_in_epoch:
+                # Streaming cuts each epoch into one contiguous range per (rank, worker).
+                notes.append(
+                    "data.source=stream: the rest of this epoch is cut among the new processes "
+                    "anew, so some of its clips may repeat or be missed"
+                )
         return Start(plan, progress, True, notes)
     if not cfg.train.allow_plan_change:
         raise ConfigError(
