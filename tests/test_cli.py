@@ -208,6 +208,9 @@ def test_ctrl_c_ends_quietly_with_status_130(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
         cwd=tmp_path,
+        # A shell that starts a job in the background ignores SIGINT for it, and Python then
+        # keeps it ignored: give the command the terminal's default, as Ctrl-C meets it.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         assert proc.stderr is not None

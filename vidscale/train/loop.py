@@ -67,6 +67,8 @@ class StepResult:
     wait_s: float
     grad_norm: float = 0.0
     agreed: StepAgreement | None = None  # over all ranks; set once the step is decided
+    lr: float = 0.0
+    seconds: float = 0.0
     skipped: list[tuple[str, str]] = field(default_factory=list)
 
 
@@ -96,7 +98,7 @@ def train_step(
     """
     for group in optimizer.param_groups:
         group["lr"] = lr
-    result = StepResult(loss=0.0, hits=0, count=0, wait_s=0.0)
+    result = StepResult(loss=0.0, hits=0, count=0, wait_s=0.0, lr=lr)
     for micro in range(accumulate):
         t0 = time.perf_counter()
         batch = next(batches)  # blocked time here is data loading not hidden by compute
@@ -303,9 +305,15 @@ class Trainer:
             initial=p.step_in_epoch,
         )
         while p.step_in_epoch < plan.steps_per_epoch:
-            agreed = self.step(batches)
+            result = self.step(batches)
+            agreed = result.agreed
+            assert agreed is not None
             bar.update(1)
-            bar.set_postfix(loss=f"{agreed.loss:.3f}")
+            bar.set_postfix(
+                loss=f"{agreed.loss:.3f}",
+                lr=f"{result.lr:.3g}",
+                clips_s=f"{plan.global_batch / result.seconds:.1f}",
+            )
             if agreed.stop:
                 bar.close()
                 self._stop()
@@ -316,7 +324,7 @@ class Trainer:
         del batches
         return self.totals.stats()
 
-    def step(self, batches: Iterator[dict[str, Any]]) -> StepAgreement:
+    def step(self, batches: Iterator[dict[str, Any]]) -> StepResult:
         """One optimizer step with its bookkeeping: skip it everywhere if it was not finite."""
         cfg, plan, p = self.cfg, self.plan, self.progress
         t0 = time.perf_counter()
@@ -336,7 +344,7 @@ class Trainer:
             stop_requested=lambda: self.signals.requested,
             world_size=self.env.world_size,
         )
-        dt = time.perf_counter() - t0
+        dt = result.seconds = time.perf_counter() - t0
         agreed = result.agreed
         assert agreed is not None
         p.step += 1
@@ -366,7 +374,7 @@ class Trainer:
                 allreduce_bytes=sent,
                 clips_per_second=plan.global_batch / dt,
             )
-        return agreed
+        return result
 
     def _skip_bad_step(self, result: StepResult) -> None:
         self.bn_snapshot.restore()  # the skipped forward passes must not count either
