@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from tests.distributed.multiproc import run_ranks
-from vidscale.distributed.ddp import wrap_ddp
+from vidscale.distributed.ddp import gradient_sync, wrap_ddp
 from vidscale.distributed.env import DistEnv
 from vidscale.train.loop import train_step
 
@@ -53,6 +53,7 @@ def one_step(model: nn.Module, batches, accumulate: int) -> list[torch.Tensor]:
         opt,
         iter(batches),
         accumulate=accumulate,
+        micro_batch=lambda last: gradient_sync(model, sync=last),
         lr=1.0,
         prepare=prepare,
         autocast=lambda: __import__("contextlib").nullcontext(),

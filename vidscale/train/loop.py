@@ -16,6 +16,7 @@ import math
 import signal
 import time
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -24,11 +25,11 @@ import torch
 from torch import nn
 
 from vidscale.config import ConfigError, RunConfig, validate
-from vidscale.distributed.collectives import all_gather_object, all_reduce_max, broadcast_buffers
-from vidscale.distributed.comm_hooks import attach_comm_hook
-from vidscale.distributed.ddp import gradient_sync, unwrap, wrap_ddp
+from vidscale.distributed.collectives import all_gather_object, all_reduce_max
+from vidscale.distributed.ddp import unwrap
 from vidscale.distributed.env import DistEnv, init_distributed
 from vidscale.distributed.failure import fail_together
+from vidscale.distributed.strategy import build_strategy
 from vidscale.optim.factory import build_optimizer
 from vidscale.train import builders
 from vidscale.train.checkpoint import (
@@ -83,6 +84,7 @@ def train_step(
     batches: Iterator[dict[str, Any]],
     *,
     accumulate: int,
+    micro_batch: Callable[[bool], AbstractContextManager[None]],
     lr: float,
     prepare: Callable[[torch.Tensor], torch.Tensor],
     autocast: Callable[[], Any],
@@ -91,7 +93,8 @@ def train_step(
     stop_requested: Callable[[], bool] = lambda: False,
     world_size: int = 1,
 ) -> StepResult:
-    """One optimizer step over `accumulate` micro-batches; the all-reduce runs on the last.
+    """One optimizer step over `accumulate` micro-batches, each inside `micro_batch(last)`
+    (the data-parallel strategy's context: DDP all-reduces on the last only).
 
     The update is applied only if every rank's loss and the gradient norm are finite (agreed in
     one small all-reduce that also carries the step's metrics and any rank's stop request).
@@ -105,8 +108,7 @@ def train_step(
         result.wait_s += time.perf_counter() - t0
         clips = prepare(batch["clip"].to(device, non_blocking=True))
         labels = batch["label"].to(device, non_blocking=True)
-        # no_sync on all but the last micro-batch: one all-reduce per optimizer step.
-        with gradient_sync(model, sync=micro == accumulate - 1), autocast():
+        with micro_batch(micro == accumulate - 1), autocast():
             logits = model(clips)
             loss = nn.functional.cross_entropy(logits.float(), labels) / accumulate
             loss.backward()
@@ -163,8 +165,8 @@ class Trainer:
         if self.fast.compile:
             self.model.compile()  # in place: state_dict keys and DDP's no_sync stay as they are
         self.optimizer = build_optimizer(self.model, cfg.optim, lr=0.0)
-        self.ddp_model = wrap_ddp(self.model, env, bucket_cap_mb=cfg.comm.bucket_cap_mb)
-        self.comm = attach_comm_hook(self.ddp_model, cfg.comm)
+        self.strategy = build_strategy(env, cfg.comm)
+        self.ddp_model = self.strategy.wrap(self.model)
         start = find_start(cfg, run_dir, env, mode=resume, train_size=len(splits.train))
         self.resumed_from, state = start.path, start.state
         self.plan, self.progress = start.plan, start.progress
@@ -212,10 +214,10 @@ class Trainer:
         """PowerSGD's per-rank state, saved beside last.pt: every rank loads it or none does; a
         missing, stale or unfitting file (a resume from an epoch file, or on another process
         count) restarts PowerSGD from its warm-up, with a warning."""
-        if not self.comm.per_rank:
+        if not self.strategy.per_rank:
             return
         ckpt_dir = self.run_dir / "checkpoints"
-        saved, problem = read_comm_state(self.comm, ckpt_dir, rank=self.env.rank, step=step)
+        saved, problem = read_comm_state(self.strategy, ckpt_dir, rank=self.env.rank, step=step)
         problems = sorted({p for p in all_gather_object(problem) if p is not None})
         if problems:
             if self.env.is_main:
@@ -223,7 +225,7 @@ class Trainer:
                 print(f"vidscale: warning: PowerSGD starts afresh ({joined})", flush=True)
             return
         assert saved is not None
-        self.comm.load_state_dict(saved)
+        self.strategy.load_state_dict(saved)
 
     def _state(self, rank_counters: list[dict[str, Any]]) -> dict[str, Any]:
         return {
@@ -246,7 +248,8 @@ class Trainer:
             raise Diverged(f"weights not finite at step {step}; last good: {self.last_good}")
         self._tick()
         ckpt_dir = self.run_dir / "checkpoints"
-        save_comm_state(self.comm, ckpt_dir, rank=self.env.rank, step=step)
+        self.strategy.synchronize()  # rank 0 writes the model every rank holds
+        save_comm_state(self.strategy, ckpt_dir, rank=self.env.rank, step=step)
         # Also the barrier that puts every rank's comm file before the last.pt that names it.
         rank_counters = all_gather_object(self.counters.as_dict())
         if not self.env.is_main:
@@ -336,6 +339,7 @@ class Trainer:
             self.optimizer,
             batches,
             accumulate=plan.accumulate,
+            micro_batch=lambda last: self.strategy.micro_batch(last=last),
             lr=lr,
             prepare=self.prepare,
             autocast=self.autocast,
@@ -361,7 +365,8 @@ class Trainer:
             seconds=dt,
         )
         self.counters.add_step(result, seconds=dt, global_batch=plan.global_batch)
-        sent = self.comm.take()
+        self.strategy.after_step(step=p.step)
+        sent = self.strategy.take_bytes()
         self.counters.allreduce_bytes += sent
         if p.step % cfg.train.log_every == 0 and agreed.finite:
             self.log.write(
@@ -385,8 +390,7 @@ class Trainer:
             print(f"vidscale: step {step}: loss or gradient not finite; skipped", flush=True)
 
     def validate(self) -> EvalResult:
-        # Ranks' BN statistics drift apart under DDP: evaluate (and save) rank 0's.
-        broadcast_buffers(self.model)
+        self.strategy.synchronize()  # every rank evaluates (and saves) the same model
         result = evaluate(
             self.model,
             self.val_loader,
