@@ -1,0 +1,80 @@
+"""Model averaging on 2 real gloo processes, against the vectors of the AAVG paper's Alg. 2."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from tests.distributed.multiproc import run_ranks
+from vidscale.distributed.averaging import average_replicas
+from vidscale.distributed.env import DistEnv
+
+
+def replica(env: DistEnv) -> tuple[nn.Module, torch.optim.Optimizer]:
+    """A linear layer and a BatchNorm whose values differ per rank as in DESIGN §6."""
+    model = nn.Sequential(nn.Linear(2, 1, bias=False), nn.BatchNorm1d(1))
+    with torch.no_grad():
+        model[0].weight.copy_(torch.randn(1, 2, generator=torch.Generator().manual_seed(env.rank)))
+        model[1].running_mean.fill_([0.0, 2.0][env.rank])
+        model[1].running_var.fill_(1.0)
+    optimizer = torch.optim.Adam(model[0].parameters())
+    p = model[0].weight
+    optimizer.state[p] = {
+        "step": torch.tensor(3.0),
+        "exp_avg": torch.tensor([[[1.0, 2.0], [3.0, 2.0]][env.rank]]),
+        "exp_avg_sq": torch.tensor([[[1.0, 4.0], [9.0, 0.0]][env.rank]]),
+    }
+    return model, optimizer
+
+
+def averaged(env: DistEnv, merge_optimizer_state: bool, merge_bn: bool) -> dict[str, object]:
+    model, optimizer = replica(env)
+    stats = average_replicas(
+        model, optimizer, merge_optimizer_state=merge_optimizer_state, merge_bn=merge_bn
+    )
+    state = optimizer.state[model[0].weight]
+    return {
+        "weight": model[0].weight.detach().clone(),
+        "bn": (model[1].running_mean.clone(), model[1].running_var.clone()),
+        "m": state["exp_avg"].clone(),
+        "v": state["exp_avg_sq"].clone(),
+        "step": state["step"].clone(),
+        "bytes": stats.bytes_sent,
+        "collectives": stats.collectives,
+    }
+
+
+def test_alg2_vectors_and_bitwise_identical_replicas() -> None:
+    r0, r1 = run_ranks(averaged, 2, True, True)
+    assert torch.equal(r0["bn"][0], torch.tensor([1.0])) and torch.equal(
+        r0["bn"][1], torch.tensor([2.0])
+    )
+    assert torch.equal(r0["m"], torch.tensor([[2.0, 2.0]]))
+    assert torch.equal(r0["v"], torch.tensor([[5.0, 2.0]]))
+    assert torch.equal(r0["step"], torch.tensor(3.0))  # counters agree already: untouched
+    for key in ("weight", "m", "v"):
+        assert torch.equal(r0[key], r1[key]), key  # bitwise, not approximately
+    assert all(torch.equal(a, b) for a, b in zip(r0["bn"], r1["bn"], strict=True))
+    w = (
+        torch.randn(1, 2, generator=torch.Generator().manual_seed(0))
+        + torch.randn(1, 2, generator=torch.Generator().manual_seed(1))
+    ) / 2
+    torch.testing.assert_close(r0["weight"], w)
+    # One flat fp32 all-reduce: weights (2 + BN's 2) + m (2) + v (2) + BN mean and var (1 + 1).
+    assert (r0["bytes"], r0["collectives"]) == (4 * 10, 1)
+
+
+def test_without_the_customisation_bn_is_averaged_plainly_and_adam_state_kept() -> None:
+    r0, r1 = run_ranks(averaged, 2, False, False)
+    assert torch.equal(r0["bn"][1], torch.tensor([1.0]))  # plain mean of the variances
+    assert torch.equal(r0["m"], torch.tensor([[1.0, 2.0]]))  # each rank keeps its own
+    assert torch.equal(r1["m"], torch.tensor([[3.0, 2.0]]))
+    assert torch.equal(r0["weight"], r1["weight"])
+
+
+def test_one_process_sends_nothing() -> None:
+    model = nn.Linear(2, 1)
+    before = model.weight.detach().clone()
+    stats = average_replicas(model)
+    assert (stats.bytes_sent, stats.collectives) == (0, 0)
+    assert torch.equal(model.weight, before)
