@@ -59,14 +59,19 @@ def first_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {lines[0] if lines else ''}"[:160]
 
 
-def epoch_checkpoints(run_dir: Path) -> list[Path]:
-    """The run's per-epoch checkpoints, oldest first."""
+def _numbered_epochs(run_dir: Path) -> list[tuple[int, Path]]:
+    """(epoch, path) of the run's per-epoch checkpoints, oldest first."""
     found = []
     for p in (run_dir / "checkpoints").glob("epoch_*.pt"):
         m = CHECKPOINT_PATTERN.search(p.name)
         if m:
             found.append((int(m.group(1)), p))
-    return [p for _, p in sorted(found)]
+    return sorted(found)
+
+
+def epoch_checkpoints(run_dir: Path) -> list[Path]:
+    """The run's per-epoch checkpoints, oldest first."""
+    return [p for _, p in _numbered_epochs(run_dir)]
 
 
 def prune_checkpoints(run_dir: Path, *, keep: int, newest: int | None = None) -> list[Path]:
@@ -76,8 +81,7 @@ def prune_checkpoints(run_dir: Path, *, keep: int, newest: int | None = None) ->
     (left by an abandoned attempt that got further, e.g. before a fallback from a damaged
     `last.pt`) are deleted, so `vidscale eval --last N` scores this run's history only.
     """
-    ckpts = epoch_checkpoints(run_dir)
-    numbered = [(int(CHECKPOINT_PATTERN.search(p.name).group(1)), p) for p in ckpts]  # type: ignore[union-attr]
+    numbered = _numbered_epochs(run_dir)
     stale = [p for e, p in numbered if newest is not None and e > newest]
     current = [p for e, p in numbered if newest is None or e <= newest]
     doomed = stale + current[: max(len(current) - keep, 0)]

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import threading
@@ -129,9 +130,10 @@ def gradient_norm(model: nn.Module, *, max_norm: float) -> float:
     if not grads:
         return 0.0
     norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0)
-    if max_norm > 0 and torch.isfinite(norm):
+    value = float(norm)  # the step's one device sync for the norm
+    if max_norm > 0 and math.isfinite(value):
         torch.nn.utils.clip_grads_with_norm_(grads, max_norm, norm)
-    return float(norm)
+    return value
 
 
 class BatchNormSnapshot:
@@ -173,5 +175,5 @@ class DivergenceGuard:
 def weights_finite(model: nn.Module, *, device: torch.device) -> bool:
     """Whether every parameter and float buffer is finite on every rank (a collective)."""
     tensors = [t for t in (*model.parameters(), *model.buffers()) if t.is_floating_point()]
-    ok = all(bool(torch.isfinite(t).all()) for t in tensors)
+    ok = bool(torch.stack([torch.isfinite(t).all() for t in tensors]).all()) if tensors else True
     return not any_rank(not ok, device=device)

@@ -93,7 +93,9 @@ def checkpoint_record(cfg: RunConfig, plan: Plan) -> dict[str, Any]:
     return {"plan": plan.record(), "config": flat, "fingerprint": fingerprint(flat)}
 
 
-def _plan_values(flat: dict[str, Any], *, global_batch: int, train_size: int) -> dict[str, Any]:
+def _plan_values(
+    flat: dict[str, Any], *, global_batch: int | str, train_size: int
+) -> dict[str, Any]:
     values = {k: flat.get(k) for k in (*PLAN_FIELDS, *(k for k in flat if k.startswith("lr.")))}
     values[GLOBAL_BATCH] = global_batch
     values[TRAIN_VIDEOS] = train_size
@@ -102,6 +104,43 @@ def _plan_values(flat: dict[str, Any], *, global_batch: int, train_size: int) ->
 
 def _diff(old: dict[str, Any], new: dict[str, Any], keys: Any) -> list[str]:
     return [f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in keys if old.get(k) != new.get(k)]
+
+
+def _changes(
+    cfg: RunConfig, state: dict[str, Any], old: Plan, *, train_size: int
+) -> tuple[list[str], list[str]]:
+    """The plan fields that `cfg` changes, and every other changed field (`field old -> new`).
+
+    The global batch is compared as `cfg` would make it on the old process count, so a resume
+    on another count is not a change.
+    """
+    old_flat: dict[str, Any] = state["config"]
+    new_flat = flat_config(cfg)
+    try:
+        asked: int | str = requested_global_batch(cfg, world_size=old.world_size)
+    except ConfigError:  # the new settings cannot even run on the old process count
+        asked = "(not a valid batch on the old process count)"
+    old_values = _plan_values(old_flat, global_batch=old.global_batch, train_size=old.train_size)
+    new_values = _plan_values(new_flat, global_batch=asked, train_size=train_size)
+    plan_keys = dict.fromkeys([*old_values, *new_values])
+    others = sorted((set(old_flat) | set(new_flat)) - set(plan_keys))
+    return _diff(old_values, new_values, plan_keys), _diff(old_flat, new_flat, others)
+
+
+def _process_count_notes(cfg: RunConfig, old: Plan, plan: Plan, progress: Progress) -> list[str]:
+    if plan.world_size == old.world_size:
+        return []
+    notes = [
+        f"{old.world_size} -> {plan.world_size} processes: global batch {plan.global_batch} "
+        f"kept, accumulation {old.accumulate} -> {plan.accumulate}"
+    ]
+    if cfg.data.source == "stream" and progress.step_in_epoch:
+        # Streaming cuts each epoch into one contiguous range per (rank, worker).
+        notes.append(
+            "data.source=stream: the rest of this epoch is cut among the new processes "
+            "anew, so some of its clips may repeat or be missed"
+        )
+    return notes
 
 
 def plan_start(
@@ -114,48 +153,25 @@ def plan_start(
 ) -> Start:
     """The plan and starting point for `cfg` on `world_size` processes, from a checkpoint's
     `state` (None: a fresh run). Raises `ConfigError` naming the fields of a refused change."""
-    if state is None:
+    if state is None or "plan" not in state:
         plan = make_plan(cfg, world_size=world_size, train_size=train_size)
-        return Start(plan, Progress(), True, [])
-    progress = Progress(**state["progress"])
-    if "plan" not in state:  # written before plans were recorded: nothing to check against
-        plan = make_plan(cfg, world_size=world_size, train_size=train_size)
+        if state is None:
+            return Start(plan, Progress(), True, [])
+        # Written before plans were recorded: nothing to check against.
         note = f"{source} records no plan: not checked, and this epoch's metrics restart"
-        return Start(plan, progress, True, [note])
+        return Start(plan, Progress(**state["progress"]), True, [note])
+    progress = Progress(**state["progress"])
     old = Plan(**state["plan"])
-    old_flat: dict[str, Any] = state["config"]
-    new_flat = flat_config(cfg)
-    fixed = _diff(old_flat, new_flat, FIXED_FIELDS)
+    fixed = _diff(state["config"], flat_config(cfg), FIXED_FIELDS)
     if fixed:
         raise ConfigError(f"--resume: {source} holds another model: {'; '.join(fixed)}")
-    try:
-        asked = requested_global_batch(cfg, world_size=old.world_size)
-    except ConfigError:
-        asked = -1  # the new settings cannot even run on the old process count: a change
-    old_values = _plan_values(old_flat, global_batch=old.global_batch, train_size=old.train_size)
-    new_values = _plan_values(new_flat, global_batch=asked, train_size=train_size)
-    if asked == -1:
-        new_values[GLOBAL_BATCH] = "(not a valid batch on the old process count)"
-    changed = _diff(old_values, new_values, dict.fromkeys([*old_values, *new_values]))
-    plan_keys = set(old_values) | set(new_values)
-    others = _diff(old_flat, new_flat, sorted((set(old_flat) | set(new_flat)) - plan_keys))
+    changed, others = _changes(cfg, state, old, train_size=train_size)
     notes = [f"changed since {source}: {'; '.join(others)}"] if others else []
     if not changed:
         plan = make_plan(
             cfg, world_size=world_size, train_size=train_size, global_batch=old.global_batch
         )
-        if world_size != old.world_size:
-            notes.append(
-                f"{old.world_size} -> {world_size} processes: global batch {plan.global_batch} "
-                f"kept, accumulation {old.accumulate} -> {plan.accumulate}"
-            )
-            if cfg.data.source == "stream" and progress.step_in_epoch:
-                # Streaming cuts each epoch into one contiguous range per (rank, worker).
-                notes.append(
-                    "data.source=stream: the rest of this epoch is cut among the new processes "
-                    "anew, so some of its clips may repeat or be missed"
-                )
-        return Start(plan, progress, True, notes)
+        return Start(plan, progress, True, notes + _process_count_notes(cfg, old, plan, progress))
     if not cfg.train.allow_plan_change:
         raise ConfigError(
             f"--resume: the plan of {source} would change: {'; '.join(changed)} "
