@@ -44,6 +44,12 @@ def train_command(root: Path, run: Path, *, nproc: int = 1) -> list[str]:
     return cmd
 
 
+def run_to_end(cmd: list[str], *, timeout: float) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(cmd, capture_output=True, text=True, env=environment(), timeout=timeout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
 def train_losses(run: Path) -> list[tuple[int, float]]:
     return [
         (r["step"], r["loss"]) for r in read_metrics(run / "metrics.jsonl") if r["kind"] == "train"
@@ -108,8 +114,7 @@ def test_sigterm_checkpoints_within_one_step_and_the_rerun_matches(
     assert sent_at <= saved <= sent_at + 1  # within one step of the signal
     assert logged_steps(run) == saved
 
-    done = subprocess.run(cmd, capture_output=True, text=True, env=environment(), timeout=180)
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_to_end(cmd, timeout=180)
     assert f"resuming {run}" in done.stdout
     assert train_losses(run) == train_losses(uninterrupted)
     summary = json.loads((run / "summary.json").read_text())
@@ -135,8 +140,7 @@ def test_sigterm_to_one_torchrun_rank_stops_every_rank_at_the_same_step(
     assert saved["plan"]["world_size"] == 2
     assert logged_steps(run) == saved["progress"]["step"]
 
-    done = subprocess.run(cmd, capture_output=True, text=True, env=environment(), timeout=240)
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_to_end(cmd, timeout=240)
     assert [s for s, _ in train_losses(run)] == list(range(1, STEPS + 1))
 
 
@@ -146,8 +150,7 @@ def test_torchrun_restart_after_a_killed_rank_completes_the_run_exactly(
 ) -> None:
     reference = tmp_path / "reference"
     cmd = train_command(tiny_demo, reference, nproc=2)
-    done = subprocess.run(cmd, capture_output=True, text=True, env=environment(), timeout=240)
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_to_end(cmd, timeout=240)
 
     run = tmp_path / "run"
     cmd = train_command(tiny_demo, run, nproc=2)

@@ -5,9 +5,11 @@ Every check compares against an uninterrupted run of the same config (CPU, deter
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,8 +51,9 @@ def reference(tiny_demo: Path, tmp_path_factory: pytest.TempPathFactory) -> Path
     return run
 
 
-def stop_after(monkeypatch: pytest.MonkeyPatch, steps: int) -> None:
-    """Make the next run die (as a killed process would) after `steps` optimizer steps."""
+@contextlib.contextmanager
+def dies_after(steps: int) -> Iterator[None]:
+    """Runs inside the block die (as a killed process would) after `steps` optimizer steps."""
     real_step = loop.train_step
     calls = {"n": 0}
 
@@ -60,18 +63,20 @@ def stop_after(monkeypatch: pytest.MonkeyPatch, steps: int) -> None:
         calls["n"] += 1
         return real_step(*args, **kwargs)
 
-    monkeypatch.setattr(loop, "train_step", dying_step)
+    loop.train_step = dying_step  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        loop.train_step = real_step  # type: ignore[assignment]
 
 
 def test_rerun_continues_exactly_and_a_finished_run_is_not_retrained(
-    tiny_demo: Path, tmp_path: Path, reference: Path, monkeypatch: pytest.MonkeyPatch
+    tiny_demo: Path, tmp_path: Path, reference: Path
 ) -> None:
     cfg = config(tiny_demo, "train.checkpoint_every_steps=1")
     run = tmp_path / "run"
-    stop_after(monkeypatch, 3)  # mid-epoch 2 (2 steps per epoch)
-    with pytest.raises(KeyboardInterrupt):
+    with dies_after(3), pytest.raises(KeyboardInterrupt):  # mid-epoch 2 (2 steps per epoch)
         train(cfg, run)
-    monkeypatch.undo()
     summary = train(cfg, run)  # the same command again: auto-resume
     assert losses(run) == losses(reference)
     assert [r["step"] for r in records(run, "train")] == [1, 2, 3, 4]  # each step once
@@ -101,15 +106,12 @@ def test_damaged_files_are_reported_and_resume_still_exact(
     tiny_demo: Path,
     tmp_path: Path,
     reference: Path,
-    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     cfg = config(tiny_demo, "train.checkpoint_every_steps=1")
     run = tmp_path / "run"
-    stop_after(monkeypatch, 3)
-    with pytest.raises(KeyboardInterrupt):
+    with dies_after(3), pytest.raises(KeyboardInterrupt):
         train(cfg, run)
-    monkeypatch.undo()
     ckpt = run / "checkpoints"
     (ckpt / "last.pt").write_bytes((ckpt / "last.pt").read_bytes()[:1000])  # truncated
     (ckpt / "last.pt.abc123.tmp").write_bytes(b"half a checkpoint")  # a killed save
@@ -262,22 +264,8 @@ def powersgd_run(env: Any, root: str, run: str, cut_after: int) -> list[float]:
         "train.checkpoint_every_steps=1",
     )
     if cut_after:
-        real_step = loop.train_step
-        calls = {"n": 0}
-
-        def dying_step(*args: Any, **kwargs: Any) -> Any:
-            if calls["n"] == cut_after:
-                raise KeyboardInterrupt
-            calls["n"] += 1
-            return real_step(*args, **kwargs)
-
-        loop.train_step = dying_step  # type: ignore[assignment]
-        try:
+        with dies_after(cut_after), contextlib.suppress(KeyboardInterrupt):
             loop.Trainer(cfg, Path(run), env).run()
-        except KeyboardInterrupt:
-            pass
-        finally:
-            loop.train_step = real_step  # type: ignore[assignment]
     summary = loop.Trainer(cfg, Path(run), env).run()
     return [*losses(Path(run)), summary["val_top1"]]
 
