@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from vidscale.atomic import atomic_write_text
 from vidscale.data.dataset import ClipSpec
+from vidscale.distributed.aavg import AAVGConfig
 from vidscale.distributed.comm_hooks import CommConfig
 from vidscale.distributed.env import DistConfig
 from vidscale.models.registry import ModelConfig
@@ -93,6 +94,7 @@ class RunConfig:
     comm: CommConfig = field(default_factory=CommConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     dist: DistConfig = field(default_factory=DistConfig)
+    aavg: AAVGConfig = field(default_factory=AAVGConfig)
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
@@ -253,7 +255,7 @@ def validate(cfg: RunConfig) -> None:
     for ok, message in checks:
         if not ok:
             raise ConfigError(message)
-    for section in ("optim", "lr", "comm", "dist"):
+    for section in ("optim", "lr", "comm", "dist", "aavg"):
         try:
             getattr(cfg, section).validate()
         except ValueError as err:

@@ -57,8 +57,13 @@ class DistConfig:
 
     # Seconds a rank waits in one collective or in joining the process group before failing.
     timeout_s: float = DEFAULT_TIMEOUT_S
+    # How the ranks share training (`vidscale.distributed.strategy`): ddp all-reduces gradients
+    # every step; aavg runs local steps and averages the replicas every `aavg.k` steps.
+    strategy: Literal["ddp", "aavg"] = "ddp"
 
     def validate(self) -> None:
+        if self.strategy not in ("ddp", "aavg"):
+            raise ValueError(f"strategy must be 'ddp' or 'aavg', got {self.strategy!r}")
         if not (self.timeout_s > 0 and math.isfinite(self.timeout_s)):
             raise ValueError(f"timeout_s must be a finite number > 0, got {self.timeout_s}")
 
