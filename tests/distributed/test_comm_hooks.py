@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import itertools
+import time
+
 import pytest
 import torch
 from torch import nn
 
 from tests.distributed.multiproc import run_ranks
-from vidscale.distributed.comm_hooks import CommConfig, HookName, attach_comm_hook
-from vidscale.distributed.ddp import wrap_ddp
+from vidscale.distributed.comm_hooks import (
+    CommConfig,
+    HookName,
+    attach_comm_hook,
+    union_seconds,
+)
+from vidscale.distributed.ddp import gradient_sync, wrap_ddp
 from vidscale.distributed.env import DistEnv
+from vidscale.distributed.traffic import Traffic
 
 
 def model() -> nn.Module:
@@ -23,7 +32,7 @@ def gradients(env: DistEnv, hook: HookName, steps: int) -> tuple[list[torch.Tens
     sent = []
     for step in range(steps):
         backward_on_random_batch(ddp, env, step, features=32)
-        sent.append(comm.take())
+        sent.append(comm.take().bytes_sent)
     return [grad_of(p) for p in ddp.parameters()], sent
 
 
@@ -82,3 +91,91 @@ def test_powersgd_with_many_buckets_keeps_ranks_in_step() -> None:
     finishes before the next starts, ranks issue the collectives in different orders."""
     grads = run_ranks(many_bucket_steps, 2, 12, timeout=120)
     assert all(torch.equal(a, b) for a, b in zip(grads[0], grads[1], strict=True))
+
+
+def param_bytes(module: nn.Module) -> int:
+    return sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad)
+
+
+def one_step_traffic(env: DistEnv, hook: HookName) -> tuple[Traffic, Traffic, float, int]:
+    """take() after one synchronised step, take() again, the step's wall time, fp32 bytes."""
+    ddp = wrap_ddp(model(), env)
+    comm = attach_comm_hook(ddp, CommConfig(hook=hook, powersgd_rank=2, powersgd_start_step=2))
+    start = time.perf_counter()
+    backward_on_random_batch(ddp, env, 0, features=32)
+    wall = time.perf_counter() - start
+    return comm.take(), comm.take(), wall, param_bytes(ddp)
+
+
+# Bytes sent per fp32 gradient byte; PowerSGD's first steps are plain all-reduces (warm-up).
+@pytest.mark.parametrize(
+    ("hook", "ratio"), [("none", 1.0), ("fp16", 0.5), ("bf16", 0.5), ("powersgd", 1.0)]
+)
+def test_take_reports_one_steps_traffic_then_nothing(hook: str, ratio: float) -> None:
+    for first, second, wall, fp32_bytes in run_ranks(one_step_traffic, 2, hook):
+        assert first.bytes_sent == fp32_bytes * ratio
+        assert first.rounds == 1
+        assert 0 < first.seconds < wall
+        assert second == Traffic()
+
+
+def test_union_counts_overlapping_all_reduces_once() -> None:
+    assert union_seconds([]) == 0.0
+    assert union_seconds([(0.0, 1.0), (2.0, 3.0)]) == 2.0  # apart
+    assert union_seconds([(1.0, 3.0), (0.0, 2.0)]) == 3.0  # overlapping, in any order
+    assert union_seconds([(0.0, 4.0), (1.0, 2.0), (3.0, 5.0)]) == 5.0  # nested, then past
+
+
+def conv_bn_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(2),
+        nn.Flatten(),
+        nn.Linear(32, 10),
+    )
+
+
+Trace = list[list[torch.Tensor]]  # per step: the gradients, then the parameters after SGD
+
+
+def sgd_trace(env: DistEnv, hook: HookName | None, steps: int) -> tuple[Trace, Traffic]:
+    """Steps as the trainer runs them (`zero_grad(set_to_none=True)`; from the second step on,
+    two micro-batches, the first under no_sync); DDP without any hook when `hook` is None."""
+    ddp = wrap_ddp(conv_bn_model(), env)
+    comm = attach_comm_hook(ddp, CommConfig(hook=hook)) if hook is not None else None
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
+    trace: Trace = []
+    for step in range(steps):
+        optimizer.zero_grad(set_to_none=True)
+        micro_batches = 1 if step == 0 else 2
+        for micro in range(micro_batches):
+            g = torch.Generator().manual_seed(1000 * step + 10 * micro + env.rank)
+            x = torch.randn(4, 3, 8, 8, generator=g)
+            y = torch.randint(0, 10, (4,), generator=g)
+            with gradient_sync(ddp, sync=micro == micro_batches - 1):
+                nn.functional.cross_entropy(ddp(x), y).backward()
+        grads = [grad_of(p) for p in ddp.parameters()]
+        optimizer.step()
+        trace.append(grads + [p.detach().clone() for p in ddp.parameters()])
+    return trace, comm.take() if comm is not None else Traffic()
+
+
+def native_and_timed(env: DistEnv, steps: int) -> tuple[Trace, Trace, Traffic, int]:
+    native, _ = sgd_trace(env, None, steps)
+    timed, traffic = sgd_trace(env, "none", steps)
+    return native, timed, traffic, param_bytes(conv_bn_model())
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_timed_plain_all_reduce_is_bitwise_native_ddp(world: int) -> None:
+    """comm.hook=none runs a Python hook (to time it): it must not change a bit of training.
+    3 ranks: 1/3 is inexact, and torch's allreduce_hook (x / 3, not x * (1/3)) fails here."""
+    steps = 3
+    for native, timed, traffic, fp32_bytes in run_ranks(native_and_timed, world, steps):
+        pairs = zip(itertools.chain(*native), itertools.chain(*timed), strict=True)
+        assert all(torch.equal(a, b) for a, b in pairs)
+        # Micro-batches under no_sync send nothing: one round (one gradient's worth) per step.
+        assert traffic.rounds == steps and traffic.bytes_sent == steps * fp32_bytes

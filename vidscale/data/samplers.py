@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import torch
-from torch.utils.data import Sampler
+from torch.utils.data import BatchSampler, Sampler
 
 
 class TrainSampler(Sampler[int]):
@@ -54,6 +54,23 @@ class TrainSampler(Sampler[int]):
 
     def __len__(self) -> int:
         return self.per_rank() - self.start
+
+
+class ResizableBatchSampler(BatchSampler):
+    """A `BatchSampler` whose batch size can change between epochs (`resize`).
+
+    A DataLoader reads its batch sampler anew at each `iter(loader)`, in the main process, so a
+    new size takes effect at the next epoch without restarting persistent workers (they receive
+    index lists, whatever their length). Resize only between epochs, before `iter(loader)`.
+    """
+
+    def __init__(self, sampler: Sampler[int], batch_size: int) -> None:
+        super().__init__(sampler, batch_size, drop_last=True)
+
+    def resize(self, batch_size: int) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.batch_size = batch_size
 
 
 class ExactEvalSampler(Sampler[int]):

@@ -11,11 +11,19 @@ all-reduce, so the saving is measured, not assumed.
   Its state (per-rank error residuals, warm-start factors, step counter) is checkpointed through
   the handle that `attach_comm_hook` returns, per parameter (`PowerSGDHook`), so that a resumed
   run is exact.
+
+`CommHook.take()` reports, besides bytes, the seconds during which at least one of this rank's
+gradient all-reduces was in flight and the number of synchronised steps (`TrafficMeter`). Every
+hook is timed, DDP's plain all-reduce (`comm.hook=none`) included: it runs as a Python hook
+that reproduces DDP's native averaging bit for bit (`_mean_allreduce_hook`).
 """
 
 # No `from __future__ import annotations`: DDP inspects hook annotations at registration.
 
 import math
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -23,6 +31,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
 from torch.nn.parallel import DistributedDataParallel
+
+from vidscale.distributed.traffic import Traffic
 
 HookName = Literal["none", "fp16", "bf16", "powersgd"]
 
@@ -46,39 +56,165 @@ class CommConfig:
             raise ValueError(f"powersgd_start_step must be >= 2, got {self.powersgd_start_step}")
 
 
-@dataclass
-class ByteCounter:
-    """Bytes this rank put into gradient all-reduces since the last `take()`.
+# When something happened: perf_counter seconds on the host, or an event on a CUDA stream.
+_Mark = float | torch.cuda.Event
 
-    With DDP's native all-reduce (no hook) every synchronised step sends each gradient once:
-    `native_bytes_per_step`, added by `take()`.
+
+def _mark(device: torch.device) -> _Mark:
+    """Now, as seen by the work queued on `device`.
+
+    On CUDA a collective's future completes when the collective is queued, not when it ends
+    (NCCL marks it done at launch), so the host clock would time the launch only. A timing
+    event recorded in the future's callback runs on a stream that waits for the collective.
+    (This CUDA path has not yet run on a GPU: the tests run gloo on the CPU.)
+    """
+    if device.type != "cuda":
+        return time.perf_counter()
+    event = torch.cuda.Event(enable_timing=True)
+    event.record()
+    return event
+
+
+def _seconds_between(ref: _Mark, mark: _Mark) -> float:
+    """`mark` - `ref` in seconds (negative when `mark` came first); waits for CUDA events."""
+    if isinstance(ref, float) and isinstance(mark, float):
+        return mark - ref
+    assert isinstance(ref, torch.cuda.Event) and isinstance(mark, torch.cuda.Event)
+    ref.synchronize()
+    mark.synchronize()
+    return float(ref.elapsed_time(mark)) / 1000.0
+
+
+def union_seconds(spans: list[tuple[float, float]]) -> float:
+    """Length of the union of the intervals `spans` (overlapping intervals count once)."""
+    total, reach = 0.0, -math.inf
+    for start, end in sorted(spans):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
+class TrafficMeter:
+    """What this rank's gradient all-reduces cost since the last `take()`.
+
+    - bytes: what the hooks put into all-reduces (`add_bytes`);
+    - seconds: wall-clock time during which at least one bucket's all-reduce was in flight,
+      from the hook's call (the bucket's gradients are ready) to the completion of the future
+      it returns. DDP overlaps these all-reduces with the rest of the backward pass, so this
+      is time spent in communication, not time added to the step by it;
+    - rounds: synchronised steps, i.e. backward passes whose last bucket was all-reduced
+      (micro-batches under `no_sync()` run no hook and count nothing).
+
+    Thread-safe: gloo completes futures, and so runs the callbacks that record completions,
+    on its own threads, while `take()` runs on the training thread.
     """
 
-    total: int = 0
-    native_bytes_per_step: int = 0
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._bytes = 0
+        self._launches = 0
+        self._spans: list[tuple[int, _Mark, _Mark]] = []  # (launch number, launch, completion)
+        self._rounds = 0
 
-    def add(self, n: int) -> None:
-        self.total += n
+    def add_bytes(self, n: int) -> None:
+        with self._lock:
+            self._bytes += n
 
-    def take(self) -> int:
-        n, self.total = self.total + self.native_bytes_per_step, 0
-        return n
+    def timed(
+        self, bucket: dist.GradBucket, launch: Callable[[], torch.futures.Future[torch.Tensor]]
+    ) -> torch.futures.Future[torch.Tensor]:
+        """Run `launch` (which starts `bucket`'s all-reduce) and time it until its future ends.
+
+        Returns a future that completes after the completion is recorded: DDP waits for it
+        before the backward pass returns, so a `take()` after the step sees the whole step.
+        """
+        device = bucket.buffer().device
+        last = bucket.is_last()
+        with self._lock:
+            number = self._launches
+            self._launches += 1
+        start = _mark(device)
+        fut = launch()
+
+        def record(f: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
+            end = _mark(device)
+            with self._lock:
+                self._spans.append((number, start, end))
+                self._rounds += int(last)
+            return f.value()  # re-raises the all-reduce's error, if any, to DDP
+
+        return fut.then(record)
+
+    def take(self) -> Traffic:
+        """Bytes, seconds and rounds since the last call; call it between steps.
+
+        On CUDA the host waits here until the timed all-reduces have ended on the GPU (they
+        usually have: the trainer reads the all-reduced gradients' norm on the host first).
+        """
+        with self._lock:
+            n, spans, rounds = self._bytes, self._spans, self._rounds
+            self._bytes, self._spans, self._rounds = 0, [], 0
+        return Traffic(bytes_sent=n, seconds=self._seconds(spans), rounds=rounds)
+
+    @staticmethod
+    def _seconds(spans: list[tuple[int, _Mark, _Mark]]) -> float:
+        if not spans:
+            return 0.0
+        # CUDA events only have differences: measure everything from the first launch.
+        ref = min(spans, key=lambda span: span[0])[1]
+        return union_seconds(
+            [(_seconds_between(ref, s), _seconds_between(ref, e)) for _, s, e in spans]
+        )
 
 
-def _cast_hook(dtype: torch.dtype, counter: ByteCounter) -> Any:
+def _mean_allreduce_hook(meter: TrafficMeter) -> Any:
+    """DDP's native gradient averaging as a Python hook, so that it can be timed.
+
+    Each rank multiplies its bucket by 1/world and the buckets are summed. That is what DDP's
+    reducer does without a hook when the gradients are fresh tensors each step (it multiplies
+    each one by 1/world as it copies it into the bucket): with `zero_grad(set_to_none=True)`,
+    as the trainer does, the gradients are bitwise identical to DDP's own (tested on 2 and 3
+    gloo ranks, with gradient accumulation). torch's `allreduce_hook` divides by world
+    instead, which differs from DDP in the last bit when world is not a power of two. With
+    `zero_grad(set_to_none=False)` DDP divides the gradients in place in their bucket views
+    (`gradient_as_bucket_view=True`), so this hook can then differ from it in the last bit
+    on such world sizes.
+    """
+
     def hook(state: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
         group = state if state is not None else dist.group.WORLD
-        world = dist.get_world_size(group)
-        buffer = bucket.buffer()
-        compressed = buffer.to(dtype).div_(world)
-        counter.add(compressed.numel() * compressed.element_size())
-        fut = dist.all_reduce(compressed, group=group, async_op=True).get_future()
 
-        def decompress(f: torch.futures.Future[Any]) -> torch.Tensor:
-            buffer.copy_(f.value()[0])
-            return buffer
+        def launch() -> torch.futures.Future[torch.Tensor]:
+            buffer = bucket.buffer()
+            buffer.mul_(1.0 / dist.get_world_size(group))
+            meter.add_bytes(buffer.numel() * buffer.element_size())
+            fut = dist.all_reduce(buffer, group=group, async_op=True).get_future()
+            return fut.then(lambda f: f.value()[0])
 
-        return fut.then(decompress)
+        return meter.timed(bucket, launch)
+
+    return hook
+
+
+def _cast_hook(dtype: torch.dtype, meter: TrafficMeter) -> Any:
+    def hook(state: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+        group = state if state is not None else dist.group.WORLD
+
+        def launch() -> torch.futures.Future[torch.Tensor]:
+            world = dist.get_world_size(group)
+            buffer = bucket.buffer()
+            compressed = buffer.to(dtype).div_(world)
+            meter.add_bytes(compressed.numel() * compressed.element_size())
+            fut = dist.all_reduce(compressed, group=group, async_op=True).get_future()
+
+            def decompress(f: torch.futures.Future[Any]) -> torch.Tensor:
+                buffer.copy_(f.value()[0])
+                return buffer
+
+            return fut.then(decompress)
+
+        return meter.timed(bucket, launch)
 
     return hook
 
@@ -99,7 +235,7 @@ def _powersgd_bytes(bucket: dist.GradBucket, *, rank: int, compressing: bool) ->
 
 
 class CommHook:
-    """The hook attached to a DDP model: bytes sent (`take`) and the hook's state.
+    """The hook attached to a DDP model: its traffic (`take`) and the hook's state.
 
     The state round-trips through a checkpoint: `state_dict()` holds tensors, numbers and plain
     containers only (it loads with `torch.load(weights_only=True)`), and `load_state_dict()`
@@ -111,13 +247,18 @@ class CommHook:
     #: Whether the state differs between ranks, so that every rank saves and loads its own.
     per_rank: bool = False
 
-    def __init__(self, hook: HookName, counter: ByteCounter) -> None:
+    def __init__(self, hook: HookName, meter: TrafficMeter) -> None:
         self.hook = hook
-        self._counter = counter
+        self._meter = meter
 
-    def take(self) -> int:
-        """Bytes this rank put into gradient all-reduces since the last call."""
-        return self._counter.take()
+    def take(self) -> Traffic:
+        """This rank's gradient all-reduces since the last call (see `TrafficMeter`).
+
+        `bytes_sent`: bytes put into the all-reduces; `seconds`: time during which at least
+        one was in flight (it overlaps the backward pass); `rounds`: synchronised steps.
+        All zero without DDP and between calls with no synchronised step.
+        """
+        return self._meter.take()
 
     def state_dict(self) -> dict[str, Any]:
         return {}
@@ -230,9 +371,9 @@ class PowerSGDHook(CommHook):
     per_rank = True
 
     def __init__(
-        self, model: DistributedDataParallel, counter: ByteCounter, state: powersgd.PowerSGDState
+        self, model: DistributedDataParallel, meter: TrafficMeter, state: powersgd.PowerSGDState
     ) -> None:
-        super().__init__("powersgd", counter)
+        super().__init__("powersgd", meter)
         self.state = state
         params = [(n, p) for n, p in model.module.named_parameters() if p.requires_grad]
         self._names = {id(p): (name, i) for i, (name, p) in enumerate(params)}
@@ -395,9 +536,9 @@ class PowerSGDHook(CommHook):
 
 
 def _powersgd_counting_hook(
-    counter: ByteCounter, cfg: CommConfig, handle: PowerSGDHook, *, serialize: bool
+    meter: TrafficMeter, cfg: CommConfig, handle: PowerSGDHook, *, serialize: bool
 ) -> Any:
-    """torch's PowerSGD hook, counting its bytes and keeping `handle`'s per-parameter state.
+    """torch's PowerSGD hook, metering its traffic and keeping `handle`'s per-parameter state.
 
     The hook chains three all-reduces per bucket (uncompressed 1-D tensors, then P, then Q),
     issuing the later ones from future callbacks. Gloo runs those callbacks on its own threads,
@@ -405,43 +546,47 @@ def _powersgd_counting_hook(
     orders, which gloo detects as a size mismatch and aborts. `serialize` (gloo) waits for each
     bucket's chain before returning, so every rank issues collectives in bucket order; it gives
     up the overlap of communication with the rest of the backward pass, not correctness.
+    A bucket's time runs from the hook's call to the end of its whole chain.
     """
 
     def hook(
         state: powersgd.PowerSGDState, bucket: dist.GradBucket
     ) -> torch.futures.Future[torch.Tensor]:
-        compressing = state.iter >= state.start_powerSGD_iter
-        counter.add(_powersgd_bytes(bucket, rank=cfg.powersgd_rank, compressing=compressing))
-        if compressing:
-            handle.prepare_bucket(bucket)
-        fut = powersgd.powerSGD_hook(state, bucket)
-        if not serialize:
-            return fut
-        done: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-        done.set_result(fut.wait())
-        return done
+        def launch() -> torch.futures.Future[torch.Tensor]:
+            compressing = state.iter >= state.start_powerSGD_iter
+            meter.add_bytes(
+                _powersgd_bytes(bucket, rank=cfg.powersgd_rank, compressing=compressing)
+            )
+            if compressing:
+                handle.prepare_bucket(bucket)
+            fut = powersgd.powerSGD_hook(state, bucket)
+            if not serialize:
+                return fut
+            done: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+            done.set_result(fut.wait())
+            return done
+
+        return meter.timed(bucket, launch)
 
     return hook
 
 
 def attach_comm_hook(model: Any, cfg: CommConfig) -> CommHook:
-    """Register the configured hook on a DDP model; return its handle (bytes and state).
+    """Register the configured hook on a DDP model; return its handle (traffic and state).
 
-    Without DDP (one process) nothing is communicated: the byte count stays at zero and the
+    Without DDP (one process) nothing is communicated: the traffic stays at zero and the
     state is empty.
     """
-    counter = ByteCounter()
+    meter = TrafficMeter()
     if not isinstance(model, DistributedDataParallel):
-        return CommHook("none", counter)
+        return CommHook("none", meter)
     match cfg.hook:
-        case "none":  # DDP's own C++ all-reduce: fastest, and its bytes are known up front
-            counter.native_bytes_per_step = sum(
-                p.numel() * p.element_size() for p in model.parameters() if p.requires_grad
-            )
+        case "none":  # DDP's own averaging, in Python only to time it (bitwise the same)
+            model.register_comm_hook(None, _mean_allreduce_hook(meter))
         case "fp16":
-            model.register_comm_hook(None, _cast_hook(torch.float16, counter))
+            model.register_comm_hook(None, _cast_hook(torch.float16, meter))
         case "bf16":
-            model.register_comm_hook(None, _cast_hook(torch.bfloat16, counter))
+            model.register_comm_hook(None, _cast_hook(torch.bfloat16, meter))
         case "powersgd":
             # PowerSGDHook's per-parameter state assumes both (see its docstring).
             state = powersgd.PowerSGDState(
@@ -451,10 +596,10 @@ def attach_comm_hook(model: Any, cfg: CommConfig) -> CommHook:
                 use_error_feedback=True,
                 warm_start=True,
             )
-            handle = PowerSGDHook(model, counter, state)
+            handle = PowerSGDHook(model, meter, state)
             serialize = dist.get_backend() == "gloo"
             model.register_comm_hook(
-                state, _powersgd_counting_hook(counter, cfg, handle, serialize=serialize)
+                state, _powersgd_counting_hook(meter, cfg, handle, serialize=serialize)
             )
             return handle
-    return CommHook(cfg.hook, counter)
+    return CommHook(cfg.hook, meter)

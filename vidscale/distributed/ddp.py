@@ -1,5 +1,6 @@
 """Synchronous data parallelism: DistributedDataParallel (ring all-reduce of gradients).
 
+`DDPStrategy` is this as the `ddp` data-parallel strategy (`vidscale.distributed.parallel`).
 Gradient accumulation simulates a larger cluster (TSM paper §4, Table 3 rows marked *): all but
 the last micro-batch run under `no_sync()`, so gradients are all-reduced once per optimizer step
 and the result equals the big batch's gradient.
@@ -9,11 +10,18 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from typing import Any
 
+import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from vidscale.distributed.collectives import broadcast_buffers
+from vidscale.distributed.comm_hooks import CommConfig, CommHook, attach_comm_hook
 from vidscale.distributed.env import DistEnv
+from vidscale.distributed.parallel import DataParallel
+from vidscale.distributed.traffic import Traffic
 
 
 def wrap_ddp(model: nn.Module, env: DistEnv, *, bucket_cap_mb: float = 25.0) -> nn.Module:
@@ -47,3 +55,59 @@ def gradient_sync(model: nn.Module, *, sync: bool) -> Iterator[None]:
 
 def is_ddp(model: nn.Module) -> bool:
     return isinstance(model, DistributedDataParallel)
+
+
+class DDPStrategy(DataParallel):
+    """Gradients all-reduced every optimizer step (DDP), through the configured comm hook.
+
+    `consensus` gives every rank rank 0's buffers: DDP broadcasts them at each forward anyway
+    (so this changes nothing for training), but BatchNorm's running statistics drift apart
+    within a step, and evaluation and checkpoints must see one model.
+    """
+
+    fresh_start = "PowerSGD starts afresh from its warm-up"
+
+    def __init__(self, env: DistEnv, comm: CommConfig) -> None:
+        self.env, self.comm = env, comm
+        self._wrapped: nn.Module | None = None
+        self._hook: CommHook | None = None
+
+    def wrap(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> nn.Module:
+        self._wrapped = wrap_ddp(model, self.env, bucket_cap_mb=self.comm.bucket_cap_mb)
+        self._hook = attach_comm_hook(self._wrapped, self.comm)
+        self.per_rank = self._hook.per_rank
+        return self._wrapped
+
+    def micro_batch(self, *, last: bool) -> AbstractContextManager[None]:
+        # no_sync on all but the last micro-batch: one all-reduce per optimizer step.
+        return gradient_sync(self._model(), sync=last)
+
+    def after_step(self, *, step_in_epoch: int, epoch_end: bool) -> None:
+        """Nothing: the all-reduce inside the step already left every rank the same weights."""
+
+    @contextlib.contextmanager
+    def consensus(self) -> Iterator[None]:
+        broadcast_buffers(unwrap(self._model()))
+        yield
+
+    def take_traffic(self) -> Traffic:
+        return self._comm_hook().take()
+
+    def state_dict(self) -> dict[str, Any]:
+        return self._comm_hook().state_dict()
+
+    def incompatibility(self, state: dict[str, Any]) -> str | None:
+        return self._comm_hook().incompatibility(state)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._comm_hook().load_state_dict(state)
+
+    def _model(self) -> nn.Module:
+        if self._wrapped is None:
+            raise RuntimeError("DDPStrategy.wrap(model, optimizer) must be called first")
+        return self._wrapped
+
+    def _comm_hook(self) -> CommHook:
+        if self._hook is None:
+            raise RuntimeError("DDPStrategy.wrap(model, optimizer) must be called first")
+        return self._hook

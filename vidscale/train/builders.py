@@ -21,7 +21,7 @@ from vidscale.data.annotations import read_annotations, read_class_names
 from vidscale.data.dataset import VideoClipDataset, collate
 from vidscale.data.layouts import read_layout
 from vidscale.data.prepare import open_prepared
-from vidscale.data.samplers import ExactEvalSampler, TrainSampler
+from vidscale.data.samplers import ExactEvalSampler, ResizableBatchSampler, TrainSampler
 from vidscale.data.shard_dataset import ShardClipDataset, StreamingShardDataset
 from vidscale.data.transforms import input_normalization, normalize
 from vidscale.distributed.env import DistEnv
@@ -46,6 +46,14 @@ class TrainData:
     dataset: VideoClipDataset | StreamingShardDataset
     sampler: TrainSampler | None
     clips_per_step: int  # per rank: batch_size x accumulate
+    batches: ResizableBatchSampler | None = None
+
+    def resize(self, *, micro_batch: int, accumulate: int) -> None:
+        """A new batch size from the next epoch on (`adaptive_batch`); the workers stay."""
+        if self.batches is None:
+            raise ValueError("a streamed dataset's batch size cannot change")
+        self.batches.resize(micro_batch)
+        self.clips_per_step = micro_batch * accumulate
 
     def set_epoch(self, epoch: int, *, step_in_epoch: int) -> None:
         start = step_in_epoch * self.clips_per_step
@@ -171,15 +179,13 @@ def ignore_stop_signals(worker_id: int) -> None:
 
 
 def build_train_data(
-    cfg: RunConfig, env: DistEnv, items: list[Any], *, accumulate: int
+    cfg: RunConfig, env: DistEnv, items: list[Any], *, micro_batch: int, accumulate: int
 ) -> TrainData:
-    spec, seed, bs = cfg.data.train_clip, cfg.train.seed, cfg.data.batch_size
+    spec, seed, bs = cfg.data.train_clip, cfg.train.seed, micro_batch
     common: dict[str, Any] = {
-        "batch_size": bs,
         "num_workers": cfg.data.workers,
         "collate_fn": collate,
         "pin_memory": env.device.type == "cuda",
-        "drop_last": True,
         # Workers start once per run: no per-epoch start-up, and no fork while a finished
         # loader's threads are exiting (a child forked then can deadlock in CPython 3.11).
         # The datasets share their epoch with the workers (`data/epoch_state.py`).
@@ -199,15 +205,17 @@ def build_train_data(
             shuffle_buffer=cfg.data.shuffle_buffer,
             shuffle_initial=cfg.data.shuffle_initial,
         )
-        return TrainData(DataLoader(stream, **common), stream, None, bs * accumulate)
+        loader = DataLoader(stream, batch_size=bs, drop_last=True, **common)
+        return TrainData(loader, stream, None, bs * accumulate)
     dataset = (
         ShardClipDataset(items, spec, train=True, seed=seed)
         if cfg.data.source == "shards"
         else VideoClipDataset(items, spec, train=True, seed=seed)
     )
     sampler = TrainSampler(len(dataset), rank=env.rank, world_size=env.world_size, seed=seed)
-    loader = DataLoader(dataset, sampler=sampler, **common)
-    return TrainData(loader, dataset, sampler, bs * accumulate)
+    batches = ResizableBatchSampler(sampler, bs)
+    loader = DataLoader(dataset, batch_sampler=batches, **common)
+    return TrainData(loader, dataset, sampler, bs * accumulate, batches)
 
 
 def build_eval_loader(cfg: RunConfig, env: DistEnv, items: list[Any]) -> DataLoader:

@@ -25,13 +25,20 @@ import torch
 from torch import nn
 
 from vidscale.config import ConfigError, RunConfig, validate
-from vidscale.distributed.collectives import all_gather_object, all_reduce_max
+from vidscale.distributed.collectives import (
+    all_gather_object,
+    all_reduce_max,
+    barrier,
+    broadcast_object,
+)
 from vidscale.distributed.ddp import unwrap
 from vidscale.distributed.env import DistEnv, init_distributed
 from vidscale.distributed.failure import fail_together
 from vidscale.distributed.strategy import build_strategy
+from vidscale.distributed.traffic import Traffic
 from vidscale.optim.factory import build_optimizer
 from vidscale.train import builders
+from vidscale.train.adaptive_batch import AdaptiveBatch, plan_for_batch
 from vidscale.train.checkpoint import (
     LAST,
     first_line,
@@ -43,7 +50,7 @@ from vidscale.train.checkpoint import (
 from vidscale.train.evaluate import EvalResult, evaluate, topk_hits
 from vidscale.train.host_memory import retain_freed_host_memory
 from vidscale.train.metrics import MetricsLog, plot_run, progress, read_metrics
-from vidscale.train.plan import step_lr
+from vidscale.train.plan import schedule_position, step_lr
 from vidscale.train.resilience import (
     BatchNormSnapshot,
     Diverged,
@@ -165,19 +172,32 @@ class Trainer:
         if self.fast.compile:
             self.model.compile()  # in place: state_dict keys and DDP's no_sync stay as they are
         self.optimizer = build_optimizer(self.model, cfg.optim, lr=0.0)
-        self.strategy = build_strategy(env, cfg.comm)
-        self.ddp_model = self.strategy.wrap(self.model)
+        self.strategy = build_strategy(env, cfg.comm, name=cfg.dist.strategy, aavg=cfg.aavg)
+        self.ddp_model = self.strategy.wrap(self.model, self.optimizer)
         start = find_start(cfg, run_dir, env, mode=resume, train_size=len(splits.train))
         self.resumed_from, state = start.path, start.state
-        self.plan, self.progress = start.plan, start.progress
+        # The plan the run was started with (what checkpoints record and resume checks), and
+        # the one it follows now: the same unless the batch size adapted.
+        self.start_plan, self.progress = start.plan, start.progress
+        self.adaptive = AdaptiveBatch.from_config(
+            cfg, world_size=env.world_size, global_batch=start.plan.global_batch
+        )
+        if state is not None and start.exact and "adaptive_batch" in state:
+            self.adaptive.load_state_dict(state["adaptive_batch"])
+        self.plan = plan_for_batch(cfg, self.start_plan, global_batch=self.adaptive.global_batch)
         self.train_data = builders.build_train_data(
-            cfg, env, splits.train, accumulate=self.plan.accumulate
+            cfg,
+            env,
+            splits.train,
+            micro_batch=self.plan.micro_batch,
+            accumulate=self.plan.accumulate,
         )
         self.val_loader = builders.build_eval_loader(cfg, env, splits.val)
         self.prepare = builders.input_preparer(cfg, env)
         self.autocast = self.fast.autocast()
         self.counters = RunCounters()
         self.totals = EpochTotals()
+        self.traffic_since_log = Traffic()
         self.guard = DivergenceGuard(cfg.train.max_bad_steps)
         self.bn_snapshot = BatchNormSnapshot(self.model)
         self.last_good = "none yet"
@@ -211,9 +231,10 @@ class Trainer:
         self._load_comm(int(state["progress"]["step"]))
 
     def _load_comm(self, step: int) -> None:
-        """PowerSGD's per-rank state, saved beside last.pt: every rank loads it or none does; a
-        missing, stale or unfitting file (a resume from an epoch file, or on another process
-        count) restarts PowerSGD from its warm-up, with a warning."""
+        """The strategy's per-rank state (PowerSGD's residuals, an AAVG learner's replica),
+        saved beside last.pt: every rank loads it or none does; a missing, stale or unfitting
+        file (a resume from an epoch file, or on another process count) starts that state
+        afresh (`strategy.fresh_start`), with a warning."""
         if not self.strategy.per_rank:
             return
         ckpt_dir = self.run_dir / "checkpoints"
@@ -222,7 +243,7 @@ class Trainer:
         if problems:
             if self.env.is_main:
                 joined = "; ".join(problems)
-                print(f"vidscale: warning: PowerSGD starts afresh ({joined})", flush=True)
+                print(f"vidscale: warning: {self.strategy.fresh_start} ({joined})", flush=True)
             return
         assert saved is not None
         self.strategy.load_state_dict(saved)
@@ -235,7 +256,8 @@ class Trainer:
             "epoch_totals": self.totals.as_dict(),
             "bad_steps_in_a_row": self.guard.consecutive,
             "rank_counters": rank_counters,
-            **checkpoint_record(self.cfg, self.plan),
+            "adaptive_batch": self.adaptive.state_dict(),
+            **checkpoint_record(self.cfg, self.start_plan),
             "model_name": self.cfg.model.name,
             "num_classes": self.cfg.model.num_classes,
         }
@@ -248,20 +270,25 @@ class Trainer:
             raise Diverged(f"weights not finite at step {step}; last good: {self.last_good}")
         self._tick()
         ckpt_dir = self.run_dir / "checkpoints"
-        self.strategy.synchronize()  # rank 0 writes the model every rank holds
+        # Each rank's own state first (an AAVG learner's replica between averagings) ...
         save_comm_state(self.strategy, ckpt_dir, rank=self.env.rank, step=step)
-        # Also the barrier that puts every rank's comm file before the last.pt that names it.
-        rank_counters = all_gather_object(self.counters.as_dict())
-        if not self.env.is_main:
-            return
-        state = self._state(rank_counters)
+        with self.strategy.consensus():  # ... then rank 0 writes the model every rank holds.
+            # Also the barrier that puts every rank's file before the last.pt that names it.
+            rank_counters = all_gather_object(self.counters.as_dict())
+            if self.env.is_main:
+                self._write(self._state(rank_counters), epoch_end=epoch_end)
+        # No rank leaves before the checkpoint is on disk: one restarted at once must find it.
+        barrier()
+        self.last_good = f"{ckpt_dir / LAST} (step {step})"
+
+    def _write(self, state: dict[str, Any], *, epoch_end: bool) -> None:
+        ckpt_dir = self.run_dir / "checkpoints"
         if epoch_end:
             save_checkpoint(state, ckpt_dir / f"epoch_{self.progress.epoch:04d}.pt")
             prune_checkpoints(
                 self.run_dir, keep=self.cfg.train.keep_checkpoints, newest=self.progress.epoch
             )
         save_checkpoint(state, ckpt_dir / LAST)
-        self.last_good = f"{ckpt_dir / LAST} (step {step})"
 
     def _tick(self) -> None:
         now = time.perf_counter()
@@ -282,19 +309,56 @@ class Trainer:
     def run(self) -> dict[str, Any]:
         while self.progress.epoch < self.cfg.train.epochs:
             train_stats = self.train_epoch()
-            val = None
-            if (self.progress.epoch + 1) % self.cfg.train.eval_every == 0 or (
-                self.progress.epoch + 1 == self.cfg.train.epochs
-            ):
-                val = self.validate()
+            done = self.progress.epoch + 1
+            val = self.validate() if self._evaluates_after(done) else None
             self.log_epoch(train_stats, val)
             self.progress.epoch += 1
             self.progress.step_in_epoch = 0
             self.totals = EpochTotals()
+            if val is not None and self.adaptive.due(epochs_done=done):
+                self.adapt_batch(val.top1, epochs_done=done)
             self.save(epoch_end=True)
             if any_rank(self.signals.requested, device=self.env.device):
                 self._stop()  # a signal during evaluation: the epoch is saved, stop here
         return self.finish()
+
+    def _evaluates_after(self, epochs_done: int) -> bool:
+        every = self.cfg.train.eval_every
+        return (
+            epochs_done % every == 0
+            or epochs_done == self.cfg.train.epochs
+            or self.adaptive.due(epochs_done=epochs_done)
+        )
+
+    def adapt_batch(self, accuracy: float, *, epochs_done: int) -> None:
+        """Alg. 1 lines 13-21 (`adaptive_batch`): rank 0 decides from `accuracy`, every rank
+        applies the decision from the next epoch on."""
+        if self.env.is_main:
+            self.adaptive.observe(accuracy, epochs_done=epochs_done)
+        self.adaptive.load_state_dict(broadcast_object(self.adaptive.state_dict()))
+        plan = plan_for_batch(self.cfg, self.start_plan, global_batch=self.adaptive.global_batch)
+        if plan == self.plan:
+            return
+        self.plan = plan
+        self.train_data.resize(micro_batch=plan.micro_batch, accumulate=plan.accumulate)
+        learner = plan.global_batch // self.adaptive.learners
+        self.log.write(
+            "batch",
+            step=self.progress.step,
+            epoch=epochs_done,
+            global_batch=plan.global_batch,
+            learner_batch=learner,
+            micro_batch=plan.micro_batch,
+            accumulate=plan.accumulate,
+            base_lr=plan.base_lr,
+        )
+        if self.env.is_main:
+            print(
+                f"vidscale: accuracy {accuracy:.2f} < best {self.adaptive.best:.2f} x "
+                f"{self.adaptive.b1:g}: batch per learner -> {learner} (global "
+                f"{plan.global_batch}, {plan.micro_batch} x {plan.accumulate} per process)",
+                flush=True,
+            )
 
     def train_epoch(self) -> dict[str, float]:
         cfg, plan, p = self.cfg, self.plan, self.progress
@@ -331,7 +395,9 @@ class Trainer:
         """One optimizer step with its bookkeeping: skip it everywhere if it was not finite."""
         cfg, plan, p = self.cfg, self.plan, self.progress
         t0 = time.perf_counter()
-        lr = step_lr(plan, cfg, p.step)
+        lr = step_lr(
+            plan, cfg, schedule_position(plan, epoch=p.epoch, step_in_epoch=p.step_in_epoch)
+        )
         seed_step(cfg, self.env, p.step)
         self.bn_snapshot.take()
         result = train_step(
@@ -365,10 +431,11 @@ class Trainer:
             seconds=dt,
         )
         self.counters.add_step(result, seconds=dt, global_batch=plan.global_batch)
-        self.strategy.after_step(step=p.step)
-        sent = self.strategy.take_bytes()
-        self.counters.allreduce_bytes += sent
+        epoch_end = p.step_in_epoch == plan.steps_per_epoch
+        self.strategy.after_step(step_in_epoch=p.step_in_epoch, epoch_end=epoch_end)
+        self._account(self.strategy.take_traffic())
         if p.step % cfg.train.log_every == 0 and agreed.finite:
+            since = self.traffic_since_log
             self.log.write(
                 "train",
                 step=p.step,
@@ -376,10 +443,27 @@ class Trainer:
                 lr=lr,
                 epoch=p.epoch,
                 grad_norm=result.grad_norm,
-                allreduce_bytes=sent,
+                comm_bytes=since.bytes_sent,  # since the previous train record
+                comm_seconds=since.seconds,
                 clips_per_second=plan.global_batch / dt,
             )
+            self.traffic_since_log = Traffic()
         return result
+
+    def _account(self, traffic: Traffic) -> None:
+        """This step's communication into the epoch, the run and the next train record; a
+        sparse round (a model averaging) also gets a record of its own."""
+        self.totals.add_traffic(traffic)
+        self.counters.add_traffic(traffic)
+        self.traffic_since_log += traffic
+        if traffic.rounds and self.strategy.log_each_round:
+            self.log.write(
+                "sync",
+                step=self.progress.step,
+                epoch=self.progress.epoch,
+                comm_bytes=traffic.bytes_sent,
+                comm_seconds=traffic.seconds,
+            )
 
     def _skip_bad_step(self, result: StepResult) -> None:
         self.bn_snapshot.restore()  # the skipped forward passes must not count either
@@ -390,14 +474,14 @@ class Trainer:
             print(f"vidscale: step {step}: loss or gradient not finite; skipped", flush=True)
 
     def validate(self) -> EvalResult:
-        self.strategy.synchronize()  # every rank evaluates (and saves) the same model
-        result = evaluate(
-            self.model,
-            self.val_loader,
-            prepare=self.prepare,
-            device=self.env.device,
-            autocast=self.autocast,
-        )
+        with self.strategy.consensus():  # every rank evaluates the same model
+            result = evaluate(
+                self.model,
+                self.val_loader,
+                prepare=self.prepare,
+                device=self.env.device,
+                autocast=self.autocast,
+            )
         self.counters.add_skipped(result.skipped)
         self.counters.val_videos = result.count
         self.counters.val_unreadable = [(p, r) for p, r in result.unreadable]
@@ -407,7 +491,9 @@ class Trainer:
         wait = all_reduce_max(train_stats["data_wait_fraction"])
         values: dict[str, Any] = {**train_stats, "data_wait_fraction": wait}
         values["epoch"] = self.progress.epoch + 1
-        values["lr"] = step_lr(self.plan, self.cfg, self.progress.step)
+        p = self.progress
+        position = schedule_position(self.plan, epoch=p.epoch, step_in_epoch=p.step_in_epoch)
+        values["lr"] = step_lr(self.plan, self.cfg, position)
         if val is not None:
             values.update(val_top1=val.top1, val_top5=val.top5, val_loss=val.loss)
             values["val_count"] = val.count
@@ -436,6 +522,8 @@ class Trainer:
             extra={
                 "recipe": self.cfg.recipe,
                 "base_lr": self.plan.base_lr,
+                "strategy": self.cfg.dist.strategy,
+                "batch_history": [list(h) for h in self.adaptive.history],
                 "fast_path": self.fast.describe(),
                 "host_memory_retained": self.host_memory_retained,
             },

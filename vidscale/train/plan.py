@@ -37,15 +37,23 @@ def requested_global_batch(cfg: RunConfig, *, world_size: int) -> int:
 
 
 def make_plan(
-    cfg: RunConfig, *, world_size: int, train_size: int, global_batch: int | None = None
+    cfg: RunConfig,
+    *,
+    world_size: int,
+    train_size: int,
+    global_batch: int | None = None,
+    micro_batch: int | None = None,
+    base_lr: float | None = None,
 ) -> Plan:
     """The run's sizes on `world_size` processes.
 
     `global_batch` (a resumed run's) is kept whatever the process count: accumulation adapts,
     and a process count that cannot divide it is refused. Steps per epoch are
     `train_size // global_batch` on any process count (floor(floor(n/W)/(b*a)) = floor(n/(W*b*a))).
+    `micro_batch` (default `data.batch_size`) and `base_lr` (default: the linear scaling rule)
+    are set by an adapted batch size (`train.adaptive_batch`).
     """
-    micro = cfg.data.batch_size
+    micro = micro_batch or cfg.data.batch_size
     if global_batch is None:
         global_batch = requested_global_batch(cfg, world_size=world_size)
     if global_batch % (micro * world_size):
@@ -63,7 +71,8 @@ def make_plan(
         )
     total = steps_per_epoch * cfg.train.epochs
     warmup = round(cfg.lr.warmup_epochs * steps_per_epoch)
-    base_lr = scaled_lr(cfg.optim.lr_per_8_clips, global_batch)
+    if base_lr is None:
+        base_lr = scaled_lr(cfg.optim.lr_per_8_clips, global_batch)
     return Plan(
         global_batch,
         accumulate,
@@ -77,9 +86,17 @@ def make_plan(
     )
 
 
-def step_lr(plan: Plan, cfg: RunConfig, step: int) -> float:
+def schedule_position(plan: Plan, *, epoch: int, step_in_epoch: int) -> int:
+    """Where a run is on its LR schedule, in steps of `plan`: counted from epochs, so that a
+    batch size changed between epochs (fewer, larger steps) continues the same curve over
+    epochs. Equal to the optimizer step count while the plan never changed."""
+    return epoch * plan.steps_per_epoch + step_in_epoch
+
+
+def step_lr(plan: Plan, cfg: RunConfig, position: int) -> float:
+    """The LR at schedule `position` (`schedule_position`)."""
     return lr_at(
-        step,
+        position,
         base_lr=plan.base_lr,
         total_steps=plan.total_steps,
         warmup_steps=plan.warmup_steps,

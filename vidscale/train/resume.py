@@ -207,7 +207,8 @@ def find_start(
     the same file (a collective)."""
     search = newest_loadable(run_dir)
     check_directory(run_dir, mode=mode, has_checkpoint=search.path is not None)
-    seen = all_gather_object(str(search.path))
+    step = search.state["progress"]["step"] if search.state else None
+    seen = all_gather_object((str(search.path), step))
     if len(set(seen)) > 1:
         raise ConfigError(f"ranks see different checkpoints in {run_dir}: {seen}")
     if env.is_main:

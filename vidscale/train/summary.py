@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from vidscale.atomic import atomic_write_text
+from vidscale.distributed.traffic import Traffic
 
 
 class _Step(Protocol):
@@ -22,7 +23,11 @@ class RunCounters:
     step_seconds: float = 0.0
     wait_seconds: float = 0.0  # blocked on the next batch: loading not hidden by compute
     wall_seconds: float = 0.0
-    allreduce_bytes: int = 0  # gradient bytes this rank sent into all-reduces
+    # This rank's data-parallel communication (`Traffic`): bytes sent, seconds with a
+    # collective in flight, synchronisation rounds (DDP: steps; AAVG: averagings).
+    comm_bytes: int = 0
+    comm_seconds: float = 0.0
+    comm_rounds: int = 0
     val_history: list[float] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # path -> first reason seen
     bad_steps: list[int] = field(default_factory=list)  # non-finite steps, skipped on every rank
@@ -36,6 +41,11 @@ class RunCounters:
         self.wait_seconds += result.wait_s
         self.add_skipped(result.skipped)
 
+    def add_traffic(self, traffic: Traffic) -> None:
+        self.comm_bytes += traffic.bytes_sent
+        self.comm_seconds += traffic.seconds
+        self.comm_rounds += traffic.rounds
+
     def add_skipped(self, items: list[tuple[str, str]]) -> None:
         for path, reason in items:
             self.skipped.setdefault(str(path), str(reason))
@@ -48,6 +58,9 @@ class RunCounters:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunCounters:
+        data = dict(data)
+        if "allreduce_bytes" in data:  # checkpoints written before the seconds were counted
+            data["comm_bytes"] = data.pop("allreduce_bytes")
         return cls(**data)
 
     @classmethod
@@ -106,7 +119,11 @@ class MergedCounters:
             "clips_per_second": main.clips / main.step_seconds if main.step_seconds else 0.0,
             # The TSM paper's Fig. 3b metric: share of step time blocked on data, max over ranks.
             "data_wait_fraction": wait,
-            "allreduce_bytes_per_step": main.allreduce_bytes / main.steps if main.steps else 0.0,
+            # This rank's (rank 0's) data-parallel communication over the run.
+            "comm_bytes": main.comm_bytes,
+            "comm_seconds": main.comm_seconds,
+            "comm_rounds": main.comm_rounds,
+            "comm_bytes_per_step": main.comm_bytes / main.steps if main.steps else 0.0,
             "skipped": [{"path": p, "reason": r} for p, r in sorted(self.skipped.items())],
             "bad_steps": main.bad_steps,
             "val_videos": main.val_videos,
@@ -126,6 +143,9 @@ class EpochTotals:
     clips: int = 0
     wait_seconds: float = 0.0  # this rank's time blocked on data
     step_seconds: float = 0.0  # this rank's step time
+    comm_bytes: int = 0  # this rank's data-parallel communication (`Traffic`)
+    comm_seconds: float = 0.0
+    comm_rounds: int = 0
 
     def add(
         self, *, loss: float, hits: int, clips: int, finite: bool, wait: float, seconds: float
@@ -138,12 +158,20 @@ class EpochTotals:
         self.wait_seconds += wait
         self.step_seconds += seconds
 
+    def add_traffic(self, traffic: Traffic) -> None:
+        self.comm_bytes += traffic.bytes_sent
+        self.comm_seconds += traffic.seconds
+        self.comm_rounds += traffic.rounds
+
     def stats(self) -> dict[str, float]:
         return {
             "train_loss": self.loss / max(self.steps, 1),
             "train_top1": 100.0 * self.hits / max(self.clips, 1),
             "epoch_seconds": self.step_seconds,
             "data_wait_fraction": self.wait_seconds / max(self.step_seconds, 1e-9),
+            "comm_bytes": self.comm_bytes,
+            "comm_seconds": self.comm_seconds,
+            "comm_rounds": self.comm_rounds,
         }
 
     def as_dict(self) -> dict[str, Any]:
