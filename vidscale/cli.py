@@ -86,6 +86,27 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_aavg_study(args: argparse.Namespace) -> int:
+    from vidscale.train.aavg_study import StudySpec, aavg_study
+    from vidscale.train.sweep import parse_list
+
+    data = [f"data.root={args.data}"] if args.data is not None else []
+    try:
+        ks = parse_list(args.ks, int)
+    except ConfigError as err:
+        raise ConfigError(f"--ks: {err}") from err
+    spec = StudySpec(
+        recipe=args.recipe,
+        out=args.out,
+        overrides=(*data, *args.overrides),
+        ks=ks,
+        epochs=args.epochs,
+        nproc=args.nproc,
+    )
+    aavg_study(spec, plot_only=args.plot_only)
+    return 0
+
+
 def cmd_synth(args: argparse.Namespace) -> int:
     from vidscale.data.synthetic import write_synthetic_dataset
 
@@ -166,12 +187,13 @@ def cmd_recipes(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=2))
         return 0
     print(f"{args.dataset_size:,} training videos on {args.world_size} process(es)")
-    head = f"{'recipe':32s} {'GPUs':>5s} {'accum':>5s} {'batch':>7s} {'lr':>8s} "
+    width = max([32, *(len(r["recipe"]) for r in rows)])
+    head = f"{'recipe':{width}s} {'GPUs':>5s} {'accum':>5s} {'batch':>7s} {'lr':>8s} "
     head += f"{'warmup':>7s} {'steps/ep':>8s} {'epochs':>6s}  about"
     print(head)
     for r in rows:
         print(
-            f"{r['recipe']:32s} {r['recipe_gpus']:5d} {r['accumulate']:5d} "
+            f"{r['recipe']:{width}s} {r['recipe_gpus']:5d} {r['accumulate']:5d} "
             f"{r['global_batch']:7,d} {r['lr']:8.4g} {r['warmup_steps']:7d} "
             f"{r['steps_per_epoch']:8d} {r['epochs']:6d}  {r['about']}"
         )
@@ -523,6 +545,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--plot-only", action="store_true", help="rebuild sweep.json/png from runs")
     p.set_defaults(fn=cmd_sweep)
+
+    p = sub.add_parser(
+        "aavg-study", help="AAVG K study: accuracy, time and bytes vs averaging interval K"
+    )
+    p.add_argument("--recipe", default="demo_tsm_r18_8f_b32_e20")
+    p.add_argument("--data", type=Path, help="dataset directory (sets data.root)")
+    p.add_argument("--out", type=Path, required=True, help="study directory, one run per subdir")
+    p.add_argument("--ks", default="1,2,4,8,-1", help="averaging intervals (-1: once per epoch)")
+    p.add_argument("--epochs", type=_at_least(1), default=10, help="epochs of every run")
+    p.add_argument("--nproc", type=_at_least(1), default=2, help="learners (torchrun if > 1)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--plot-only", action="store_true", help="rebuild study.json/png from runs")
+    p.set_defaults(fn=cmd_aavg_study)
 
     p = sub.add_parser("synth", help="write the built-in demo dataset (real H.264 files)")
     p.add_argument("--out", type=Path, required=True)

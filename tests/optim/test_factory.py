@@ -31,6 +31,7 @@ def test_names_match_the_literal() -> None:
         ("lars", LARS),
         ("lamb", LAMB),
         ("adamw", torch.optim.AdamW),
+        ("adam", torch.optim.Adam),
     ],
 )
 def test_every_optimizer_decays_weights_only(name: str, kind: type) -> None:
@@ -60,7 +61,7 @@ def test_one_step_lowers_the_loss_for_every_optimizer() -> None:
         torch.manual_seed(0)
         net = nn.Linear(4, 1)
         x, y = torch.randn(16, 4), torch.randn(16, 1)
-        lr = 0.02 if name in ("lamb", "adamw") else 0.05
+        lr = 0.02 if name in ("lamb", "adamw", "adam") else 0.05
         cfg = OptimConfig(name=name, eta=0.1)  # type: ignore[arg-type]
         opt = build_optimizer(net, cfg, lr=lr)
         losses = []
@@ -85,7 +86,7 @@ def test_one_step_lowers_the_loss_for_every_optimizer() -> None:
         ({"eta": 0.0}, "eta"),
         ({"betas": (0.9, 1.5)}, "betas"),
         ({"eps": -1.0}, "eps"),
-        ({"name": "adam"}, "name"),
+        ({"name": "adagrad"}, "name"),
     ],
 )
 def test_validate_names_the_field(change: dict[str, object], field: str) -> None:

@@ -51,8 +51,8 @@ class AAVGConfig:
     learner and BN statistics are averaged plainly (AAVG1, AAVG2).
     `adaptive_batch`: every `eval_every` epochs the averaged model is evaluated; when its
     accuracy a < a* x `b1` (a*: the best so far) the per-learner batch is multiplied by `b2`,
-    up to `max_batch` (paper: b1 = 1, b2 = 2, 576). `max_micro_batch` (0: no limit) caps the
-    loader's batch: beyond it the per-learner batch grows by gradient accumulation instead.
+    up to `max_batch` (paper: b1 = 1, b2 = 2, 576). `max_micro_batch` (0: the per-learner batch) caps
+    the loader's batch: beyond it the per-learner batch grows by gradient accumulation instead.
     `lr_rule` on a batch change: `unchanged` (Adam, the paper) or `linear` (SGD, Goyal et al.).
     """
 
@@ -75,7 +75,7 @@ class AAVGConfig:
             (math.isfinite(self.b1) and self.b1 > 0, "b1 must be > 0"),
             (self.b2 >= 1, "b2 must be >= 1"),
             (self.max_batch >= 1, "max_batch must be >= 1"),
-            (self.max_micro_batch >= 0, "max_micro_batch must be >= 0 (0: no limit)"),
+            (self.max_micro_batch >= 0, "max_micro_batch must be >= 0 (0: the learner batch)"),
             (self.lr_rule in ("unchanged", "linear"), "lr_rule must be 'unchanged' or 'linear'"),
         ]
         for ok, message in checks:

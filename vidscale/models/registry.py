@@ -76,7 +76,8 @@ def _known(name: str) -> str:
 
 
 def default_frames(name: str) -> int:
-    """The clip length the model is defined with (TSM/TSN 8, I3D 3x3x3 16, I3D 3x1x1 32)."""
+    """The clip length the model is defined with (TSM/TSN 8, I3D 3x3x3 16, I3D 3x1x1 32, the AAVG
+    paper's TSN-ResNet-152 1)."""
     return _DEFAULT_FRAMES[_known(name)]
 
 
@@ -185,6 +186,13 @@ def tsn_resnet50(cfg: ModelConfig) -> nn.Module:
 @register_model(frames=8)
 def tsn_resnet101(cfg: ModelConfig) -> nn.Module:
     return _frame_model(cfg, depth=101, shift=None)
+
+
+@register_model(frames=1)
+def tsn_resnet152(cfg: ModelConfig) -> nn.Module:
+    """The two-stream RGB network of Cong et al. (AAVG, §II): ResNet-152 on one frame per sample
+    (a TSN of one segment is a frame classifier; more frames are averaged as in any TSN)."""
+    return _frame_model(cfg, depth=152, shift=None)
 
 
 @register_model(frames=16)

@@ -4,6 +4,10 @@ Defaults are the TSM paper's Kinetics setting (§4): momentum SGD, 0.00125 per 8
 linearly with the global batch (the scaling itself lives in `vidscale.schedules.lr.scaled_lr`),
 weight decay 1e-4 on weights only. Every optimizer gets the same two parameter groups from
 `split_decay_groups`, so BN parameters and biases are never decayed, whichever optimizer is used.
+
+`adam` is torch's Adam, the optimizer of the AAVG paper (Cong et al., §III-A and §IV), whose
+weight decay is coupled L2 (added to the gradient before the moments); `adamw` decouples it
+(Loshchilov & Hutter). Both decay the weight group only.
 """
 
 from __future__ import annotations
@@ -19,8 +23,8 @@ from vidscale.optim.lamb import LAMB
 from vidscale.optim.lars import LARS
 from vidscale.optim.param_groups import split_decay_groups
 
-OptimizerName = Literal["sgd", "lars", "lamb", "adamw"]
-OPTIMIZER_NAMES: tuple[str, ...] = ("sgd", "lars", "lamb", "adamw")
+OptimizerName = Literal["sgd", "lars", "lamb", "adamw", "adam"]
+OPTIMIZER_NAMES: tuple[str, ...] = ("sgd", "lars", "lamb", "adamw", "adam")
 
 
 @dataclass
@@ -32,7 +36,7 @@ class OptimConfig:
     written for N GPUs runs on fewer with the same global batch (TSM paper Table 3, rows marked *).
     `eta` is the LARS
     trust coefficient and `larc_clip` selects LARC's clipping mode; `betas` and `eps` are used by
-    LAMB and AdamW (and `eps` by LARS's trust-ratio denominator).
+    LAMB, Adam and AdamW (and `eps` by LARS's trust-ratio denominator).
     """
 
     name: OptimizerName = "sgd"
@@ -117,4 +121,6 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig, *, lr: float) -> torch.o
             return LAMB(groups, lr=lr, betas=cfg.betas, eps=cfg.eps)
         case "adamw":
             return torch.optim.AdamW(groups, lr=lr, betas=cfg.betas, eps=cfg.eps)
+        case "adam":
+            return torch.optim.Adam(groups, lr=lr, betas=cfg.betas, eps=cfg.eps)
     raise ValueError(f"name must be one of {list(OPTIMIZER_NAMES)}, got {cfg.name!r}")

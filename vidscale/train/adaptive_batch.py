@@ -11,7 +11,7 @@ GPUs), else one process, so a recipe keeps its per-learner batch, cap and global
 process count. A new batch takes effect at the start of the next epoch, on every rank: rank 0
 decides and broadcasts its decision (the evaluation it reads is the same on every rank; the
 broadcast makes that a guarantee). The loader's batch grows up to `aavg.max_micro_batch`
-(0: no limit), beyond it the step accumulates more micro-batches. The LR follows
+(0: the per-learner batch), beyond it the step accumulates more micro-batches. The LR follows
 `aavg.lr_rule`: `unchanged` (Adam, as the paper) or `linear` in the global batch (SGD).
 The history of batch sizes and a* are part of the checkpoint.
 """
@@ -102,7 +102,9 @@ def plan_for_batch(cfg: RunConfig, start: Plan, *, global_batch: int) -> Plan:
     if global_batch == start.global_batch:
         return start
     per_process = global_batch // start.world_size
-    cap = cfg.aavg.max_micro_batch or per_process
+    learners = cfg.optim.simulate_world_size or start.world_size
+    # A process that stands for several learners takes one micro-batch per learner.
+    cap = cfg.aavg.max_micro_batch or global_batch // learners
     micro = largest_divisor_at_most(per_process, cap)
     base_lr = start.base_lr
     if cfg.aavg.lr_rule == "linear":

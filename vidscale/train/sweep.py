@@ -128,6 +128,11 @@ def check_dataset_fits(runs: Sequence[SweepRun], *, nproc: int) -> dict[str, int
 
 
 # -- running ------------------------------------------------------------------------------------
+def finished_runs_matching(out: Path, names: Sequence[str]) -> list[Path]:
+    """The run directories `out/<name>` with a summary, in the order of `names`."""
+    return [out / n for n in names if (out / n / "summary.json").is_file()]
+
+
 def run_state(run_dir: Path) -> RunState:
     """done: summary.json written; resume: a checkpoint to continue from; fresh: neither."""
     if (run_dir / "summary.json").exists():
