@@ -187,7 +187,7 @@ def cmd_recipes(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=2))
         return 0
     print(f"{args.dataset_size:,} training videos on {args.world_size} process(es)")
-    width = max([32, *(len(r["recipe"]) for r in rows)])
+    width = max([32, *(len(str(r["recipe"])) for r in rows)])
     head = f"{'recipe':{width}s} {'GPUs':>5s} {'accum':>5s} {'batch':>7s} {'lr':>8s} "
     head += f"{'warmup':>7s} {'steps/ep':>8s} {'epochs':>6s}  about"
     print(head)
