@@ -58,8 +58,8 @@ def aavg_run(env: Any, root: str, run: str, cut_after: int) -> dict[str, Any]:
 
 
 def test_aavg_resume_between_averagings_is_exact(tiny_demo: Path, tmp_path: Path) -> None:
-    full = run_ranks(aavg_run, 2, str(tiny_demo), str(tmp_path / "full"), 0)
-    cut = run_ranks(aavg_run, 2, str(tiny_demo), str(tmp_path / "cut"), 5)
+    full = run_ranks(aavg_run, 2, str(tiny_demo), str(tmp_path / "full"), 0, timeout=400)
+    cut = run_ranks(aavg_run, 2, str(tiny_demo), str(tmp_path / "cut"), 5, timeout=400)
     # Averagings after steps 3 and 4 (epoch end) of each epoch: 3, 4, 7, 8.
     assert [s for s, _ in full[0]["syncs"]] == [3, 4, 7, 8]
     assert full[0]["syncs"][0][1] > 0
@@ -141,7 +141,7 @@ def test_adaptive_batch_doubles_where_the_rule_says_on_both_ranks(
 ) -> None:
     """Alg. 1 lines 15-20 with b1 = 1, b2 = 2: the accuracy after epoch 2 (40 < a* = 50) and
     after epoch 4 (55 < 60) doubles the per-learner batch for the epochs that follow."""
-    r0, r1 = run_ranks(adaptive_run, 2, str(tiny_demo), str(tmp_path / "run"))
+    r0, r1 = run_ranks(adaptive_run, 2, str(tiny_demo), str(tmp_path / "run"), timeout=400)
     assert r0 == r1  # the same decisions, sizes and step counts on both ranks
     assert r0["history"] == [[0, 4], [2, 8], [4, 16]]
     # (global batch, loader batch per process, steps) per epoch: 16 videos per epoch.
