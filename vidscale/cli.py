@@ -107,6 +107,21 @@ def cmd_aavg_study(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_multigrid_study(args: argparse.Namespace) -> int:
+    from vidscale.train.multigrid_study import MultigridStudySpec, multigrid_study
+
+    data = [f"data.root={args.data}"] if args.data is not None else []
+    spec = MultigridStudySpec(
+        recipe=args.recipe,
+        out=args.out,
+        overrides=(*data, *args.overrides),
+        nproc=args.nproc,
+        margin=args.margin,
+    )
+    multigrid_study(spec, plot_only=args.plot_only)
+    return 0
+
+
 def cmd_synth(args: argparse.Namespace) -> int:
     from vidscale.data.synthetic import write_synthetic_dataset
 
@@ -197,6 +212,22 @@ def cmd_recipes(args: argparse.Namespace) -> int:
             f"{r['global_batch']:7,d} {r['lr']:8.4g} {r['warmup_steps']:7d} "
             f"{r['steps_per_epoch']:8d} {r['epochs']:6d}  {r['about']}"
         )
+    return 0
+
+
+def cmd_schedule(args: argparse.Namespace) -> int:
+    from vidscale.config import validate
+    from vidscale.recipes import get_recipe
+    from vidscale.train.schedule_report import schedule_report
+
+    cfg = apply_overrides(get_recipe(args.recipe), args.overrides)
+    validate(cfg)
+    report = schedule_report(cfg, world_size=args.world_size, train_size=args.dataset_size)
+    print(f"{args.recipe} on {args.world_size} process(es), {args.dataset_size:,} training videos")
+    print(report.text())
+    if args.csv is not None:
+        report.write_csv(args.csv)
+        print(f"wrote {args.csv}")
     return 0
 
 
@@ -559,6 +590,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot-only", action="store_true", help="rebuild study.json/png from runs")
     p.set_defaults(fn=cmd_aavg_study)
 
+    p = sub.add_parser(
+        "multigrid-study", help="baseline vs multigrid (long, short, both): time to accuracy"
+    )
+    p.add_argument("--recipe", default="demo_tsm_r18_8f_b32_e20")
+    p.add_argument("--data", type=Path, help="dataset directory (sets data.root)")
+    p.add_argument("--out", type=Path, required=True, help="study directory, one run per subdir")
+    p.add_argument("--nproc", type=_at_least(1), default=2, help="processes (torchrun if > 1)")
+    p.add_argument(
+        "--margin", type=float, default=1.0, help="points below the baseline's final accuracy"
+    )
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--plot-only", action="store_true", help="rebuild study.json/png from runs")
+    p.set_defaults(fn=cmd_multigrid_study)
+
     p = sub.add_parser("synth", help="write the built-in demo dataset (real H.264 files)")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--seed", type=int, default=0)
@@ -612,6 +657,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_recipes)
+
+    p = sub.add_parser("schedule", help="a recipe's run epoch by epoch (multigrid stages, LR)")
+    p.add_argument("recipe", help="named recipe (see `vidscale recipes`)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--world-size", type=_at_least(1), default=1, help="processes the run would use")
+    p.add_argument(
+        "--dataset-size",
+        type=_at_least(1),
+        default=240_000,
+        help="training videos (default: about Kinetics-400's training split)",
+    )
+    p.add_argument("--csv", type=Path, default=None, help="also write the per-epoch table here")
+    p.set_defaults(fn=cmd_schedule)
 
     p = sub.add_parser("eval", help="evaluate a run's checkpoints (mean/std over the last N)")
     p.add_argument("run", type=Path)

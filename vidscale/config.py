@@ -23,6 +23,7 @@ from vidscale.distributed.env import DistConfig
 from vidscale.models.registry import ModelConfig
 from vidscale.optim.factory import OptimConfig
 from vidscale.schedules.lr import LRConfig
+from vidscale.schedules.multigrid_config import MultigridConfig
 
 
 class ConfigError(ValueError):
@@ -95,6 +96,7 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     dist: DistConfig = field(default_factory=DistConfig)
     aavg: AAVGConfig = field(default_factory=AAVGConfig)
+    multigrid: MultigridConfig = field(default_factory=MultigridConfig)
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
@@ -255,7 +257,7 @@ def validate(cfg: RunConfig) -> None:
     for ok, message in checks:
         if not ok:
             raise ConfigError(message)
-    for section in ("optim", "lr", "comm", "dist", "aavg"):
+    for section in ("optim", "lr", "comm", "dist", "aavg", "multigrid"):
         try:
             getattr(cfg, section).validate()
         except ValueError as err:

@@ -1,4 +1,7 @@
-from vidscale.data.samplers import TrainSampler
+import pytest
+
+from vidscale.data.dataset import ClipSpec
+from vidscale.data.samplers import BatchRequest, RequestBatchSampler, TrainSampler
 
 
 def test_train_sampler_equal_lengths_disjoint_and_deterministic() -> None:
@@ -22,3 +25,29 @@ def test_train_sampler_resumes_mid_epoch() -> None:
     s.set_epoch(2, start=4)
     assert list(s) == full[4:]
     assert len(s) == len(full) - 4
+
+
+def test_request_batches_follow_their_sizes_and_specs() -> None:
+    sampler = TrainSampler(20, rank=0, world_size=1, seed=0, shuffle=False)
+    batches = RequestBatchSampler(sampler)
+    small = ClipSpec(frames=2, crop_size=16)
+    batches.set_requests([BatchRequest(4, small), BatchRequest(2), BatchRequest(8, small)])
+    out = list(batches)
+    assert out == [
+        [(0, small), (1, small), (2, small), (3, small)],
+        [4, 5],
+        [(i, small) for i in range(6, 14)],
+    ]
+    assert len(batches) == 3
+
+
+def test_request_batches_stop_early_never_short_and_resume_at_the_sampler_start() -> None:
+    sampler = TrainSampler(10, rank=0, world_size=1, seed=0, shuffle=False)
+    batches = RequestBatchSampler(sampler)
+    batches.set_requests([BatchRequest(4)] * 4)
+    assert list(batches) == [[0, 1, 2, 3], [4, 5, 6, 7]]  # the third would be short
+    sampler.set_epoch(0, start=6)
+    batches.set_requests([BatchRequest(2), BatchRequest(2)])
+    assert list(batches) == [[6, 7], [8, 9]]
+    with pytest.raises(ValueError, match=">= 1 clip"):
+        batches.set_requests([BatchRequest(0)])

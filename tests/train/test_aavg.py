@@ -127,7 +127,7 @@ def adaptive_run(env: Any, root: str, run: str) -> dict[str, Any]:
         stats = real_epoch()
         batches = trainer.train_data.batches
         assert batches is not None
-        size = batches.batch_size
+        size = batches.requests[0].size  # the micro-batches the loader was asked for
         seen.append((trainer.plan.global_batch, size, trainer.progress.step - start, 0))
         return stats
 

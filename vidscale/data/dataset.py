@@ -41,7 +41,9 @@ class ClipSpec:
 
     `num_clips` x `num_crops` > 1 is multi-view testing: the item's clip is then
     (V, C, T, H, W) with V = num_clips * num_crops views (clip-major), for an evaluator that
-    averages the views of each video.
+    averages the views of each video. `max_stride` > `stride` makes dense training clips draw
+    their stride uniformly from [stride, max_stride] (multigrid's long cycle: fewer frames
+    cover the same time span, Wu et al. §3.2); 0 keeps `stride`.
     """
 
     frames: int = 8
@@ -53,6 +55,7 @@ class ClipSpec:
     flip: bool = True
     num_clips: int = 1
     num_crops: int = 1
+    max_stride: int = 0
 
 
 def frame_indices(
@@ -60,10 +63,13 @@ def frame_indices(
 ) -> np.ndarray:
     """The frames of one clip: random for training (`rng`), deterministic for evaluation."""
     if spec.sampling == "dense":
+        stride = spec.stride
+        if rng is not None and spec.max_stride > spec.stride:
+            stride = int(rng.integers(spec.stride, spec.max_stride + 1))
         return dense_indices(
             num_frames,
             spec.frames,
-            spec.stride,
+            stride,
             rng=rng,
             clip_index=clip_index,
             num_clips=spec.num_clips,
@@ -136,7 +142,10 @@ class VideoClipDataset(Dataset[dict[str, Any]]):
     def __len__(self) -> int:
         return len(self.records)
 
-    def __getitem__(self, index: int) -> dict[str, Any]:
+    def __getitem__(self, key: int | tuple[int, ClipSpec]) -> dict[str, Any]:
+        """Item `key`: an index, or (index, spec) to sample this item with another clip shape
+        (a multigrid batch request, `data.samplers.RequestBatchSampler`)."""
+        index, spec = key if isinstance(key, tuple) else (key, self.spec)
         skipped: list[tuple[str, str]] = []
         current = index
         for attempt in range(self.max_retries + 1):
@@ -145,7 +154,7 @@ class VideoClipDataset(Dataset[dict[str, Any]]):
             try:
                 if path in self._failed:
                     raise _KnownBad(self._failed[path])
-                clip = self.load_views(current, rng)
+                clip = self.load_views(current, rng, spec)
             except Exception as err:  # one unreadable video must not stop a long run
                 reason = self._failed.setdefault(path, f"{type(err).__name__}: {err}")
                 skipped.append((str(path), reason))
@@ -174,20 +183,24 @@ class VideoClipDataset(Dataset[dict[str, Any]]):
             f"last: {skipped[-1][0]}: {skipped[-1][1]}"
         )
 
-    def load_views(self, index: int, rng: np.random.Generator) -> torch.Tensor:
-        """Video `index` as (C, T, H, W), or (V, C, T, H, W) for multi-view evaluation.
+    def load_views(
+        self, index: int, rng: np.random.Generator, spec: ClipSpec | None = None
+    ) -> torch.Tensor:
+        """Video `index` as (C, T, H, W), or (V, C, T, H, W) for multi-view evaluation, sampled
+        by `spec` (default: the dataset's).
 
         The one place frames are read: a subclass reading another storage overrides it.
         """
+        spec = spec or self.spec
         path = self.records[index].path
         meta = self._probe(path)
         views: list[torch.Tensor] = []
-        for k in range(1 if self.train else self.spec.num_clips):
+        for k in range(1 if self.train else spec.num_clips):
             idx = frame_indices(
-                meta.num_frames, self.spec, rng=rng if self.train else None, clip_index=k
+                meta.num_frames, spec, rng=rng if self.train else None, clip_index=k
             )
             frames = decode_frames(path, idx, meta=meta)
-            views.extend(make_clip(frames, self.spec, train=self.train, rng=rng))
+            views.extend(make_clip(frames, spec, train=self.train, rng=rng))
         return views[0] if len(views) == 1 else torch.stack(views)
 
     def _probe(self, path: Path) -> VideoMeta:

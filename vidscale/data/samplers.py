@@ -8,10 +8,15 @@ sample goes to exactly one rank and the metric counts are summed over ranks (DES
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import itertools
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import torch
-from torch.utils.data import BatchSampler, Sampler
+from torch.utils.data import Sampler
+
+from vidscale.data.dataset import ClipSpec
 
 
 class TrainSampler(Sampler[int]):
@@ -56,21 +61,46 @@ class TrainSampler(Sampler[int]):
         return self.per_rank() - self.start
 
 
-class ResizableBatchSampler(BatchSampler):
-    """A `BatchSampler` whose batch size can change between epochs (`resize`).
+@dataclass(frozen=True)
+class BatchRequest:
+    """One batch to make: `size` clips, sampled by `spec` (None: the dataset's own spec)."""
 
-    A DataLoader reads its batch sampler anew at each `iter(loader)`, in the main process, so a
-    new size takes effect at the next epoch without restarting persistent workers (they receive
-    index lists, whatever their length). Resize only between epochs, before `iter(loader)`.
+    size: int
+    spec: ClipSpec | None = None
+
+
+class RequestBatchSampler(Sampler[list[Any]]):
+    """Batches of the next indices, one per request, the requests set before each epoch.
+
+    A DataLoader reads its batch sampler anew at each `iter(loader)`, in the main process, so
+    batch sizes and clip shapes may change from epoch to epoch and from batch to batch (a
+    multigrid schedule, an adapted batch size) while persistent workers keep running: they
+    receive lists of keys, whatever their length. A key is an index, or (index, spec) when the
+    request names a spec (the dataset samples that item with it). Batches stop early, never
+    short, when the indices run out. Call `set_requests` only before `iter(loader)`.
     """
 
-    def __init__(self, sampler: Sampler[int], batch_size: int) -> None:
-        super().__init__(sampler, batch_size, drop_last=True)
+    def __init__(self, sampler: Sampler[int]) -> None:
+        self.sampler = sampler
+        self.requests: list[BatchRequest] = []
 
-    def resize(self, batch_size: int) -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        self.batch_size = batch_size
+    def set_requests(self, requests: Sequence[BatchRequest]) -> None:
+        for r in requests:
+            if r.size < 1:
+                raise ValueError(f"a batch needs >= 1 clip, got {r.size}")
+        self.requests = list(requests)
+
+    def __iter__(self) -> Iterator[list[Any]]:
+        indices = iter(self.sampler)
+        for request in self.requests:
+            batch = list(itertools.islice(indices, request.size))
+            if len(batch) < request.size:
+                return
+            spec = request.spec
+            yield batch if spec is None else [(i, spec) for i in batch]
+
+    def __len__(self) -> int:
+        return len(self.requests)
 
 
 class ExactEvalSampler(Sampler[int]):

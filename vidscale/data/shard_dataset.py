@@ -64,16 +64,19 @@ class ShardClipDataset(VideoClipDataset):
         self.entries = list(entries)
         self.reader = reader or ShardReader()
 
-    def load_views(self, index: int, rng: np.random.Generator) -> torch.Tensor:
+    def load_views(
+        self, index: int, rng: np.random.Generator, spec: ClipSpec | None = None
+    ) -> torch.Tensor:
         """(C, T, H, W) for one view, or (V, C, T, H, W) for multi-view evaluation."""
+        spec = spec or self.spec
         entry = self.entries[index]
         views: list[torch.Tensor] = []
-        for k in range(1 if self.train else self.spec.num_clips):
+        for k in range(1 if self.train else spec.num_clips):
             idx = frame_indices(
-                entry.num_frames, self.spec, rng=rng if self.train else None, clip_index=k
+                entry.num_frames, spec, rng=rng if self.train else None, clip_index=k
             )
             frames = self.reader.read_frames(entry, idx)
-            views.extend(make_clip(frames, self.spec, train=self.train, rng=rng))
+            views.extend(make_clip(frames, spec, train=self.train, rng=rng))
         return views[0] if len(views) == 1 else torch.stack(views)
 
 

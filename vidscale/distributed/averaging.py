@@ -84,6 +84,21 @@ def average_replicas(
     return stats
 
 
+def merge_running_statistics(model: nn.Module) -> AveragingStats:
+    """Every rank's BatchNorm running statistics replaced by their pool over ranks (Alg. 2
+    line 6: the mean of the means; the variance from the mean of E[x²] = var + mean²), as if
+    one process had seen every rank's batches. A collective; the identity on one process."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return AveragingStats(0, 0)
+    statistics = _running_statistics(model)
+    for mean, var in statistics:
+        var.add_(mean * mean)
+    stats = _mean_over_ranks([t for pair in statistics for t in pair], world=dist.get_world_size())
+    for mean, var in statistics:
+        var.sub_(mean * mean)
+    return stats
+
+
 def _mean_over_ranks(tensors: list[torch.Tensor], *, world: int) -> AveragingStats:
     """Average `tensors` in place, one flat all-reduce per (dtype, device)."""
     groups: dict[tuple[torch.dtype, torch.device], list[torch.Tensor]] = defaultdict(list)

@@ -17,6 +17,7 @@ from torch import nn
 from vidscale.models.i3d import I3D_3X1X1, I3D_3X3X3, VolumeClassifier
 from vidscale.models.pretrained import load_pretrained
 from vidscale.models.resnet import ResNet, TemporalSpec, temporal_resolutions
+from vidscale.models.slowfast import SLOWFAST_4X16, SLOWFAST_8X8, SlowFast, SlowFastSpec
 from vidscale.models.temporal_shift import ShiftSpec
 from vidscale.models.tsm import FrameClassifier
 
@@ -97,6 +98,8 @@ def stage_temporal_resolutions(model: nn.Module | ModelConfig, *, frames: int) -
     if isinstance(model, ModelConfig):
         with torch.device("meta"):
             model = build_model(replace(model, pretrained=None))
+    if isinstance(model, SlowFast):  # two trunks: the Slow pathway's, then fast_* columns
+        return model.temporal_resolutions(frames=frames)
     trunk = getattr(model, "trunk", None)
     if not isinstance(trunk, ResNet):
         raise TypeError(f"{type(model).__name__} has no ResNet trunk")
@@ -205,3 +208,37 @@ def i3d_resnet50_3x3x3(cfg: ModelConfig) -> nn.Module:
 def i3d_resnet50_3x1x1(cfg: ModelConfig) -> nn.Module:
     """I3D 3x1x1 of Table 1 (Wang et al.): ~29.3M parameters, ~33 GMACs per 32x224x224 clip."""
     return _volume_model(cfg, I3D_3X1X1)
+
+
+def _slowfast(cfg: ModelConfig, spec: SlowFastSpec) -> nn.Module:
+    """SlowFast has no temporal shift, its own temporal structure, and no ImageNet start."""
+    default = ModelConfig()
+    shift = (cfg.shift_div, cfg.shift_place, cfg.shift_every)
+    if shift != (default.shift_div, default.shift_place, default.shift_every):
+        raise ValueError(f"{cfg.name} has no temporal shift; leave shift_div/place/every unset")
+    if cfg.temporal_pool:
+        raise ValueError(f"{cfg.name} keeps its frame rates; temporal_pool must be False")
+    if cfg.pretrained:
+        # A torchvision ResNet-50 fits neither pathway: the Fast one has 1/8 of its channels and
+        # the Slow one's stage inputs carry the lateral channels. SlowFast trains from scratch.
+        raise ValueError(
+            f"{cfg.name} cannot load ImageNet ResNet weights ({cfg.pretrained}): its pathways "
+            "do not have ResNet-50's shapes; SlowFast is trained from scratch (SlowFast §4)"
+        )
+    return SlowFast(
+        spec, num_classes=cfg.num_classes, in_channels=cfg.in_channels, dropout=cfg.dropout
+    )
+
+
+@register_model(frames=32)
+def slowfast_resnet50_4x16(cfg: ModelConfig) -> nn.Module:
+    """SlowFast 4x16 R50 (α = 8, lateral kernel 5): 34.48M parameters (400 classes), 36.1
+    GMACs per 32x256x256 clip as PySlowFast reports (27.6 GMACs at 224x224)."""
+    return _slowfast(cfg, SLOWFAST_4X16)
+
+
+@register_model(frames=32)
+def slowfast_resnet50_8x8(cfg: ModelConfig) -> nn.Module:
+    """SlowFast 8x8 R50 (α = 4, lateral kernel 7): 34.57M parameters (400 classes), 65.7
+    GMACs per 32x256x256 clip as PySlowFast reports (50.3 GMACs at 224x224)."""
+    return _slowfast(cfg, SLOWFAST_8X8)

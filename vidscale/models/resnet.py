@@ -24,6 +24,8 @@ from typing import Literal, cast
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from vidscale.models import conv
+from vidscale.models.batchnorm import set_batch_clips
 from vidscale.models.temporal_shift import ShiftSpec, TemporalShift
 
 Layout = Literal["frames", "volume"]
@@ -97,9 +99,10 @@ def temporal_resolutions(spec: TemporalSpec, *, frames: int) -> dict[str, int]:
 def _conv(
     layout: Layout, cin: int, cout: int, *, k: int, kt: int = 1, stride: int = 1, t_stride: int = 1
 ) -> nn.Module:
+    # `conv` modules: exact where torch's CPU bf16 kernels are not (1-pixel inputs, multigrid).
     if layout == "frames":
-        return nn.Conv2d(cin, cout, k, stride=stride, padding=k // 2, bias=False)
-    return nn.Conv3d(
+        return conv.Conv2d(cin, cout, k, stride=stride, padding=k // 2, bias=False)
+    return conv.Conv3d(
         cin,
         cout,
         (kt, k, k),
@@ -248,26 +251,37 @@ def init_classifier(fc: nn.Linear) -> None:
     nn.init.zeros_(fc.bias)
 
 
-class ResNet(nn.Module):
-    """ResNet-18/34/50/101/152 trunk whose layout, inflation and shift come from the specs.
+class ResNetTrunk(nn.Module):
+    """The convolutional part of a ResNet: stem (conv1, bn1, relu, maxpool) and res2..res5
+    (layer1..layer4), without a classifier; its layout, inflation and shift come from the specs.
 
-    `forward_features` returns the last feature map (x_NT_C_H_W or x_N_C_T_H_W by layout);
-    `forward` pools it and applies `fc`, which on 2D images (num_frames = 1) is torchvision's
-    ResNet. Initialisation follows torchvision (Kaiming normal, fan_out, for convs; BN at 1, 0).
+    Two options exist for SlowFast's pathways (Feichtenhofer et al. 2019, §3.2-3.3): `width_div`
+    divides the channels of the stem and of every stage (8 for the Fast pathway, β = 1/8), and
+    `extra_in_channels[s]` widens the input of stage s's first block by that many channels (the
+    lateral connections concatenated to the Slow pathway before res2..res5). Their defaults give
+    exactly the torchvision trunk. `stage_channels` are the output channels of the stem and of
+    res2..res5. Initialisation follows torchvision (Kaiming normal, fan_out, for convs; BN at 1,
+    0) unless `init_weights=False`, which leaves it to an owner that adds modules first.
     """
 
     def __init__(
         self,
         depth: int = 50,
         *,
-        num_classes: int = 1000,
         in_channels: int = 3,
         temporal: TemporalSpec | None = None,
         shift: ShiftSpec | None = None,
+        width_div: int = 1,
+        extra_in_channels: tuple[int, int, int, int] = (0, 0, 0, 0),
+        init_weights: bool = True,
     ) -> None:
         super().__init__()
         if depth not in ARCHS:
             raise ValueError(f"ResNet depth must be one of {sorted(ARCHS)}, got {depth}")
+        if width_div < 1 or 64 % width_div != 0:
+            raise ValueError(f"width_div must divide the stem's 64 channels, got {width_div}")
+        if len(extra_in_channels) != 4 or any(c < 0 for c in extra_in_channels):
+            raise ValueError(f"extra_in_channels needs 4 counts >= 0: {extra_in_channels}")
         self.temporal = temporal or TemporalSpec()
         self.depth = depth
         layout = self.temporal.layout
@@ -275,13 +289,17 @@ class ResNet(nn.Module):
             raise ValueError("the temporal shift acts on the 'frames' layout only")
         block, counts = ARCHS[depth]
         kt, t_stride = self.temporal.conv1
-        self.conv1 = _conv(layout, in_channels, 64, k=7, kt=kt, stride=2, t_stride=t_stride)
-        self.bn1 = _bn(layout, 64)
+        stem = 64 // width_div
+        self.conv1 = _conv(layout, in_channels, stem, k=7, kt=kt, stride=2, t_stride=t_stride)
+        self.bn1 = _bn(layout, stem)
         self.relu = nn.ReLU(inplace=True)
         self.maxpool = self._pool1(layout)
-        cin = 64
+        cin = stem
+        widths = [stem]
         stages = []
         for s, (planes, count) in enumerate(zip(STAGE_PLANES, counts, strict=True)):
+            planes //= width_div
+            cin += extra_in_channels[s]
             blocks = []
             for i in range(count):
                 spec = BlockSpec(
@@ -295,10 +313,12 @@ class ResNet(nn.Module):
                 blocks.append(block(cin, planes=planes, spec=spec))
                 cin = planes * block.expansion
             stages.append(Stage(blocks))
+            widths.append(cin)
         self.layer1, self.layer2, self.layer3, self.layer4 = stages
         self.num_features = cin
-        self.fc = nn.Linear(cin, num_classes)
-        self._init_weights()
+        self.stage_channels = tuple(widths)
+        if init_weights:
+            self._init_weights()
 
     def _pool1(self, layout: Layout) -> nn.Module:
         if layout == "frames":
@@ -316,14 +336,24 @@ class ResNet(nn.Module):
                 nn.init.ones_(m.weight)
                 nn.init.zeros_(m.bias)
 
+    def stages(self) -> tuple[Stage, Stage, Stage, Stage]:
+        """res2..res5 (layer1..layer4)."""
+        return self.layer1, self.layer2, self.layer3, self.layer4
+
     def blocks(self) -> Iterator[_Block]:
-        for stage in (self.layer1, self.layer2, self.layer3, self.layer4):
+        for stage in self.stages():
             yield from cast(Iterable[_Block], stage)
+
+    def stem(self, x: Tensor) -> Tensor:
+        """conv1, bn1, ReLU, pool1: the input of res2."""
+        return self.maxpool(self.relu(self.bn1(self.conv1(x))))
 
     def forward_features(self, x: Tensor, *, num_frames: int) -> Tensor:
         """(NT, C, H, W) with T = num_frames ("frames"), or (N, C, T, H, W) ("volume")."""
-        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
-        x = self.layer1(x, num_frames=num_frames)
+        if self.training and self.temporal.layout == "frames":
+            # Sub-batch BN (models.batchnorm) must split clips, not frames: tell it N.
+            set_batch_clips(self, x.shape[0] // num_frames)
+        x = self.layer1(self.stem(x), num_frames=num_frames)
         if self.temporal.pool2 != (1, 1):
             x = temporal_max_pool(
                 x, op=self.temporal.pool2, layout=self.temporal.layout, num_frames=num_frames
@@ -336,6 +366,31 @@ class ResNet(nn.Module):
     def pool(self, features: Tensor) -> Tensor:
         """Global average pool: (NT, F) per frame ("frames") or (N, F) per clip ("volume")."""
         return features.flatten(2).mean(2)
+
+
+class ResNet(ResNetTrunk):
+    """ResNet-18/34/50/101/152: `ResNetTrunk` and a classifier `fc` (torchvision's keys).
+
+    `forward_features` returns the last feature map (x_NT_C_H_W or x_N_C_T_H_W by layout);
+    `forward` pools it and applies `fc`, which on 2D images (num_frames = 1) is torchvision's
+    ResNet. The weights are initialised after `fc` is created, as torchvision does, so a seed
+    gives the same weights as before the trunk was split out.
+    """
+
+    def __init__(
+        self,
+        depth: int = 50,
+        *,
+        num_classes: int = 1000,
+        in_channels: int = 3,
+        temporal: TemporalSpec | None = None,
+        shift: ShiftSpec | None = None,
+    ) -> None:
+        super().__init__(
+            depth, in_channels=in_channels, temporal=temporal, shift=shift, init_weights=False
+        )
+        self.fc = nn.Linear(self.num_features, num_classes)
+        self._init_weights()
 
     def forward(self, x: Tensor, *, num_frames: int = 1) -> Tensor:
         return self.fc(self.pool(self.forward_features(x, num_frames=num_frames)))

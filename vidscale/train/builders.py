@@ -18,15 +18,21 @@ from torch.utils.data import DataLoader
 
 from vidscale.config import ConfigError, RunConfig
 from vidscale.data.annotations import read_annotations, read_class_names
-from vidscale.data.dataset import VideoClipDataset, collate
+from vidscale.data.dataset import ClipSpec, VideoClipDataset, collate
 from vidscale.data.layouts import read_layout
 from vidscale.data.prepare import open_prepared
-from vidscale.data.samplers import ExactEvalSampler, ResizableBatchSampler, TrainSampler
+from vidscale.data.samplers import (
+    BatchRequest,
+    ExactEvalSampler,
+    RequestBatchSampler,
+    TrainSampler,
+)
 from vidscale.data.shard_dataset import ShardClipDataset, StreamingShardDataset
 from vidscale.data.transforms import input_normalization, normalize
 from vidscale.distributed.env import DistEnv
 from vidscale.models.registry import build_model as build_registered_model
 from vidscale.train.fast_path import FastPath, apply_to_model, resolve_fast_path
+from vidscale.train.plan import Phase
 
 
 @dataclass(frozen=True)
@@ -40,29 +46,38 @@ class DataSplits:
 
 @dataclass
 class TrainData:
-    """The training loader and how to position it at (epoch, optimizer step) for exact resume."""
+    """The training loader and how to position it at (epoch, step in epoch) of a phase.
+
+    The batches of an epoch follow its phase (`train.plan.Phase`: batch sizes and clip shapes
+    per step) through the `RequestBatchSampler`; a streamed dataset batches in its workers and
+    takes only the phase it was built for.
+    """
 
     loader: DataLoader
     dataset: VideoClipDataset | StreamingShardDataset
     sampler: TrainSampler | None
-    clips_per_step: int  # per rank: batch_size x accumulate
-    batches: ResizableBatchSampler | None = None
+    batches: RequestBatchSampler | None = None
 
-    def resize(self, *, micro_batch: int, accumulate: int) -> None:
-        """A new batch size from the next epoch on (`adaptive_batch`); the workers stay."""
-        if self.batches is None:
-            raise ValueError("a streamed dataset's batch size cannot change")
-        self.batches.resize(micro_batch)
-        self.clips_per_step = micro_batch * accumulate
-
-    def set_epoch(self, epoch: int, *, step_in_epoch: int) -> None:
-        start = step_in_epoch * self.clips_per_step
+    def set_epoch(self, epoch: int, *, step_in_epoch: int, phase: Phase, base: ClipSpec) -> None:
+        start = phase.clips_before(step_in_epoch)
         if isinstance(self.dataset, StreamingShardDataset):
             self.dataset.set_epoch(epoch, start_batches=start // self.loader.batch_size)  # type: ignore[operator]
             return
-        assert self.sampler is not None
+        assert self.sampler is not None and self.batches is not None
         self.sampler.set_epoch(epoch, start=start)
         self.dataset.set_epoch(epoch)
+        self.batches.set_requests(phase.requests(step_in_epoch, base))
+
+    def base_shape_batches(self, epoch: int, *, batches: int, size: int) -> DataLoader:
+        """The loader set to give `batches` batches of `size` clips of the recipe's own clip
+        shape, from the start of `epoch`'s order (precise BN); `set_epoch` puts it back on
+        the training schedule."""
+        if self.sampler is None or self.batches is None:
+            raise ValueError("a streamed dataset cannot give batches of another shape")
+        self.sampler.set_epoch(epoch, start=0)
+        self.dataset.set_epoch(epoch)
+        self.batches.set_requests([BatchRequest(size)] * batches)
+        return self.loader
 
 
 def resolve_path(root: str, name: str) -> Path:
@@ -179,8 +194,9 @@ def ignore_stop_signals(worker_id: int) -> None:
 
 
 def build_train_data(
-    cfg: RunConfig, env: DistEnv, items: list[Any], *, micro_batch: int, accumulate: int
+    cfg: RunConfig, env: DistEnv, items: list[Any], *, micro_batch: int
 ) -> TrainData:
+    """The training loader; `micro_batch` is the batch a streamed dataset is built for."""
     spec, seed, bs = cfg.data.train_clip, cfg.train.seed, micro_batch
     common: dict[str, Any] = {
         "num_workers": cfg.data.workers,
@@ -206,16 +222,16 @@ def build_train_data(
             shuffle_initial=cfg.data.shuffle_initial,
         )
         loader = DataLoader(stream, batch_size=bs, drop_last=True, **common)
-        return TrainData(loader, stream, None, bs * accumulate)
+        return TrainData(loader, stream, None)
     dataset = (
         ShardClipDataset(items, spec, train=True, seed=seed)
         if cfg.data.source == "shards"
         else VideoClipDataset(items, spec, train=True, seed=seed)
     )
     sampler = TrainSampler(len(dataset), rank=env.rank, world_size=env.world_size, seed=seed)
-    batches = ResizableBatchSampler(sampler, bs)
+    batches = RequestBatchSampler(sampler)
     loader = DataLoader(dataset, batch_sampler=batches, **common)
-    return TrainData(loader, dataset, sampler, bs * accumulate, batches)
+    return TrainData(loader, dataset, sampler, batches)
 
 
 def build_eval_loader(cfg: RunConfig, env: DistEnv, items: list[Any]) -> DataLoader:

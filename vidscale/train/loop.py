@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from vidscale.config import ConfigError, RunConfig, validate
+from vidscale.distributed.averaging import merge_running_statistics
 from vidscale.distributed.collectives import (
     all_gather_object,
     all_reduce_max,
@@ -50,7 +51,9 @@ from vidscale.train.checkpoint import (
 from vidscale.train.evaluate import EvalResult, evaluate, topk_hits
 from vidscale.train.host_memory import retain_freed_host_memory
 from vidscale.train.metrics import MetricsLog, plot_run, progress, read_metrics
-from vidscale.train.plan import schedule_position, step_lr
+from vidscale.train.phase_switch import PhaseSwitch
+from vidscale.train.plan import Phase, make_timeline
+from vidscale.train.precise_bn import precise_bn
 from vidscale.train.resilience import (
     BatchNormSnapshot,
     Diverged,
@@ -77,6 +80,7 @@ class StepResult:
     agreed: StepAgreement | None = None  # over all ranks; set once the step is decided
     lr: float = 0.0
     seconds: float = 0.0
+    clips: int = 0  # over all ranks
     skipped: list[tuple[str, str]] = field(default_factory=list)
 
 
@@ -92,6 +96,7 @@ def train_step(
     *,
     accumulate: int,
     micro_batch: Callable[[bool], AbstractContextManager[None]],
+    clips: int,
     lr: float,
     prepare: Callable[[torch.Tensor], torch.Tensor],
     autocast: Callable[[], Any],
@@ -101,7 +106,8 @@ def train_step(
     world_size: int = 1,
 ) -> StepResult:
     """One optimizer step over `accumulate` micro-batches, each inside `micro_batch(last)`
-    (the data-parallel strategy's context: DDP all-reduces on the last only).
+    (the data-parallel strategy's context: DDP all-reduces on the last only). Each micro-batch's
+    mean loss is weighted by its share of the step's `clips` on this rank.
 
     The update is applied only if every rank's loss and the gradient norm are finite (agreed in
     one small all-reduce that also carries the step's metrics and any rank's stop request).
@@ -113,11 +119,12 @@ def train_step(
         t0 = time.perf_counter()
         batch = next(batches)  # blocked time here is data loading not hidden by compute
         result.wait_s += time.perf_counter() - t0
-        clips = prepare(batch["clip"].to(device, non_blocking=True))
+        inputs = prepare(batch["clip"].to(device, non_blocking=True))
         labels = batch["label"].to(device, non_blocking=True)
         with micro_batch(micro == accumulate - 1), autocast():
-            logits = model(clips)
-            loss = nn.functional.cross_entropy(logits.float(), labels) / accumulate
+            logits = model(inputs)
+            mean = nn.functional.cross_entropy(logits.float(), labels)
+            loss = mean * labels.numel() / clips
             loss.backward()
         result.loss += loss.item()
         result.hits += int(topk_hits(logits.detach(), labels, 1))
@@ -185,12 +192,11 @@ class Trainer:
         if state is not None and start.exact and "adaptive_batch" in state:
             self.adaptive.load_state_dict(state["adaptive_batch"])
         self.plan = plan_for_batch(cfg, self.start_plan, global_batch=self.adaptive.global_batch)
+        self.timeline = make_timeline(cfg, self.plan)
+        self.phases = PhaseSwitch(self.model, env)
+        self.phases.enter(self.timeline.phase_at(self.progress.epoch))
         self.train_data = builders.build_train_data(
-            cfg,
-            env,
-            splits.train,
-            micro_batch=self.plan.micro_batch,
-            accumulate=self.plan.accumulate,
+            cfg, env, splits.train, micro_batch=self.plan.micro_batch
         )
         self.val_loader = builders.build_eval_loader(cfg, env, splits.val)
         self.prepare = builders.input_preparer(cfg, env)
@@ -227,6 +233,7 @@ class Trainer:
         if exact:  # a carried-over plan starts its epoch afresh
             self.totals = EpochTotals(**state["epoch_totals"])
             self.guard.consecutive = int(state["bad_steps_in_a_row"])
+        self.phases.load_state_dict(state.get("batchnorm_splits", {}))
         self.last_good = f"{self.resumed_from} (step {state['progress']['step']})"
         self._load_comm(int(state["progress"]["step"]))
 
@@ -257,6 +264,7 @@ class Trainer:
             "bad_steps_in_a_row": self.guard.consecutive,
             "rank_counters": rank_counters,
             "adaptive_batch": self.adaptive.state_dict(),
+            "batchnorm_splits": self.phases.state_dict(),
             **checkpoint_record(self.cfg, self.start_plan),
             "model_name": self.cfg.model.name,
             "num_classes": self.cfg.model.num_classes,
@@ -307,7 +315,7 @@ class Trainer:
 
     # -- epochs ------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
-        while self.progress.epoch < self.cfg.train.epochs:
+        while self.progress.epoch < self.timeline.epochs:
             train_stats = self.train_epoch()
             done = self.progress.epoch + 1
             val = self.validate() if self._evaluates_after(done) else None
@@ -323,12 +331,9 @@ class Trainer:
         return self.finish()
 
     def _evaluates_after(self, epochs_done: int) -> bool:
-        every = self.cfg.train.eval_every
-        return (
-            epochs_done % every == 0
-            or epochs_done == self.cfg.train.epochs
-            or self.adaptive.due(epochs_done=epochs_done)
-        )
+        return self.timeline.evaluates_after(
+            epochs_done, every=self.cfg.train.eval_every
+        ) or self.adaptive.due(epochs_done=epochs_done)
 
     def adapt_batch(self, accuracy: float, *, epochs_done: int) -> None:
         """Alg. 1 lines 13-21 (`adaptive_batch`): rank 0 decides from `accuracy`, every rank
@@ -340,7 +345,7 @@ class Trainer:
         if plan == self.plan:
             return
         self.plan = plan
-        self.train_data.resize(micro_batch=plan.micro_batch, accumulate=plan.accumulate)
+        self.timeline = make_timeline(self.cfg, plan)  # the loader follows it from next epoch
         learner = plan.global_batch // self.adaptive.learners
         self.log.write(
             "batch",
@@ -361,25 +366,28 @@ class Trainer:
             )
 
     def train_epoch(self) -> dict[str, float]:
-        cfg, plan, p = self.cfg, self.plan, self.progress
-        self.train_data.set_epoch(p.epoch, step_in_epoch=p.step_in_epoch)
+        cfg, p = self.cfg, self.progress
+        phase = self.phases.enter(self.timeline.phase_at(p.epoch), log=self.log, step=p.step)
+        self.train_data.set_epoch(
+            p.epoch, step_in_epoch=p.step_in_epoch, phase=phase, base=cfg.data.train_clip
+        )
         batches = iter(self.train_data.loader)
         self.ddp_model.train()
         bar = progress(
-            plan.steps_per_epoch,
+            phase.steps_per_epoch,
             enabled=self.env.is_main and cfg.train.progress,
-            desc=f"epoch {p.epoch + 1}/{cfg.train.epochs}",
+            desc=f"epoch {p.epoch + 1}/{self.timeline.epochs}",
             initial=p.step_in_epoch,
         )
-        while p.step_in_epoch < plan.steps_per_epoch:
-            result = self.step(batches)
+        while p.step_in_epoch < phase.steps_per_epoch:
+            result = self.step(batches, phase)
             agreed = result.agreed
             assert agreed is not None
             bar.update(1)
             bar.set_postfix(
                 loss=f"{agreed.loss:.3f}",
                 lr=f"{result.lr:.3g}",
-                clips_s=f"{plan.global_batch / result.seconds:.1f}",
+                clips_s=f"{result.clips / result.seconds:.1f}",
             )
             if agreed.stop:
                 bar.close()
@@ -391,21 +399,21 @@ class Trainer:
         del batches
         return self.totals.stats()
 
-    def step(self, batches: Iterator[dict[str, Any]]) -> StepResult:
+    def step(self, batches: Iterator[dict[str, Any]], phase: Phase) -> StepResult:
         """One optimizer step with its bookkeeping: skip it everywhere if it was not finite."""
-        cfg, plan, p = self.cfg, self.plan, self.progress
+        cfg, p = self.cfg, self.progress
         t0 = time.perf_counter()
-        lr = step_lr(
-            plan, cfg, schedule_position(plan, epoch=p.epoch, step_in_epoch=p.step_in_epoch)
-        )
+        lr = self.timeline.lr(epoch=p.epoch, step_in_epoch=p.step_in_epoch)
+        clips = phase.shape_at(p.step_in_epoch).micro_batch * phase.accumulate
         seed_step(cfg, self.env, p.step)
         self.bn_snapshot.take()
         result = train_step(
             self.ddp_model,
             self.optimizer,
             batches,
-            accumulate=plan.accumulate,
+            accumulate=phase.accumulate,
             micro_batch=lambda last: self.strategy.micro_batch(last=last),
+            clips=clips,
             lr=lr,
             prepare=self.prepare,
             autocast=self.autocast,
@@ -415,6 +423,7 @@ class Trainer:
             world_size=self.env.world_size,
         )
         dt = result.seconds = time.perf_counter() - t0
+        result.clips = clips * self.env.world_size
         agreed = result.agreed
         assert agreed is not None
         p.step += 1
@@ -430,8 +439,8 @@ class Trainer:
             wait=result.wait_s,
             seconds=dt,
         )
-        self.counters.add_step(result, seconds=dt, global_batch=plan.global_batch)
-        epoch_end = p.step_in_epoch == plan.steps_per_epoch
+        self.counters.add_step(result, seconds=dt, global_batch=result.clips)
+        epoch_end = p.step_in_epoch == phase.steps_per_epoch
         self.strategy.after_step(step_in_epoch=p.step_in_epoch, epoch_end=epoch_end)
         self._account(self.strategy.take_traffic())
         if p.step % cfg.train.log_every == 0 and agreed.finite:
@@ -445,7 +454,7 @@ class Trainer:
                 grad_norm=result.grad_norm,
                 comm_bytes=since.bytes_sent,  # since the previous train record
                 comm_seconds=since.seconds,
-                clips_per_second=plan.global_batch / dt,
+                clips_per_second=result.clips / dt,
             )
             self.traffic_since_log = Traffic()
         return result
@@ -475,6 +484,7 @@ class Trainer:
 
     def validate(self) -> EvalResult:
         with self.strategy.consensus():  # every rank evaluates the same model
+            self._precise_bn()
             result = evaluate(
                 self.model,
                 self.val_loader,
@@ -487,13 +497,33 @@ class Trainer:
         self.counters.val_unreadable = [(p, r) for p, r in result.unreadable]
         return result
 
+    def _precise_bn(self) -> None:
+        """Multigrid (`multigrid.precise_bn_batches`): BN statistics recomputed over batches of
+        the recipe's own clip shape and batch before evaluation (PySlowFast), then pooled over
+        ranks so that every rank evaluates the same model."""
+        batches = self.cfg.multigrid.precise_bn_batches
+        if not (batches and self.cfg.multigrid.enabled):
+            return
+        loader = self.train_data.base_shape_batches(
+            self.progress.epoch, batches=batches, size=self.plan.micro_batch
+        )
+        device = self.env.device
+        inputs = (self.prepare(b["clip"].to(device, non_blocking=True)) for b in loader)
+
+        def forward(model: nn.Module, clips: torch.Tensor) -> object:
+            with self.autocast():
+                return model(clips)
+
+        with self.phases.plain_batchnorm():
+            precise_bn(self.model, inputs, num_batches=batches, forward=forward)
+            merge_running_statistics(self.model)
+
     def log_epoch(self, train_stats: dict[str, float], val: EvalResult | None) -> None:
         wait = all_reduce_max(train_stats["data_wait_fraction"])
         values: dict[str, Any] = {**train_stats, "data_wait_fraction": wait}
         values["epoch"] = self.progress.epoch + 1
         p = self.progress
-        position = schedule_position(self.plan, epoch=p.epoch, step_in_epoch=p.step_in_epoch)
-        values["lr"] = step_lr(self.plan, self.cfg, position)
+        values["lr"] = self.timeline.lr(epoch=p.epoch, step_in_epoch=p.step_in_epoch)
         if val is not None:
             values.update(val_top1=val.top1, val_top5=val.top5, val_loss=val.loss)
             values["val_count"] = val.count
@@ -502,7 +532,7 @@ class Trainer:
         self.log.write("epoch", step=self.progress.step, **values)
         if self.env.is_main:
             msg = (
-                f"epoch {self.progress.epoch + 1}/{self.cfg.train.epochs}: "
+                f"epoch {self.progress.epoch + 1}/{self.timeline.epochs}: "
                 f"train loss {train_stats['train_loss']:.4f} top1 {train_stats['train_top1']:.1f}"
             )
             if val is not None:
@@ -517,7 +547,7 @@ class Trainer:
             model=self.cfg.model.name,
             world_size=self.env.world_size,
             global_batch=self.plan.global_batch,
-            epochs=self.cfg.train.epochs,
+            epochs=self.timeline.epochs,
             num_classes=self.cfg.model.num_classes,
             extra={
                 "recipe": self.cfg.recipe,

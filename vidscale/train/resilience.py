@@ -141,12 +141,19 @@ class BatchNormSnapshot:
     put back when the step is skipped: a non-finite forward pass has already folded into them."""
 
     def __init__(self, model: nn.Module) -> None:
+        self.model = model
         self.buffers = list(model.buffers())
         self.saved = [b.detach().clone() for b in self.buffers]
 
     def take(self) -> None:
-        if self.buffers:
-            torch._foreach_copy_(self.saved, self.buffers)
+        buffers = list(self.model.buffers())
+        if len(buffers) != len(self.buffers) or any(
+            a is not b for a, b in zip(buffers, self.buffers, strict=True)
+        ):  # a phase switched the BatchNorm layers: snapshot the new buffers
+            self.buffers = buffers
+            self.saved = [b.detach().clone() for b in buffers]
+        elif buffers:
+            torch._foreach_copy_(self.saved, buffers)
 
     def restore(self) -> None:
         if self.buffers:

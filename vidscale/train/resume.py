@@ -11,10 +11,10 @@ global batch, steps per epoch, total steps, training videos) and the config. On 
   the reason, when the new count cannot divide it); progress continues at the same optimizer
   step, which on map-style data covers the same clips (the sampler's order is a function of
   (seed, epoch) and steps cover consecutive global positions);
-- a change of the global batch, epochs, training videos, optimizer, LR or schedule fields is
-  refused naming each field, unless `train.allow_plan_change=true`: then progress is carried
-  over as clips seen (step = clips seen // new global batch) and the new schedule continues
-  from there;
+- a change of the global batch, epochs, training videos, optimizer, LR, multigrid or schedule
+  fields is refused naming each field, unless `train.allow_plan_change=true`: then progress is
+  carried over as clips seen (step = clips seen // new global batch) and the new schedule
+  continues from there (not for multigrid runs, whose steps differ from phase to phase);
 - the model (name, classes, input channels) can never change;
 - any other changed field (workers, logging, paths) is allowed and listed.
 """
@@ -96,7 +96,8 @@ def checkpoint_record(cfg: RunConfig, plan: Plan) -> dict[str, Any]:
 def _plan_values(
     flat: dict[str, Any], *, global_batch: int | str, train_size: int
 ) -> dict[str, Any]:
-    values = {k: flat.get(k) for k in (*PLAN_FIELDS, *(k for k in flat if k.startswith("lr.")))}
+    schedule = (k for k in flat if k.startswith(("lr.", "multigrid.")))
+    values = {k: flat.get(k) for k in (*PLAN_FIELDS, *schedule)}
     values[GLOBAL_BATCH] = global_batch
     values[TRAIN_VIDEOS] = train_size
     return values
@@ -177,6 +178,16 @@ def plan_start(
             f"--resume: the plan of {source} would change: {'; '.join(changed)} "
             "(use a new run directory, or --set train.allow_plan_change=true to continue "
             "from the clips seen so far)"
+        )
+    if (
+        cfg.multigrid.enabled
+        or state["config"].get("multigrid.long_cycle")
+        or state["config"].get("multigrid.short_cycle")
+    ):
+        raise ConfigError(
+            f"--resume: the plan of {source} would change: {'; '.join(changed)}; a multigrid "
+            "run's steps differ from phase to phase, so its progress cannot be carried over "
+            "as clips seen (use a new run directory)"
         )
     plan = make_plan(cfg, world_size=world_size, train_size=train_size)
     clips_seen = progress.step * old.global_batch
