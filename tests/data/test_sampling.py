@@ -3,6 +3,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
+from vidscale.data.dataset import ClipSpec, frame_indices
 from vidscale.data.sampling import dense_indices, uniform_indices
 
 
@@ -72,3 +73,19 @@ def test_dense_multi_clip_spreads_from_start_to_end() -> None:
 def test_invalid_arguments(call: Callable[[], object]) -> None:
     with pytest.raises(ValueError):
         call()
+
+
+def test_dense_training_clips_draw_their_stride_up_to_max_stride() -> None:
+    """Multigrid's long cycle: fewer frames at a random stride in [stride, max_stride]."""
+    spec = ClipSpec(frames=4, sampling="dense", stride=2, max_stride=8)
+    strides = set()
+    for seed in range(200):
+        idx = frame_indices(300, spec, rng=np.random.default_rng(seed))
+        gaps = set(np.diff(idx).tolist())
+        assert len(gaps) == 1  # one stride per clip
+        strides |= gaps
+    assert strides == set(range(2, 9))
+    # Evaluation keeps the spec's stride; so does max_stride = 0.
+    assert set(np.diff(frame_indices(300, spec, rng=None)).tolist()) == {2}
+    plain = ClipSpec(frames=4, sampling="dense", stride=2)
+    assert set(np.diff(frame_indices(300, plain, rng=np.random.default_rng(0))).tolist()) == {2}

@@ -133,3 +133,38 @@ def test_two_ranks_follow_the_schedule_in_lock_step_and_resume_exactly(
         assert cut[0]["summary"]["val_top1_history"] == summary["val_top1_history"]
         for a, b in zip(cut[0]["final"], full[0]["final"], strict=True):
             assert torch.equal(a, b)
+
+
+def test_one_process_lars_and_accumulation_with_both_cycles(demo64: Path, tmp_path: Path) -> None:
+    """Beyond PySlowFast: the short cycle on one process, composed with gradient accumulation
+    (2 micro-batches per step) and LARS."""
+    cfg = multigrid_config(
+        demo64, "optim.simulate_world_size=2", "optim.name=lars", "multigrid.precise_bn_batches=0"
+    )
+    timeline = make_timeline(cfg, make_plan(cfg, world_size=1, train_size=64))
+    assert all(p.accumulate == 2 for p in timeline.phases)
+    summary = loop.train(cfg, run_dir=tmp_path / "run")
+    assert summary["train_steps"] == timeline.total_steps == 12
+    assert summary["bad_steps"] == [] and summary["epochs"] == 3
+    shapes = [r["shapes"] for r in records(tmp_path / "run", "phase")]
+    assert shapes[0] == [[2, 16, 16], [2, 23, 8], [2, 23, 8]]
+
+
+def aavg_multigrid_run(env: Any, root: str, run: str) -> dict[str, Any]:
+    cfg = multigrid_config(Path(root), "dist.strategy=aavg", "aavg.k=2", "optim.name=adamw")
+    trainer = loop.Trainer(cfg, Path(run), env)
+    summary = trainer.run()
+    return {
+        "summary": summary,
+        "final": [t.detach().clone() for t in trainer.model.state_dict().values()],
+        "syncs": [r["step"] for r in records(Path(run), "sync")],
+    }
+
+
+def test_aavg_learners_follow_the_multigrid_schedule_together(demo64: Path, tmp_path: Path) -> None:
+    r0, r1 = run_ranks(aavg_multigrid_run, 2, str(demo64), str(tmp_path / "run"), timeout=500)
+    # K = 2 and every epoch end: epochs of 3, 3 and 6 steps.
+    assert r0["syncs"] == [2, 3, 5, 6, 8, 10, 12]
+    assert r0["summary"]["train_steps"] == 12
+    for a, b in zip(r0["final"], r1["final"], strict=True):
+        assert torch.equal(a, b)
