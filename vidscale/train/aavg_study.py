@@ -28,10 +28,8 @@ from vidscale.train.metrics import read_metrics
 from vidscale.train.sweep import (
     SweepRun,
     check_dataset_fits,
-    execute,
     finished_runs_matching,
-    torchrun_launcher,
-    train_in_process,
+    train_runs,
 )
 
 # Fields the study sets for every run; a --set of one of them would silently change it.
@@ -234,9 +232,7 @@ def aavg_study(spec: StudySpec, *, plot_only: bool = False) -> list[dict[str, An
         runs = plan_study(spec)
         steps = check_dataset_fits(runs, nproc=spec.nproc)
         print(f"aavg-study: {len(runs)} runs, {steps[runs[0].name]} steps/epoch at the start")
-        spec.out.mkdir(parents=True, exist_ok=True)
-        launch = train_in_process if spec.nproc == 1 else torchrun_launcher(spec.recipe, spec.nproc)
-        execute(runs, launch)
+        train_runs(runs, out=spec.out, recipe=spec.recipe, nproc=spec.nproc)
         dirs = [run.run_dir for run in runs]
     rows = [collect_study_run(d) for d in dirs]
     json_path, png_path = write_study_report(rows, spec.out, recipe=spec.recipe)

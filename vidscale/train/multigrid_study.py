@@ -32,10 +32,8 @@ from vidscale.train.plan import Timeline, make_plan, make_timeline, requested_gl
 from vidscale.train.sweep import (
     SweepRun,
     check_dataset_fits,
-    execute,
     finished_runs_matching,
-    torchrun_launcher,
-    train_in_process,
+    train_runs,
 )
 
 VARIANTS: dict[str, tuple[bool, bool]] = {  # name: (long cycle, short cycle)
@@ -202,9 +200,7 @@ def multigrid_study(spec: MultigridStudySpec, *, plot_only: bool = False) -> lis
         videos = len(load_splits(runs[0].cfg).train)
         for run in runs:  # every stage's batch must fit the training set too
             make_timeline(run.cfg, make_plan(run.cfg, world_size=spec.nproc, train_size=videos))
-        spec.out.mkdir(parents=True, exist_ok=True)
-        launch = train_in_process if spec.nproc == 1 else torchrun_launcher(spec.recipe, spec.nproc)
-        execute(runs, launch)
+        train_runs(runs, out=spec.out, recipe=spec.recipe, nproc=spec.nproc)
         dirs = [run.run_dir for run in runs]
     rows = [collect_multigrid_run(d) for d in dirs]
     target = add_time_to_target(rows, margin=spec.margin)

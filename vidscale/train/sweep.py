@@ -220,6 +220,14 @@ def execute(runs: Sequence[SweepRun], launch: Launcher) -> list[str]:
     return trained
 
 
+def train_runs(runs: Sequence[SweepRun], *, out: Path, recipe: str, nproc: int) -> list[str]:
+    """Train what is missing of `runs` (all under `out`) on `nproc` processes: in this process
+    for one, under torchrun otherwise; returns the names trained (`execute`)."""
+    out.mkdir(parents=True, exist_ok=True)
+    launch = train_in_process if nproc == 1 else torchrun_launcher(recipe, nproc)
+    return execute(runs, launch)
+
+
 # -- the entry point ----------------------------------------------------------------------------
 def sweep(spec: SweepSpec, *, plot_only: bool = False) -> list[dict[str, Any]]:
     """Train what is missing (unless `plot_only`), then write sweep.json / sweep.png and print."""
@@ -232,9 +240,7 @@ def sweep(spec: SweepSpec, *, plot_only: bool = False) -> list[dict[str, Any]]:
         steps = check_dataset_fits(runs, nproc=spec.nproc)
         for run in runs:
             print(f"sweep: {run.name} peak lr {run.lr.peak_lr:.4g}, {steps[run.name]} steps/epoch")
-        spec.out.mkdir(parents=True, exist_ok=True)
-        launch = train_in_process if spec.nproc == 1 else torchrun_launcher(spec.recipe, spec.nproc)
-        execute(runs, launch)
+        train_runs(runs, out=spec.out, recipe=spec.recipe, nproc=spec.nproc)
         dirs = [run.run_dir for run in runs]
     rows = [collect_run(d) for d in dirs]
     json_path, png_path = write_report(rows, spec.out, recipe=spec.recipe)
