@@ -19,7 +19,7 @@ from vidscale.bench.models import STAGES, BenchResult
 def format_cost_table(rows: Sequence[dict[str, Any]]) -> str:
     """Table 1's cost columns, one line per model; (x) is the ratio to the baseline."""
     lines = [
-        f"{'model':<20} {'acc.':>5} {'GMACs':>7} {'params':>13} {'input':>12} {'Compute/IO':>16}"
+        f"{'model':<22} {'acc.':>5} {'GMACs':>7} {'params':>13} {'input':>12} {'Compute/IO':>16}"
     ]
     seen = set()
     for r in rows:
@@ -29,7 +29,7 @@ def format_cost_table(rows: Sequence[dict[str, Any]]) -> str:
         params = f"{r['params'] / 1e6:.1f}M ({r['params_vs_baseline']:.2f}x)"
         cio = f"{r['compute_per_io'] / 1e3:.2f}k ({r['compute_per_io_vs_baseline']:.2f}x)"
         lines.append(
-            f"{r['model']:<20} {'-':>5} {r['macs'] / 1e9:>7.2f} {params:>13} {r['input']:>12} "
+            f"{r['model']:<22} {'-':>5} {r['macs'] / 1e9:>7.2f} {params:>13} {r['input']:>12} "
             f"{cio:>16}"
         )
     return "\n".join(lines)
@@ -77,13 +77,13 @@ def _faults(row: dict[str, Any]) -> str:
 def format_speed_table(rows: Sequence[dict[str, Any]]) -> str:
     """Table 1's measured columns, one line per (model, mode)."""
     lines = [
-        f"{'model':<20} {'mode':<4} {'compute':<8} {'train step s':>14} "
+        f"{'model':<22} {'mode':<4} {'compute':<8} {'train step s':>14} "
         f"{'train clips/s':>15} {'util':>6} {'infer clips/s':>15} {'util':>6} "
         f"{'noise':>5} {'faults':>6} {'fast/fp32 train, infer':>22}"
     ]
     for r in rows:
         lines.append(
-            f"{r['model']:<20} {r['mode']:<4} {r['compute']:<8} {_step(r):>14} "
+            f"{r['model']:<22} {r['mode']:<4} {r['compute']:<8} {_step(r):>14} "
             f"{_rate(r, 'train'):>15} {_util(r, 'train'):>6} {_rate(r, 'infer'):>15} "
             f"{_util(r, 'infer'):>6} {_noise(r):>5} {_faults(r):>6} {_speedups(r):>22}"
         )

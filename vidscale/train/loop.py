@@ -193,8 +193,8 @@ class Trainer:
             self.adaptive.load_state_dict(state["adaptive_batch"])
         self.plan = plan_for_batch(cfg, self.start_plan, global_batch=self.adaptive.global_batch)
         self.timeline = make_timeline(cfg, self.plan)
-        self.phases = PhaseSwitch(self.model, env)
-        self.phases.enter(self.timeline.phase_at(self.progress.epoch))
+        self.phase_switch = PhaseSwitch(self.model, env)
+        self.phase_switch.enter(self.timeline.phase_at(self.progress.epoch))
         self.train_data = builders.build_train_data(
             cfg, env, splits.train, micro_batch=self.plan.micro_batch
         )
@@ -233,7 +233,7 @@ class Trainer:
         if exact:  # a carried-over plan starts its epoch afresh
             self.totals = EpochTotals(**state["epoch_totals"])
             self.guard.consecutive = int(state["bad_steps_in_a_row"])
-        self.phases.load_state_dict(state.get("batchnorm_splits", {}))
+        self.phase_switch.load_state_dict(state.get("batchnorm_splits", {}))
         self.last_good = f"{self.resumed_from} (step {state['progress']['step']})"
         self._load_comm(int(state["progress"]["step"]))
 
@@ -264,7 +264,7 @@ class Trainer:
             "bad_steps_in_a_row": self.guard.consecutive,
             "rank_counters": rank_counters,
             "adaptive_batch": self.adaptive.state_dict(),
-            "batchnorm_splits": self.phases.state_dict(),
+            "batchnorm_splits": self.phase_switch.state_dict(),
             **checkpoint_record(self.cfg, self.start_plan),
             "model_name": self.cfg.model.name,
             "num_classes": self.cfg.model.num_classes,
@@ -367,7 +367,7 @@ class Trainer:
 
     def train_epoch(self) -> dict[str, float]:
         cfg, p = self.cfg, self.progress
-        phase = self.phases.enter(self.timeline.phase_at(p.epoch), log=self.log, step=p.step)
+        phase = self.phase_switch.enter(self.timeline.phase_at(p.epoch), log=self.log, step=p.step)
         self.train_data.set_epoch(
             p.epoch, step_in_epoch=p.step_in_epoch, phase=phase, base=cfg.data.train_clip
         )
@@ -514,7 +514,7 @@ class Trainer:
             with self.autocast():
                 return model(clips)
 
-        with self.phases.plain_batchnorm():
+        with self.phase_switch.plain_batchnorm():
             precise_bn(self.model, inputs, num_batches=batches, forward=forward)
             merge_running_statistics(self.model)
 
