@@ -43,7 +43,7 @@ def micro_batches(clips: torch.Tensor, labels: torch.Tensor, size: int):
         yield {"clip": clips[i : i + size], "label": labels[i : i + size], "skipped": []}
 
 
-def one_step(model: nn.Module, batches, accumulate: int) -> list[torch.Tensor]:
+def one_step(model: nn.Module, batches, accumulate: int, clips: int) -> list[torch.Tensor]:
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
     # Capture the all-reduced gradient: lr = 1 and zero-initialised momentum-free SGD means
     # w_new = w - g, so g = w_old - w_new.
@@ -54,6 +54,7 @@ def one_step(model: nn.Module, batches, accumulate: int) -> list[torch.Tensor]:
         iter(batches),
         accumulate=accumulate,
         micro_batch=lambda last: gradient_sync(model, sync=last),
+        clips=clips,
         lr=1.0,
         prepare=prepare,
         autocast=lambda: __import__("contextlib").nullcontext(),
@@ -64,7 +65,7 @@ def one_step(model: nn.Module, batches, accumulate: int) -> list[torch.Tensor]:
 
 def reference_gradient() -> list[torch.Tensor]:
     clips, labels = global_batch()
-    return one_step(tiny_model(), micro_batches(clips, labels, GLOBAL), accumulate=1)
+    return one_step(tiny_model(), micro_batches(clips, labels, GLOBAL), accumulate=1, clips=GLOBAL)
 
 
 def rank_gradient(env: DistEnv, accumulate: int) -> list[torch.Tensor]:
@@ -73,7 +74,7 @@ def rank_gradient(env: DistEnv, accumulate: int) -> list[torch.Tensor]:
     mine = slice(env.rank * per_rank, (env.rank + 1) * per_rank)
     model = wrap_ddp(tiny_model(), env)
     batches = micro_batches(clips[mine], labels[mine], per_rank // accumulate)
-    return one_step(model, batches, accumulate)
+    return one_step(model, batches, accumulate, clips=per_rank)
 
 
 def test_ranks_get_identical_gradients_equal_to_the_global_batch() -> None:
