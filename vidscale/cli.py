@@ -34,6 +34,12 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _with_data_root(args: argparse.Namespace) -> tuple[str, ...]:
+    """The --set overrides, after `data.root` from --data when given."""
+    data = [f"data.root={args.data}"] if args.data is not None else []
+    return (*data, *args.overrides)
+
+
 def resolve_config(args: argparse.Namespace, *, run_dir: Path | None = None) -> RunConfig:
     """The recipe (or, without one, the saved config of the run in `run_dir`) + --data + --set.
 
@@ -49,10 +55,7 @@ def resolve_config(args: argparse.Namespace, *, run_dir: Path | None = None) -> 
         cfg = load_config(saved)
     else:
         raise ConfigError("--recipe is required (see `vidscale recipes`)")
-    overrides = list(args.overrides)
-    if args.data is not None:
-        overrides.insert(0, f"data.root={args.data}")
-    return apply_overrides(cfg, overrides)
+    return apply_overrides(cfg, list(_with_data_root(args)))
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -68,7 +71,6 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from vidscale.train.sweep import SweepSpec, parse_list, sweep
 
-    data = [f"data.root={args.data}"] if args.data is not None else []
     try:
         batches = parse_list(args.batches, int)
     except ConfigError as err:
@@ -76,7 +78,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     spec = SweepSpec(
         recipe=args.recipe,
         out=args.out,
-        overrides=(*data, *args.overrides),
+        overrides=_with_data_root(args),
         batches=batches,
         optimizers=parse_list(args.optimizers, str),
         epochs=args.epochs,
@@ -90,7 +92,6 @@ def cmd_aavg_study(args: argparse.Namespace) -> int:
     from vidscale.train.aavg_study import StudySpec, aavg_study
     from vidscale.train.sweep import parse_list
 
-    data = [f"data.root={args.data}"] if args.data is not None else []
     try:
         ks = parse_list(args.ks, int)
     except ConfigError as err:
@@ -98,7 +99,7 @@ def cmd_aavg_study(args: argparse.Namespace) -> int:
     spec = StudySpec(
         recipe=args.recipe,
         out=args.out,
-        overrides=(*data, *args.overrides),
+        overrides=_with_data_root(args),
         ks=ks,
         epochs=args.epochs,
         nproc=args.nproc,
@@ -110,11 +111,10 @@ def cmd_aavg_study(args: argparse.Namespace) -> int:
 def cmd_multigrid_study(args: argparse.Namespace) -> int:
     from vidscale.train.multigrid_study import MultigridStudySpec, multigrid_study
 
-    data = [f"data.root={args.data}"] if args.data is not None else []
     spec = MultigridStudySpec(
         recipe=args.recipe,
         out=args.out,
-        overrides=(*data, *args.overrides),
+        overrides=_with_data_root(args),
         nproc=args.nproc,
         margin=args.margin,
     )

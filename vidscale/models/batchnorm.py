@@ -42,6 +42,7 @@ Contracts (N clips, C channels, k = splits):
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from typing import Any
 
@@ -63,7 +64,7 @@ def aggregate_split_stats(split_mean: Tensor, split_var: Tensor) -> tuple[Tensor
     return mean, var
 
 
-class _SubBatchNorm(_BatchNorm):
+class _SubBatchNorm(_BatchNorm, ABC):
     """The layout-free part of sub-batch BN; `SubBatchNorm2d` / `SubBatchNorm3d` add the layout.
 
     Buffers beyond `nn.BatchNorm`'s: `split_mean` and `split_var`, shape (k·C,) with split j's
@@ -141,17 +142,17 @@ class _SubBatchNorm(_BatchNorm):
         )
         self.init_splits_from_running_stats()
 
+    @abstractmethod
     def _clips(self, x: Tensor) -> int:
         """Number of clips in the batch `x` (the layout decides)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _to_splits(self, x: Tensor, clips: int) -> Tensor:
         """x -> (N/k, k·C, T, H, W) with clip n's channel c at n // k, (n % k)·C + c."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _from_splits(self, y: Tensor, like: Tensor, clips: int) -> Tensor:
         """The inverse of `_to_splits`, shaped like `like`."""
-        raise NotImplementedError
 
     def forward(self, input: Tensor) -> Tensor:
         self._check_input_dim(input)

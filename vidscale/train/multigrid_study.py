@@ -132,7 +132,9 @@ def _train_size(run_dir: Path) -> int:
     """The training videos of the run (its checkpoint's plan)."""
     import torch
 
-    state = torch.load(run_dir / "checkpoints" / "last.pt", map_location="cpu", weights_only=True)
+    # Memory-mapped: only the plan is read, not the weights and optimizer state.
+    path = run_dir / "checkpoints" / "last.pt"
+    state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     return int(state["plan"]["train_size"])
 
 

@@ -107,12 +107,16 @@ def schedule_position(plan: Plan, *, epoch: int, step_in_epoch: int) -> int:
 
 def step_lr(plan: Plan, cfg: RunConfig, position: int) -> float:
     """The LR at schedule `position` (`schedule_position`)."""
+    return _plan_lr(plan, cfg.lr, position)
+
+
+def _plan_lr(plan: Plan, lr_config: LRConfig, position: int) -> float:
     return lr_at(
         position,
         base_lr=plan.base_lr,
         total_steps=plan.total_steps,
         warmup_steps=plan.warmup_steps,
-        cfg=cfg.lr,
+        cfg=lr_config,
         steps_per_epoch=plan.steps_per_epoch,
     )
 
@@ -255,16 +259,8 @@ class Timeline:
         phase = self.phase_at(epoch)
         if self.multigrid is not None:
             return self.multigrid.lr_at(epoch + step_in_epoch / phase.steps_per_epoch)
-        plan = self.plan
-        position = schedule_position(plan, epoch=epoch, step_in_epoch=step_in_epoch)
-        return lr_at(
-            position,
-            base_lr=plan.base_lr,
-            total_steps=plan.total_steps,
-            warmup_steps=plan.warmup_steps,
-            cfg=self.lr_config,
-            steps_per_epoch=plan.steps_per_epoch,
-        )
+        position = schedule_position(self.plan, epoch=epoch, step_in_epoch=step_in_epoch)
+        return _plan_lr(self.plan, self.lr_config, position)
 
     def evaluates_after(self, epochs_done: int, *, every: int) -> bool:
         """Whether the run evaluates after `epochs_done` epochs: every `every` epochs, or, with
