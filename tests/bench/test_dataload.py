@@ -10,15 +10,21 @@ import numpy as np
 import pytest
 
 from vidscale.bench.dataload import (
+    PRESETS,
     BenchVideoSpec,
     ClipKind,
     DataBenchRow,
+    Method,
+    _run_rounds,
     bench_data,
     bench_data_wait,
     decode_sequential,
     format_data_table,
+    format_gains,
+    h264_methods,
     make_bench_videos,
 )
+from vidscale.cli import build_parser
 from vidscale.data.clip import ClipSpec
 from vidscale.data.decode import decode_frames, probe
 
@@ -60,19 +66,20 @@ def test_bench_data_reports_every_method_side_by_side(
     videos: dict[str, list[Path]], tmp_path: Path
 ) -> None:
     out = tmp_path / "bench.json"
-    result = bench_data(
+    result = bench_data(  # in a temporary work directory, removed before the report is built
         out_json=out,
-        work_dir=tmp_path / "work",
         clips=CLIPS,
         rounds=2,
         generate=TINY_VIDEOS,
+        threads=2,
         show=False,
     )
     assert json.loads(out.read_text()) == json.loads(json.dumps(result))
+    assert result["settings"]["generated"]["crf"] == TINY_VIDEOS.crf
     rows = [DataBenchRow(**r) for r in result["rows"]]
     keys = {(r.clip, r.method, r.source) for r in rows}
-    methods = {("h264_sequential", "gop250"), ("h264_seek", "gop250"), ("shards", "jpeg")}
-    methods |= {("h264_sequential", "gop6"), ("h264_seek", "gop6")}
+    h264 = ("h264_sequential", "h264_seek", "h264_plan", "h264_plan_t2")
+    methods = {(m, s) for m in h264 for s in ("gop250", "gop6")} | {("shards", "jpeg")}
     assert keys == {(c.name, m, s) for c in CLIPS for m, s in methods}
     for r in rows:
         assert r.clips == 2 * 2  # rounds x videos
@@ -86,7 +93,13 @@ def test_bench_data_reports_every_method_side_by_side(
         base = by[(clip, "h264_sequential", "gop250")]
         assert base.speedup_vs_sequential == pytest.approx(1.0)
         # A single GOP: seeking cannot skip anything, so it decodes what the sequential read does.
-        assert by[(clip, "h264_seek", "gop250")].frames_decoded == base.frames_decoded
+        seek = by[(clip, "h264_seek", "gop250")]
+        assert seek.frames_decoded == base.frames_decoded
+        assert seek.speedup_vs_seek == pytest.approx(1.0)
+        # Plans skip the B-frames that are not references, on any number of threads.
+        plan = by[(clip, "h264_plan", "gop250")]
+        assert plan.frames_decoded < seek.frames_decoded
+        assert by[(clip, "h264_plan_t2", "gop250")].frames_decoded == plan.frames_decoded
     # With a 6-frame GOP, sparse TSN frames skip whole GOPs.
     assert (
         by[("tsn4", "h264_seek", "gop6")].frames_decoded
@@ -94,6 +107,30 @@ def test_bench_data_reports_every_method_side_by_side(
     )
     table = format_data_table(rows)
     assert len(table.splitlines()) == len(rows) + 1 and "shards" in table
+    gains = format_gains(rows).splitlines()
+    assert len(gains) == len(CLIPS) * 2 and "h264_plan" in gains[0]
+
+
+def test_bench_data_stops_on_a_reader_with_wrong_frames(videos: dict[str, list[Path]]) -> None:
+    paths = videos["gop250"]
+    metas = [probe(p) for p in paths]
+
+    def off_by_one(video: int, indices: np.ndarray) -> tuple[np.ndarray, int]:
+        wrong = np.minimum(indices + 1, metas[video].num_frames - 1)
+        return decode_frames(paths[video], wrong, meta=metas[video]), 0
+
+    methods = [*h264_methods("gop250", paths, metas), Method("off_by_one", "gop250", off_by_one)]
+    with pytest.raises(RuntimeError, match="off_by_one read other frames"):
+        _run_rounds(methods, CLIPS[0].spec, metas, rounds=1, seed=0)
+
+
+def test_k400_preset_is_the_issue_set() -> None:
+    assert PRESETS["k400"] == BenchVideoSpec(
+        count=4, seconds=10.0, fps=30, width=456, height=256, gops=(250,), crf=21
+    )
+    for name in PRESETS:  # every preset has its flag value
+        args = build_parser().parse_args(["bench", "data", "--preset", name, "--threads", "2"])
+        assert args.preset == name and args.threads == 2
 
 
 def test_bench_data_wait_measures_blocked_time(

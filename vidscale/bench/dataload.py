@@ -1,27 +1,34 @@
 """Data-loading benchmarks: what a clip costs from each storage format, and how much of a
 training step waits for data (TSM paper Fig. 3b).
 
-`bench_data` reads the same clips (same videos, same frame indices) three ways, on one core:
+`bench_data` reads the same clips (same videos, same frame indices) several ways, on one core:
 
 - `h264_sequential`: decode every frame from the start of the video up to the last frame the
   clip uses, no seeking (what a naive loader does; for a TSN clip that is the whole video);
-- `h264_seek`: `decode.decode_frames`, keyframe-aware seeking from a cached packet index;
+- `h264_seek`: keyframe-aware seeking from a cached packet index, decoding every frame from a
+  GOP's keyframe to the frame wanted (`decode_baseline`, the decoder before decoding plans);
+- `h264_plan`: `decode.decode_frames`, a decoding plan: GOPs entered once, pictures that are
+  neither wanted nor references skipped, only wanted frames converted (`decode_plan`);
+- `h264_plan_tN` (with `threads` = N > 1): the same on N decoder threads (wall time; CPU adds up);
 - `shards`: JPEG frames from prepared tar shards (`ShardReader`: a few `pread`s, then decode
   exactly the frames used),
 
 for 8-frame TSN clips and 16/32-frame dense clips (stride 2), on videos with x264's default
 GOP (250) and with a small GOP. Methods are interleaved clip by clip, so they share the
-machine's noise. Reported: clips/s of wall time (one worker process) and CPU ms per clip (clips
-per CPU-second is the per-core rate, which other processes on the machine do not distort).
-DESIGN §4 lists the magnitudes expected on one core: ~150 ms per TSN clip by decoding all of a
-GOP-250 video, 3.5-5 ms from JPEG shards.
+machine's noise, and every lossless method's frames are checked against the sequential
+decode's, so a fast wrong decoder stops the benchmark. Reported: clips/s of wall time (one
+worker process), CPU ms per clip (clips per CPU-second is the per-core rate, which other
+processes on the machine distort less) and frames decoded per clip. DESIGN §4 lists the
+magnitudes expected on one core: ~150 ms per TSN clip by decoding all of a GOP-250 video,
+3.5-5 ms from JPEG shards.
 
 `bench_data_wait` trains a real model for a few steps with the real `DataLoader` and measures
 the fraction of step time blocked waiting for the next batch (data loading not hidden by
 compute) for several clip lengths and worker counts.
 
 Benchmark videos are generated when none are given: a camera pan over a textured scene with
-moving objects and sensor noise, 340x256 (short side 256, as `prepare` stores), 30 fps.
+moving objects and sensor noise, 340x256 (short side 256, as `prepare` stores), 30 fps; the
+`k400` preset makes Kinetics-400-like files instead: 456x256, x264 CRF 21, default GOP.
 """
 
 from __future__ import annotations
@@ -50,11 +57,13 @@ from vidscale.data.dataset import VideoClipDataset, collate
 from vidscale.data.decode import (
     DecodeError,
     DecodeStats,
+    RGBConverter,
     VideoMeta,
     decode_frames,
     open_video,
     probe,
 )
+from vidscale.data.decode_baseline import decode_frames_seek
 from vidscale.data.layouts import VIDEO_EXTENSIONS, LayoutSplits
 from vidscale.data.prepare import open_prepared, prepare_dataset
 from vidscale.data.shard_dataset import ShardClipDataset
@@ -122,7 +131,7 @@ def write_bench_video(
 @dataclass(frozen=True)
 class BenchVideoSpec:
     """Videos generated for a data benchmark: `count` scenes of `seconds` at `fps`, `width` x
-    `height`, each scene encoded once per GOP length in `gops`."""
+    `height`, each scene encoded at x264 `crf` once per GOP length in `gops`."""
 
     count: int = 4
     seconds: float = 10.0
@@ -130,6 +139,15 @@ class BenchVideoSpec:
     width: int = 340
     height: int = 256
     gops: tuple[int, ...] = (250, 16)
+    crf: int = 23
+
+
+# Named sets of generated videos. k400: Kinetics-400 as commonly stored (short side 256 at 16:9,
+# x264 CRF 21, x264's default GOP of 250 frames), the set raw-video decoding is tuned on.
+PRESETS = {
+    "default": BenchVideoSpec(),
+    "k400": BenchVideoSpec(width=456, height=256, gops=(250,), crf=21),
+}
 
 
 def make_bench_videos(
@@ -143,7 +161,8 @@ def make_bench_videos(
             rng = np.random.default_rng((seed, k))  # the same scene for every GOP length
             frames = scene_frames(rng, num_frames=num_frames, width=spec.width, height=spec.height)
             path = Path(out) / f"gop{gop}" / f"scene_{k:03d}.mp4"
-            sources[f"gop{gop}"].append(write_bench_video(path, frames, fps=spec.fps, gop=gop))
+            video = write_bench_video(path, frames, fps=spec.fps, gop=gop, crf=spec.crf)
+            sources[f"gop{gop}"].append(video)
     return sources
 
 
@@ -159,17 +178,18 @@ def find_videos(directory: Path, *, limit: int) -> list[Path]:
 
 def decode_sequential(path: Path, indices: np.ndarray) -> tuple[np.ndarray, int]:
     """Frames at `indices` by decoding every frame from the start up to the last one used;
-    also the number of frames decoded."""
+    also the number of frames decoded. The reference every lossless reader must equal."""
     wanted = {int(i) for i in indices}
     last = max(wanted)
     got: dict[int, np.ndarray] = {}
     decoded = 0
+    to_rgb = RGBConverter()
     with open_video(path) as (container, stream):
         try:
             for i, frame in enumerate(container.decode(stream)):
                 decoded += 1
                 if i in wanted:
-                    got[i] = frame.to_ndarray(format="rgb24")
+                    got[i] = to_rgb(frame)
                 if i >= last:
                     break
         except av.error.FFmpegError as err:
@@ -179,47 +199,70 @@ def decode_sequential(path: Path, indices: np.ndarray) -> tuple[np.ndarray, int]
     return np.stack([got[int(i)] for i in indices]), decoded
 
 
-# One read: (video number, frame indices) -> frames decoded from the source.
-Read = Callable[[int, np.ndarray], int]
+# One read: (video number, frame indices) -> (the frames, frames decoded from the source).
+Read = Callable[[int, np.ndarray], tuple[np.ndarray, int]]
 
 
 @dataclass
 class Method:
-    """A way to read clip frames: its name, which source it reads and the read function."""
+    """A way to read clip frames: its name, which source it reads, the read function and
+    whether it is lossless (its frames must equal the sequential decode's)."""
 
     name: str
     source: str
     read: Read
+    lossless: bool = True
     wall_s: list[float] = field(default_factory=list)
     cpu_s: list[float] = field(default_factory=list)
     decoded: list[int] = field(default_factory=list)
 
-    def measure(self, video: int, indices: np.ndarray) -> None:
+    def measure(self, video: int, indices: np.ndarray) -> np.ndarray:
         wall, cpu = time.perf_counter(), time.process_time()
-        decoded = self.read(video, indices)
+        frames, decoded = self.read(video, indices)
         self.cpu_s.append(time.process_time() - cpu)
         self.wall_s.append(time.perf_counter() - wall)
         self.decoded.append(decoded)
+        return frames
 
 
-def h264_methods(source: str, paths: list[Path], metas: list[VideoMeta]) -> list[Method]:
-    def sequential(video: int, indices: np.ndarray) -> int:
-        return decode_sequential(paths[video], indices)[1]
+def h264_methods(
+    source: str, paths: list[Path], metas: list[VideoMeta], *, threads: int = 1
+) -> list[Method]:
+    """The raw-video readers of one source (module docstring), `h264_sequential` first."""
 
-    def seek(video: int, indices: np.ndarray) -> int:
+    def sequential(video: int, indices: np.ndarray) -> tuple[np.ndarray, int]:
+        return decode_sequential(paths[video], indices)
+
+    def seek(video: int, indices: np.ndarray) -> tuple[np.ndarray, int]:
         stats = DecodeStats()
-        decode_frames(paths[video], indices, meta=metas[video], stats=stats)
-        return stats.frames_decoded
+        frames = decode_frames_seek(paths[video], indices, meta=metas[video], stats=stats)
+        return frames, stats.frames_decoded
 
-    return [Method("h264_sequential", source, sequential), Method("h264_seek", source, seek)]
+    def plan(threads: int) -> Read:
+        def read(video: int, indices: np.ndarray) -> tuple[np.ndarray, int]:
+            stats = DecodeStats()
+            frames = decode_frames(
+                paths[video], indices, meta=metas[video], stats=stats, threads=threads
+            )
+            return frames, stats.frames_decoded
+
+        return read
+
+    methods = [
+        Method("h264_sequential", source, sequential),
+        Method("h264_seek", source, seek),
+        Method("h264_plan", source, plan(1)),
+    ]
+    if threads > 1:
+        methods.append(Method(f"h264_plan_t{threads}", source, plan(threads)))
+    return methods
 
 
 def shard_method(entries: list[ShardEntry], reader: ShardReader) -> Method:
-    def read(video: int, indices: np.ndarray) -> int:
-        reader.read_frames(entries[video], indices)
-        return len(set(indices.tolist()))
+    def read(video: int, indices: np.ndarray) -> tuple[np.ndarray, int]:
+        return reader.read_frames(entries[video], indices), len(set(indices.tolist()))
 
-    return Method("shards", "jpeg", read)
+    return Method("shards", "jpeg", read, lossless=False)
 
 
 # the clip benchmark --------------------------------------------------------------------------
@@ -238,14 +281,17 @@ class DataBenchRow:
     cpu_ms: float  # mean
     frames_decoded: float  # mean per clip
     speedup_vs_sequential: float  # CPU time of h264_sequential on the default GOP / this
+    speedup_vs_seek: float  # CPU time of h264_seek on this source (shards: the first) / this
 
 
 def _rows(methods: list[Method], clip: str, frames: int, baseline: str) -> list[DataBenchRow]:
     base = next(m for m in methods if m.name == "h264_sequential" and m.source == baseline)
     base_cpu = float(np.mean(base.cpu_s))
+    seek_cpu = {m.source: float(np.mean(m.cpu_s)) for m in methods if m.name == "h264_seek"}
     rows = []
     for m in methods:
         cpu = float(np.mean(m.cpu_s))
+        seek = seek_cpu.get(m.source, seek_cpu[baseline])
         rows.append(
             DataBenchRow(
                 method=m.name,
@@ -259,6 +305,7 @@ def _rows(methods: list[Method], clip: str, frames: int, baseline: str) -> list[
                 cpu_ms=1e3 * cpu,
                 frames_decoded=float(np.mean(m.decoded)),
                 speedup_vs_sequential=base_cpu / cpu if cpu > 0 else float("inf"),
+                speedup_vs_seek=seek / cpu if cpu > 0 else float("inf"),
             )
         )
     return rows
@@ -287,15 +334,19 @@ def bench_data(
     max_videos: int = 8,
     quality: int = 90,
     seed: int = 0,
+    threads: int = 1,
     show: bool = True,
 ) -> dict[str, Any]:
-    """Clips/s and CPU ms per clip of each reading method (module docstring), side by side.
+    """Clips/s, CPU ms and frames decoded per clip of each reading method (module docstring),
+    side by side.
 
     `videos_dir`: benchmark these videos (as they are encoded); otherwise the videos of
     `generate` are made, their scenes picked by `seed`. Every round reads, for every video and
-    clip kind, one random training clip with every method in rotating order. Shards are prepared from
-    the first source (short side 256, JPEG `quality`). Returns (and writes to `out_json`) the
-    settings and one row per (clip kind, method, source).
+    clip kind, one random training clip with every method in rotating order; a lossless method
+    whose frames differ from the sequential decode's raises `RuntimeError`. `threads` > 1 adds
+    `h264_plan` on that many decoder threads. Shards are prepared from the first source (short
+    side 256, JPEG `quality`). Returns (and writes to `out_json`) the settings and one row per
+    (clip kind, method, source).
     """
     with ExitStack() as stack:
         work = Path(work_dir or stack.enter_context(tempfile.TemporaryDirectory()))
@@ -311,17 +362,22 @@ def bench_data(
         stack.callback(reader.close)
         rows: list[DataBenchRow] = []
         for kind in clips:
-            methods = [m for s, p in sources.items() for m in h264_methods(s, p, metas[s])]
+            methods = [
+                m for s, p in sources.items() for m in h264_methods(s, p, metas[s], threads=threads)
+            ]
             methods.append(shard_method(entries, reader))
             _run_rounds(methods, kind.spec, metas[first], rounds=rounds, seed=seed)
             rows.extend(_rows(methods, kind.name, kind.spec.frames, baseline=first))
+        kbps = {s: _kbps(paths, metas[s]) for s, paths in sources.items()}  # before cleanup
     result = {
         "settings": {
             "videos": {s: [str(p) for p in paths] for s, paths in sources.items()},
             "frames_per_video": [m.num_frames for m in metas[first]],
-            "kbps": {s: _kbps(paths, metas[s]) for s, paths in sources.items()},
+            "kbps": kbps,
             "size": [metas[first][0].width, metas[first][0].height],
+            "generated": asdict(generate) if videos_dir is None else None,
             "rounds": rounds,
+            "decoder_threads": threads,
             "clips": {k.name: asdict(k.spec) for k in clips},
             "jpeg_quality": quality,
             "cpu_count": os.cpu_count(),
@@ -334,6 +390,7 @@ def bench_data(
         Path(out_json).write_text(json.dumps(result, indent=2) + "\n")
     if show:
         print(format_data_table(rows))
+        print(format_gains(rows))
     return result
 
 
@@ -348,31 +405,65 @@ def _kbps(paths: list[Path], metas: list[VideoMeta]) -> list[int]:
 def _run_rounds(
     methods: list[Method], spec: ClipSpec, metas: list[VideoMeta], *, rounds: int, seed: int
 ) -> None:
-    """Warm every method on every video once (page cache, codec tables), then time `rounds`."""
+    """Warm every method on every video once (page cache, codec tables), then time `rounds`,
+    checking every clip's frames."""
     for video, meta in enumerate(metas):
-        for m in methods:
-            m.read(video, frame_indices(meta.num_frames, spec, rng=None))
+        indices = frame_indices(meta.num_frames, spec, rng=None)
+        _check_lossless(methods, [m.read(video, indices)[0] for m in methods], video, indices)
     for r in range(rounds):
         for video, meta in enumerate(metas):
             rng = np.random.default_rng((seed, r, video, spec.frames))
             indices = frame_indices(meta.num_frames, spec, rng=rng)
             shift = (r * len(metas) + video) % len(methods)
-            for m in methods[shift:] + methods[:shift]:  # rotate who goes first
-                m.measure(video, indices)
+            order = list(range(shift, len(methods))) + list(range(shift))  # who goes first
+            frames: list[np.ndarray] = [np.empty(0)] * len(methods)
+            for i in order:
+                frames[i] = methods[i].measure(video, indices)
+            _check_lossless(methods, frames, video, indices)
+
+
+def _check_lossless(
+    methods: list[Method], frames: list[np.ndarray], video: int, indices: np.ndarray
+) -> None:
+    """Every lossless method read what the full sequential decode of its source reads."""
+    reference = {
+        m.source: f for m, f in zip(methods, frames, strict=True) if m.name == "h264_sequential"
+    }
+    for m, f in zip(methods, frames, strict=True):
+        if m.lossless and not np.array_equal(f, reference[m.source]):
+            raise RuntimeError(
+                f"{m.name} read other frames than a full sequential decode "
+                f"({m.source} video {video}, frames {indices.tolist()})"
+            )
 
 
 def format_data_table(rows: Sequence[DataBenchRow]) -> str:
     head = (
         f"{'clip':8s} {'method':16s} {'source':8s} {'clips/s':>8s} {'clips/cpu-s':>11s} "
-        f"{'wall ms':>8s} {'cpu ms':>8s} {'decoded':>8s} {'x seq':>6s}"
+        f"{'wall ms':>8s} {'cpu ms':>8s} {'decoded':>8s} {'x seq':>6s} {'x seek':>6s}"
     )
     lines = [head]
     for r in rows:
         lines.append(
             f"{r.clip:8s} {r.method:16s} {r.source:8s} {r.clips_per_s:8.1f} "
             f"{r.clips_per_cpu_s:11.1f} {r.wall_ms:8.1f} {r.cpu_ms:8.1f} "
-            f"{r.frames_decoded:8.1f} {r.speedup_vs_sequential:6.1f}"
+            f"{r.frames_decoded:8.1f} {r.speedup_vs_sequential:6.1f} {r.speedup_vs_seek:6.2f}"
         )
+    return "\n".join(lines)
+
+
+def format_gains(rows: Sequence[DataBenchRow]) -> str:
+    """One line per (clip, source): what decoding plans gain over the seeking decoder."""
+    by = {(r.clip, r.method, r.source): r for r in rows}
+    lines = []
+    for r in rows:
+        if r.method == "h264_plan":
+            seek = by[(r.clip, "h264_seek", r.source)]
+            lines.append(
+                f"{r.clip} {r.source}: h264_plan reads {r.speedup_vs_seek:.2f}x the clips per "
+                f"CPU-second of h264_seek, decoding {r.frames_decoded:.1f} frames per clip "
+                f"instead of {seek.frames_decoded:.1f}"
+            )
     return "\n".join(lines)
 
 

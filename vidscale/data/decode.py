@@ -2,24 +2,32 @@
 
 Cost is set by how many frames are decoded (DESIGN §4), so `decode_frames` plans its work from
 the stream's packet index (`probe`): frame i is the packet with the i-th smallest presentation
-timestamp, and each frame belongs to the keyframe that starts its group of pictures (GOP). For
-each wanted frame, in ascending order, it keeps decoding forward when the frame's GOP starts at or
-before what has been decoded already, and otherwise seeks to that GOP's keyframe: a seek happens
-exactly when it skips frames, so sparse TSN samples on a long-GOP file cost one GOP each, while
-dense clips cost one seek. Every failure is a `DecodeError` with the reason, so the loader can
-skip the video and report it.
+timestamp, and each frame belongs to the keyframe that starts its group of pictures (GOP). The
+plan (`decode_plan`) enters each GOP that holds a wanted frame once, at its keyframe, sends packets
+until the last wanted frame of that GOP and stops there; inside it, pictures that are neither
+wanted nor references are skipped by the decoder (H.264, MPEG-1/2/4 part 2), and only wanted
+frames are converted to RGB. Sparse TSN samples on a long-GOP file thus cost the reference
+pictures up to each sample, dense clips one seek. The frames are bit-identical to a full
+sequential decode. Every failure is a `DecodeError` with the reason, so the loader can skip the
+video and report it.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import av
 import numpy as np
+from av.video.reformatter import VideoReformatter
+
+from vidscale.data.decode_plan import PlanRunner, plan_segments
 
 # What PyAV/FFmpeg raise for unreadable input; all of it becomes DecodeError.
 _READ_ERRORS = (av.error.FFmpegError, OSError, ValueError, EOFError, UnicodeDecodeError)
@@ -34,7 +42,9 @@ class VideoMeta:
     """What `probe` learns without decoding: `pts`, the presentation timestamps in frame order,
     and `keyframes`, the indices of frames that start a GOP (ascending, from 0). Without
     timestamps in the container `pts` is empty (not `seekable`) and `decode_frames` decodes
-    sequentially from the start."""
+    sequentially from the start. `key_dts` holds the decode timestamps of the keyframes' packets
+    (some containers, AVI for one, index keyframes by decode time), and `reorder_depth` the
+    decoder's frame reordering delay as FFmpeg's stream probing found it (0: unknown or none)."""
 
     num_frames: int
     fps: float
@@ -43,10 +53,17 @@ class VideoMeta:
     duration: float  # seconds
     pts: np.ndarray = field(repr=False)
     keyframes: np.ndarray = field(repr=False)
+    key_dts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), repr=False)
+    reorder_depth: int = 0
 
     @property
     def seekable(self) -> bool:
         return len(self.pts) == self.num_frames > 0
+
+    @cached_property
+    def index_of_pts(self) -> dict[int, int]:
+        """Frame index by pts (a dict lookup per packet and per decoded frame)."""
+        return {int(p): i for i, p in enumerate(self.pts.tolist())}
 
 
 @dataclass
@@ -57,26 +74,48 @@ class DecodeStats:
     seeks: int = 0
 
 
+def decode_threads() -> int:
+    """Decoder threads when the caller does not say: 1 inside a PyTorch `DataLoader` worker
+    (the workers already decode one video each, a core apiece), otherwise up to 4 of the cores
+    this process may run on (`predict`, a loader without workers)."""
+    data = sys.modules.get("torch.utils.data")  # never imports torch
+    if data is not None and data.get_worker_info() is not None:
+        return 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(4, cores or 1))
+
+
 @contextmanager
-def open_video(path: Path) -> Iterator[tuple[Any, Any]]:
-    """Open `path` and yield (container, first video stream); errors become DecodeError."""
+def open_video(
+    path: Path, *, threads: int = 1, probe_codec: bool = True
+) -> Iterator[tuple[Any, Any]]:
+    """Open `path` and yield (container, first video stream); errors become DecodeError.
+
+    `threads` > 1 decodes with FFmpeg's frame and slice threads (output lags input by up to
+    `threads` frames; draining the decoder returns all of them), 0 with one thread per core.
+    `probe_codec=False` skips the frames FFmpeg decodes while opening to learn what the
+    container does not say (pixel format, reordering delay): 4 ms of CPU for a 456x256 H.264
+    file, wasted when the caller takes what it needs from a cached `VideoMeta` and decodes
+    anyway.
+    """
     path = Path(path)
     if not path.is_file():
         raise DecodeError(f"file not found: {path}")
     if path.stat().st_size == 0:
         raise DecodeError("zero-byte file")
+    # Options of the decoders that stream probing opens (the decoder of the frames is another).
+    options = None if probe_codec else {"skip_frame": "all"}
     try:
-        container = av.open(str(path), metadata_errors="ignore")
+        container = av.open(str(path), metadata_errors="ignore", options=options)
     except _READ_ERRORS as err:
         raise DecodeError(f"not a readable video: {err}") from err
     try:
         if not container.streams.video:
             raise DecodeError("no video stream")
         stream = container.streams.video[0]
-        # One thread per decode: data-loader workers already run one video each in parallel,
-        # and frame threading would delay output by several frames after every seek.
-        stream.thread_type = "SLICE"
-        stream.codec_context.thread_count = 1
+        # One thread by default: data-loader workers already run one video each in parallel.
+        stream.thread_type = "SLICE" if threads == 1 else "AUTO"
+        stream.codec_context.thread_count = threads
         yield container, stream
     finally:
         container.close()
@@ -91,16 +130,20 @@ def probe(path: Path) -> VideoMeta:
     """
     with open_video(path) as (container, stream):
         try:
-            pts, key_pts, untimed = _read_packet_index(container, stream)
+            index = _read_packet_index(container, stream)
         except _READ_ERRORS as err:
             raise DecodeError(f"cannot read packets: {err}") from err
-        count = _count_by_decoding(path) if untimed else len(pts)
+        count = _count_by_decoding(path) if index.untimed else len(index.pts)
         if count == 0:
             raise DecodeError("video stream has no frames")
-        pts_arr = np.sort(np.asarray(pts, dtype=np.int64))
-        keys = np.unique(np.searchsorted(pts_arr, np.asarray(key_pts, dtype=np.int64)))
+        pts_arr = np.sort(np.asarray(index.pts, dtype=np.int64))
+        key_frames = np.searchsorted(pts_arr, np.asarray(index.key_pts, dtype=np.int64))
+        keys, first = np.unique(key_frames, return_index=True)
+        key_dts = np.asarray(index.key_dts, dtype=np.int64)[first]
         if len(keys) == 0 or keys[0] != 0:
-            keys = np.concatenate([[0], keys])  # decoding from the first packet always works
+            # Decoding from the first packet always works.
+            keys = np.concatenate([[0], keys])
+            key_dts = np.concatenate([[index.first_dts], key_dts])
         time_base = float(stream.time_base) if stream.time_base else 0.0
         fps = _frame_rate(stream, pts_arr, time_base)
         return VideoMeta(
@@ -111,6 +154,8 @@ def probe(path: Path) -> VideoMeta:
             duration=_duration(stream, container, pts_arr, time_base, fps, count),
             pts=pts_arr,
             keyframes=keys.astype(np.int64),
+            key_dts=key_dts.astype(np.int64),
+            reorder_depth=int(getattr(stream.codec_context, "reorder_depth", 0)),
         )
 
 
@@ -123,20 +168,37 @@ def _count_by_decoding(path: Path) -> int:
             raise DecodeError(f"decoding failed while counting frames: {err}") from err
 
 
-def _read_packet_index(container: Any, stream: Any) -> tuple[list[int], list[int], bool]:
-    """(pts of every frame packet, pts of keyframe packets, whether some packet had no pts)."""
-    pts: list[int] = []
-    key_pts: list[int] = []
+@dataclass
+class _PacketIndex:
+    pts: list[int] = field(default_factory=list)  # of every frame packet, in decode order
+    key_pts: list[int] = field(default_factory=list)  # of keyframe packets
+    key_dts: list[int] = field(default_factory=list)  # of keyframe packets
+    first_dts: int = 0  # of the first packet, the start of the stream
+    untimed: bool = False  # some packet had no pts: nothing is indexed
+
+
+def _read_packet_index(container: Any, stream: Any) -> _PacketIndex:
+    index = _PacketIndex()
+    first = True
     for packet in container.demux(stream):
-        if packet.size == 0 or packet.is_discard:
-            # End-of-stream marker, or a frame an edit list cuts (the decoder drops it).
+        if packet.size == 0:  # end-of-stream marker
+            continue
+        if first:
+            index.first_dts = _dts(packet)
+            first = False
+        if packet.is_discard:  # a frame an edit list cuts (the decoder drops it)
             continue
         if packet.pts is None:
-            return [], [], True
-        pts.append(packet.pts)
+            return _PacketIndex(untimed=True)
+        index.pts.append(packet.pts)
         if packet.is_keyframe:
-            key_pts.append(packet.pts)
-    return pts, key_pts, False
+            index.key_pts.append(packet.pts)
+            index.key_dts.append(_dts(packet))
+    return index
+
+
+def _dts(packet: Any) -> int:
+    return int(packet.dts if packet.dts is not None else packet.pts or 0)
 
 
 def _frame_rate(stream: Any, pts: np.ndarray, time_base: float) -> float:
@@ -166,12 +228,14 @@ def decode_frames(
     *,
     meta: VideoMeta | None = None,
     stats: DecodeStats | None = None,
+    threads: int | None = None,
 ) -> np.ndarray:
     """Frames at the 0-based `indices` (any order, repeats allowed) as (T, H, W, 3) uint8 RGB,
-    in the order requested.
+    in the order requested, bit-identical to the same frames of a full sequential decode.
 
     `meta` (from `probe`) saves re-reading the packet index when the caller cached it; `stats`
-    accumulates the work done. An index at or past the frame count, or a frame the file fails to
+    accumulates the work done; `threads`: decoder threads (None: `decode_threads()`; the frames
+    do not depend on it). An index at or past the frame count, or a frame the file fails to
     deliver, is a `DecodeError`.
     """
     wanted_order = np.asarray(indices, dtype=np.int64).reshape(-1)
@@ -186,10 +250,13 @@ def decode_frames(
         )
     wanted = [int(i) for i in np.unique(wanted_order)]
     stats = stats if stats is not None else DecodeStats()
-    with open_video(path) as (container, stream):
+    threads = decode_threads() if threads is None else threads
+    # A seekable file needs nothing of FFmpeg's stream probing: the plan comes from `meta`.
+    with open_video(path, threads=threads, probe_codec=not meta.seekable) as (container, stream):
         try:
             if meta.seekable:
-                got = _decode_with_seeks(_Cursor(container, stream, meta, stats), wanted)
+                runner = PlanRunner(container, stream, meta, stats, RGBConverter())
+                got = runner.run(plan_segments(meta.keyframes, wanted))
             else:
                 got = _decode_sequential(container, stream, wanted, stats)
         except _READ_ERRORS as err:
@@ -202,88 +269,27 @@ def decode_frames(
     return np.stack([got[int(i)] for i in wanted_order])
 
 
-class _Cursor:
-    """A decoder positioned somewhere in the stream, with the index of the last frame it gave."""
-
-    def __init__(self, container: Any, stream: Any, meta: VideoMeta, stats: DecodeStats) -> None:
-        self.container = container
-        self.stream = stream
-        self.meta = meta
-        self.stats = stats
-        self.frames: Iterator[Any] = iter(())
-        self.position = -1  # no frame decoded since the last seek
-
-    def seek(self, frame_index: int) -> None:
-        # backward=True, any_frame=False: land on the last keyframe at or before the timestamp.
-        pts = int(self.meta.pts[frame_index])
-        self.container.seek(pts, stream=self.stream, backward=True, any_frame=False)
-        self.frames = self.container.decode(self.stream)
-        self.position = -1
-        self.stats.seeks += 1
-
-    def next_frame(self) -> tuple[int, Any] | None:
-        frame = next(self.frames, None)
-        if frame is None:
-            return None
-        self.stats.frames_decoded += 1
-        self.position = self._index_of(frame)
-        return self.position, frame
-
-    def _index_of(self, frame: Any) -> int:
-        """The frame's index from its pts (exact lookup in the packet index; else the next)."""
-        if frame.pts is not None:
-            i = int(np.searchsorted(self.meta.pts, frame.pts))
-            if i < len(self.meta.pts) and self.meta.pts[i] == frame.pts:
-                return i
-        return self.position + 1
+# PyAV 17 converts on a pool of threads (one per core) unless told otherwise, and
+# `VideoFrame.to_ndarray` builds a new converter, and pool, for every frame.
+_ONE_THREAD: dict[str, int] = {"threads": 1} if int(av.__version__.split(".")[0]) >= 17 else {}
 
 
-def _to_rgb(frame: Any) -> np.ndarray:
-    """The frame as (H, W, 3) uint8 RGB, as displayed: phone videos are often coded sideways
-    with a display-matrix rotation, which players apply and so must we (quarter turns only)."""
-    rgb: np.ndarray = frame.to_ndarray(format="rgb24")
-    quarter_turns = round(frame.rotation / 90) % 4  # counter-clockwise, as np.rot90 turns
-    return np.ascontiguousarray(np.rot90(rgb, quarter_turns)) if quarter_turns else rgb
+class RGBConverter:
+    """Decoded frames to (H, W, 3) uint8 RGB as displayed, through one swscale context on the
+    caller's thread (a context per frame cost more than the conversion: 1 ms per frame against
+    0.2 ms for 456x256). Phone videos are often coded sideways with a display-matrix rotation,
+    which players apply and so must we (quarter turns only). The pixels equal
+    `frame.to_ndarray(format="rgb24")`, rotated."""
 
+    def __init__(self) -> None:
+        self._reformatter = VideoReformatter()
 
-def _decode_with_seeks(cursor: _Cursor, wanted: list[int]) -> dict[int, np.ndarray]:
-    """Decode the ascending `wanted` frames, seeking only past whole unneeded GOPs."""
-    got: dict[int, np.ndarray] = {}
-    want = set(wanted)
-    keyframes = cursor.meta.keyframes
-    started = False
-    for target in wanted:
-        if target in got:
-            continue
-        key = int(keyframes[np.searchsorted(keyframes, target, side="right") - 1])
-        if not started or key > cursor.position + 1:  # a seek that skips frames
-            cursor.seek(key)
-            started = True
-            if not _advance_to(cursor, target, want, got):
-                # The demuxer landed after the target (a bad index): decode from the start.
-                cursor.seek(0)
-                _advance_to(cursor, target, want, got)
-        else:
-            _advance_to(cursor, target, want, got)
-    return got
-
-
-def _advance_to(cursor: _Cursor, target: int, want: set[int], got: dict[int, np.ndarray]) -> bool:
-    """Decode until frame `target` has gone by, keeping wanted frames. False when the first frame
-    after a seek is already past the target (it cannot be reached from here)."""
-    first = cursor.position == -1
-    while True:
-        step = cursor.next_frame()
-        if step is None:
-            return True  # end of stream; a frame still missing is reported by the caller
-        index, frame = step
-        if first and index > target:
-            return False
-        first = False
-        if index in want and index not in got:
-            got[index] = _to_rgb(frame)
-        if index >= target:
-            return True
+    def __call__(self, frame: Any) -> np.ndarray:
+        rgb: np.ndarray = self._reformatter.reformat(
+            frame, format="rgb24", **_ONE_THREAD
+        ).to_ndarray()
+        quarter_turns = round(frame.rotation / 90) % 4  # counter-clockwise, as np.rot90 turns
+        return np.ascontiguousarray(np.rot90(rgb, quarter_turns)) if quarter_turns else rgb
 
 
 def _decode_sequential(
@@ -293,10 +299,11 @@ def _decode_sequential(
     got: dict[int, np.ndarray] = {}
     want = set(wanted)
     last = wanted[-1]
+    to_rgb = RGBConverter()
     for index, frame in enumerate(container.decode(stream)):
         stats.frames_decoded += 1
         if index in want:
-            got[index] = _to_rgb(frame)
+            got[index] = to_rgb(frame)
         if index >= last:
             break
     return got
@@ -304,13 +311,12 @@ def _decode_sequential(
 
 def decode_all(path: Path, *, every: int = 1) -> Iterator[np.ndarray]:
     """Every `every`-th frame in order, decoding sequentially (one pass over a whole video)."""
-    with open_video(path) as (container, stream):
-        # No seeking here, so frame threading is safe and faster.
-        stream.thread_type = "AUTO"
-        stream.codec_context.thread_count = 0
+    # No seeking here, so frame threading on every core is safe and faster.
+    with open_video(path, threads=0) as (container, stream):
+        to_rgb = RGBConverter()
         try:
             for i, frame in enumerate(container.decode(stream)):
                 if i % every == 0:
-                    yield _to_rgb(frame)
+                    yield to_rgb(frame)
         except _READ_ERRORS as err:
             raise DecodeError(f"decoding failed: {err}") from err
