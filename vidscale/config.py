@@ -74,8 +74,13 @@ class TrainConfig:
     keep_checkpoints: int = 5
     checkpoint_every_steps: int = 0  # also save last.pt every N steps (0: epoch ends only)
     fast_path: bool = True  # master switch for amp / channels_last / compile below
-    amp: Literal["auto", "off", "bf16"] = "auto"  # auto: bf16 where the device has bf16 units
+    # auto: measured at start-up on this device and shape, fp32 unless bf16 / channels-last is
+    # faster beyond the noise (train/fast_path_probe.py); a resumed run keeps its recorded choice
+    amp: Literal["auto", "off", "bf16"] = "auto"
     channels_last: Literal["auto", "on", "off"] = "auto"
+    # where "auto" decisions are cached: auto ($VIDSCALE_FAST_PATH_CACHE, else
+    # ~/.cache/vidscale/fast_path.json), off, or a file path (train/fast_path_cache.py)
+    fast_path_cache: str = "auto"
     compile: bool = False  # torch.compile the model
     device: Literal["auto", "cpu", "cuda"] = "auto"
     progress: bool = True

@@ -19,9 +19,12 @@ from vidscale.bench.models import (
     table2,
     time_round_robin,
 )
-from vidscale.bench.report import format_report, format_stage_table
+from vidscale.bench.report import auto_cell, format_auto_check, format_report, format_stage_table
+from vidscale.train.fast_path import Candidate, candidates
 
-TINY = BenchConfig(size=32, frames=2, num_classes=5, warmup=0, repeats=1, peak_size=64, threads=1)
+TINY = BenchConfig(
+    size=32, frames=2, num_classes=5, warmup=0, repeats=1, peak_size=64, threads=1, probe_repeats=2
+)
 
 
 def test_bench_models_measures_every_model_in_both_modes(tmp_path: Path) -> None:
@@ -58,6 +61,19 @@ def test_bench_models_measures_every_model_in_both_modes(tmp_path: Path) -> None
     assert report["table2"]["tsm_resnet18"] == [2, 2, 2, 2, None, 2, 2, 2, 1]
     text = format_report(result)
     assert "tsm_resnet18 / tsn_resnet18" in text and "GFLOP/s" in text and "res5" in text
+    # The fast rows run what training's "auto" chose at this shape, and say so.
+    assert "auto (probe)" in text
+    labels = {c.label for c in candidates(torch.device("cpu"), bf16=None, channels_last=None)}
+    for r in rows:
+        if r["mode"] == "fp32":
+            assert "auto_choice" not in r and auto_cell(r) == "-"
+            continue
+        chosen = Candidate(r["bf16"], r["channels_last"]).label
+        assert r["auto_choice"] == chosen and set(r["auto_probe"]) == labels
+        assert r["auto_speedup"] == r["auto_probe"][chosen]["speedup"]
+        assert auto_cell(r).startswith(chosen) and auto_cell(r) in text
+        assert r["train_fast_vs_fp32"] > 0 and r["train_fast_vs_fp32_noise"] >= 0
+    assert "auto vs fp32, training step" in text
 
 
 def test_round_robin_rotates_the_order_and_times_every_call() -> None:
@@ -136,6 +152,8 @@ def test_ratios_to_a_named_baseline_and_fast_over_fp32() -> None:
     assert rows[0]["compute_per_io_vs_baseline"] == pytest.approx(0.25)
     assert rows[2]["train_clips_per_s_vs_baseline"] == pytest.approx(0.25)  # vs tsm fast
     assert rows[3]["train_fast_speedup"] == pytest.approx(4.0)  # tsm fp32 2.0 s / fast 0.5 s
+    assert rows[3]["train_fast_vs_fp32"] == pytest.approx(4.0)  # per round, the same here
+    assert rows[3]["train_fast_vs_fp32_noise"] == 0.0
     assert rows[1]["train_utilization_vs_baseline"] == pytest.approx(1.0)
     pairs = comparisons(rows, baseline="tsm")
     # TSM over I3D: step time 0.5 (TSM's step is half as long), throughput 2x.
@@ -165,6 +183,36 @@ def test_comparisons_take_the_median_of_per_round_ratios() -> None:
     assert pair["train_clips_per_s"] == pytest.approx(1 / 1.02)
 
 
+def test_the_auto_column_names_the_choice_and_the_probe_ratio() -> None:
+    probe = {
+        "fp32": {"seconds": 0.253, "speedup": 1.0, "noise": 0.0},
+        "bf16": {"seconds": 0.301, "speedup": 0.84, "noise": 0.03},
+        "bf16+cl": {"seconds": 0.358, "speedup": 0.71, "noise": 0.05},
+    }
+    kept = {"auto_choice": "fp32", "auto_speedup": 1.0, "auto_probe": probe}
+    assert auto_cell(kept) == "fp32 (bf16 0.84x)"  # the best rival it kept out
+    probe["bf16+cl"]["speedup"] = 1.42
+    taken = {"auto_choice": "bf16+cl", "auto_speedup": 1.42, "auto_probe": probe}
+    assert auto_cell(taken) == "bf16+cl 1.42x"
+    assert auto_cell({"mode": "fp32"}) == "-"
+
+
+def test_the_auto_check_flags_a_fast_row_slower_than_fp32_beyond_its_noise() -> None:
+    def row(model: str, ratio: float, noise: float) -> dict[str, object]:
+        return {
+            "model": model,
+            "auto_choice": "bf16+cl",
+            "train_fast_vs_fp32": ratio,
+            "train_fast_vs_fp32_noise": noise,
+        }
+
+    text = format_auto_check([row("a", 0.97, 0.05), row("b", 0.90, 0.05), {"model": "c"}])
+    lines = text.splitlines()
+    assert len(lines) == 2  # c has no fast row against an fp32 row
+    assert lines[0].endswith(": ok") and "0.97x fp32 (noise 5%)" in lines[0]
+    assert lines[1].endswith("SLOWER than fp32 beyond the noise")
+
+
 def test_requests_that_cannot_work_are_refused_before_measuring() -> None:
     with pytest.raises(ValueError, match="unknown model 'tsm_resnet5'"):
         check_request(["tsm_resnet5"], TINY, baseline=None)
@@ -174,6 +222,8 @@ def test_requests_that_cannot_work_are_refused_before_measuring() -> None:
         check_request(["tsm_resnet18"], TINY, baseline="tsn_resnet18")
     with pytest.raises(ValueError, match="repeats"):
         check_request(["tsm_resnet18"], BenchConfig(repeats=0), baseline=None)
+    with pytest.raises(ValueError, match="probe_repeats"):
+        check_request(["tsm_resnet18"], BenchConfig(probe_repeats=0), baseline=None)
     # I3D 3x1x1 pools time by 8: two frames cannot pass its pool2.
     with pytest.raises(ValueError, match="i3d_resnet50_3x1x1 cannot train on 1x3x2x32x32"):
         check_request(["i3d_resnet50_3x1x1"], TINY, baseline=None)

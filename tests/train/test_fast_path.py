@@ -1,7 +1,17 @@
+import pytest
 import torch
 from torch import nn
 
-from vidscale.train.fast_path import apply_to_model, cpu_has_bf16_units, resolve_fast_path
+from vidscale.train.fast_path import (
+    FP32,
+    Candidate,
+    apply_to_model,
+    candidates,
+    cpu_has_bf16_units,
+    hardware_rule,
+    requested,
+    resolve_fast_path,
+)
 
 CPU = torch.device("cpu")
 
@@ -11,13 +21,50 @@ def test_switch_off_disables_everything() -> None:
     assert (fast.bf16, fast.channels_last, fast.compile) == (False, False, False)
 
 
-def test_auto_follows_the_hardware_and_explicit_choices_win() -> None:
-    auto = resolve_fast_path(CPU, enabled=True, amp="auto", channels_last="auto", compile=False)
-    assert auto.bf16 == cpu_has_bf16_units() == auto.channels_last
+def test_auto_takes_the_decision_and_explicit_choices_win() -> None:
+    bf16_cl = Candidate(bf16=True, channels_last=True)
+    for decided in (FP32, bf16_cl):
+        auto = resolve_fast_path(
+            CPU, enabled=True, amp="auto", channels_last="auto", compile=False, auto=decided
+        )
+        assert auto.candidate == decided
     off = resolve_fast_path(CPU, enabled=True, amp="off", channels_last="off", compile=False)
-    assert not off.bf16 and not off.channels_last
-    on = resolve_fast_path(CPU, enabled=True, amp="bf16", channels_last="on", compile=False)
+    assert off.candidate == FP32
+    on = resolve_fast_path(
+        CPU, enabled=True, amp="bf16", channels_last="on", compile=False, auto=FP32
+    )
     assert on.bf16 and on.channels_last
+    mixed = resolve_fast_path(
+        CPU, enabled=True, amp="off", channels_last="auto", compile=False, auto=bf16_cl
+    )
+    assert (mixed.bf16, mixed.channels_last) == (False, True)
+    # Nothing decided (a caller that does not probe): the unmeasured hardware rule.
+    legacy = resolve_fast_path(CPU, enabled=True, amp="auto", channels_last="auto", compile=False)
+    assert legacy.candidate == hardware_rule(CPU) == Candidate(*[cpu_has_bf16_units()] * 2)
+
+
+def test_candidates_vary_only_the_axes_left_at_auto() -> None:
+    both = candidates(CPU, bf16=None, channels_last=None)
+    labels = [c.label for c in both]
+    if cpu_has_bf16_units():
+        assert labels == ["fp32", "fp32+cl", "bf16", "bf16+cl"]
+    else:  # bf16 would be emulated: never a candidate
+        assert labels == ["fp32", "fp32+cl"]
+    assert [c.label for c in candidates(CPU, bf16=True, channels_last=None)] == [
+        "bf16",
+        "bf16+cl",
+    ]
+    assert candidates(CPU, bf16=False, channels_last=True) == [Candidate(False, True)]
+    assert requested(enabled=True, amp="auto", channels_last="off") == (None, False)
+    assert requested(enabled=True, amp="bf16", channels_last="auto") == (True, None)
+    assert requested(enabled=False, amp="auto", channels_last="auto") == (False, False)
+
+
+def test_candidate_labels_round_trip() -> None:
+    for c in (Candidate(b, cl) for b in (False, True) for cl in (False, True)):
+        assert Candidate.from_label(c.label) == c
+    with pytest.raises(ValueError, match="not a fast-path setting"):
+        Candidate.from_label("fp16")
 
 
 def test_bf16_autocast_and_channels_last_give_close_outputs() -> None:

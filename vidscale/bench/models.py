@@ -23,9 +23,15 @@ median of the per-round ratios, which cancels drift slower than a round. Before 
 in a round, each call runs `settle` times untimed, so a sample sees what a training loop sees
 from step to step (the allocator and caches holding this model's buffers, not the previous
 model's); minor page faults per timed call are recorded to show when that failed. Modes:
-"fast" is the trainer's fast path for the device (`train/fast_path.py`: bf16 autocast +
-channels-last where the device has bf16 units, TF32 on CUDA); "fp32" is float32 in the default
-layout (TF32 off), measured beside it so that the fast path's speedup comes out of the same run.
+"fast" is what training runs by default (`train.amp` / `train.channels_last` = "auto"): the
+trainer's start-up probe (`train/fast_path_probe.py`) is run for each model at this batch and
+clip shape, and the setting it chooses (fp32 or bf16 autocast, default layout or channels-last)
+is timed, with retained host memory on CPU and TF32 on CUDA as the trainer's fast path; each
+row records the choice and the probe's numbers (`auto_*`). "fp32" is float32 in the default
+layout (TF32 off, glibc's allocator as is), training with `train.fast_path=false`, measured
+beside it so that the fast path's speedup (the acceptance of "auto": never below 1 beyond the
+noise) comes out of the same run. The probe never reads or writes the trainer's cache: the
+table reports this run's measurement.
 """
 
 from __future__ import annotations
@@ -36,16 +42,17 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
 
 from vidscale.bench import hardware
 from vidscale.bench.flops import ModelInfo, model_info
+from vidscale.bench.timing import RoundRobinSamples, spread, time_round_robin
 from vidscale.models.registry import (
     ModelConfig,
     build_model,
@@ -53,7 +60,22 @@ from vidscale.models.registry import (
     list_models,
     stage_temporal_resolutions,
 )
-from vidscale.train.fast_path import FastPath, apply_to_model, resolve_fast_path, set_tf32
+from vidscale.train.fast_path import (
+    FastPath,
+    apply_to_model,
+    candidates,
+    resolve_fast_path,
+    set_device_options,
+    set_tf32,
+)
+from vidscale.train.fast_path_probe import (
+    PROBE,
+    FastPathDecision,
+    ProbeSettings,
+    ProbeShape,
+    probe,
+)
+from vidscale.train.fast_path_rule import choose
 from vidscale.train.host_memory import set_host_memory_retention
 
 Mode = Literal["fp32", "fast"]
@@ -75,10 +97,12 @@ class BenchConfig:
     I3D 3x1x1 32, as in Table 1). `warmup` untimed rounds precede `repeats` timed ones; a timed
     sample is the mean of `steps` consecutive calls, run right after `settle` untimed ones.
     `peak_size` is the peak matmul's side (0: 2048 on CPU, 8192 on CUDA); `threads` > 0 sets
-    torch's CPU threads. `clock="process"` times
-    CPU runs by the process's CPU time, so time spent preempted by other processes counts for
-    nobody (use it with one thread, or idle OpenMP threads' spinning counts too); throughputs
-    are then per CPU-second.
+    torch's CPU threads. `probe_repeats` is the timed rounds of the start-up probe that decides
+    the "fast" rows' setting (the trainer's: 5, after one warm-up round; below 5 the probe
+    cannot show a gain, and "auto" stays fp32: `fast_path_rule.rounds_needed`); it times by
+    the wall clock whatever `clock` says. `clock="process"` times CPU runs by the process's CPU
+    time, so time spent preempted by other processes counts for nobody (use it with one thread,
+    or idle OpenMP threads' spinning counts too); throughputs are then per CPU-second.
     """
 
     batch: int = 1
@@ -94,13 +118,22 @@ class BenchConfig:
     peak_size: int = 0
     threads: int = 0
     clock: Clock = "wall"
+    probe_repeats: int = PROBE.repeats
 
     @staticmethod
     def quick() -> BenchConfig:
         """Tiny settings for a smoke test: 64-pixel clips (I3D 3x3x3 keeps 2x2 pixels at
         res5, so BatchNorm still sees several values at batch 1), one timed round, a small
-        peak matmul."""
-        return BenchConfig(size=64, num_classes=10, warmup=0, repeats=1, settle=0, peak_size=256)
+        peak matmul, a 2-round probe (so "auto" stays fp32)."""
+        return BenchConfig(
+            size=64,
+            num_classes=10,
+            warmup=0,
+            repeats=1,
+            settle=0,
+            peak_size=256,
+            probe_repeats=2,
+        )
 
     def validate(self) -> None:
         """Raise ValueError naming the first field whose value cannot work."""
@@ -118,6 +151,7 @@ class BenchConfig:
             (self.peak_size >= 0, "peak_size must be >= 0"),
             (self.threads >= 0, "threads must be >= 0"),
             (self.clock in ("wall", "process"), "clock must be 'wall' or 'process'"),
+            (self.probe_repeats >= 1, "probe_repeats must be >= 1"),
         ]
         for ok, message in checks:
             if not ok:
@@ -155,6 +189,7 @@ class _Subject:
     clips: Tensor
     labels: Tensor
     retain_host_memory: bool  # CPU fast path: glibc keeps freed memory (see `host_memory`)
+    auto: FastPathDecision | None = None  # "fast" rows: the probe's decision they run
 
     @property
     def compute(self) -> str:
@@ -197,9 +232,43 @@ def check_trainable(name: str, *, frames: int, size: int, batch: int) -> None:
         raise ValueError(f"{name} cannot train on {shape} clips: {err}") from err
 
 
-def _subject(name: str, *, mode: Mode, cfg: BenchConfig, device: torch.device) -> _Subject:
+def auto_choice(name: str, *, cfg: BenchConfig, device: torch.device) -> FastPathDecision:
+    """What training's "auto" chooses for `name` at `cfg`'s batch and clip shape on `device`:
+    the trainer's probe, run here with the fast rows' process settings (retained host memory on
+    CPU, TF32 and cudnn autotuning on CUDA), `cfg.probe_repeats` timed rounds."""
+    if device.type == "cpu":
+        set_host_memory_retention(True)
+    set_device_options(device)
+    shape = ProbeShape(cfg.batch, 3, cfg.clip_frames(name), cfg.size, cfg.num_classes)
+    settings = ProbeSettings(repeats=cfg.probe_repeats)
+    load = hardware.load_average()
+    samples = probe(
+        lambda: build_model(_model_cfg(name, cfg)),
+        candidates(device, bf16=None, channels_last=None),
+        device=device,
+        shape=shape,
+        settings=settings,
+    )
+    return FastPathDecision.measured_by(
+        choose(samples), samples=samples, shape=shape, load_average=load
+    )
+
+
+def _subject(
+    name: str,
+    *,
+    mode: Mode,
+    cfg: BenchConfig,
+    device: torch.device,
+    auto: FastPathDecision | None = None,
+) -> _Subject:
     fast = resolve_fast_path(
-        device, enabled=mode == "fast", amp="auto", channels_last="auto", compile=False
+        device,
+        enabled=mode == "fast",
+        amp="auto",
+        channels_last="auto",
+        compile=False,
+        auto=None if auto is None else auto.candidate,
     )
     torch.manual_seed(0)
     model = build_model(ModelConfig(name=name, num_classes=cfg.num_classes)).to(device)
@@ -210,62 +279,7 @@ def _subject(name: str, *, mode: Mode, cfg: BenchConfig, device: torch.device) -
     labels = torch.randint(cfg.num_classes, (cfg.batch,), device=device)
     tf32 = mode == "fast" and device.type == "cuda"  # what the trainer's fast path turns on
     retain = mode == "fast" and device.type == "cpu"  # as the trainer's CPU fast path
-    return _Subject(name, mode, fast, tf32, model, optimizer, clips, labels, retain)
-
-
-class RoundRobinSamples(NamedTuple):
-    """Per timed call: seconds per call, and minor page faults per call (NaN: not counted)."""
-
-    seconds: dict[str, list[float]]
-    page_faults: dict[str, list[float]]
-
-
-def time_round_robin(
-    calls: Mapping[str, Callable[[], None]],
-    *,
-    warmup: int,
-    repeats: int,
-    steps: int = 1,
-    settle: int = 0,
-    sync: Callable[[], None] = lambda: None,
-    clock: Callable[[], float] = time.perf_counter,
-    faults: Callable[[], float] = hardware.minor_page_faults,
-    on_round: Callable[[int], None] | None = None,
-) -> RoundRobinSamples:
-    """`repeats` samples of every callable after `warmup` untimed rounds.
-
-    Each round runs every callable `settle` times untimed and then `steps` times timed, in a row
-    (one sample: the mean of the timed calls); round r starts at position r mod len(calls), so
-    none always runs first (after the pause between rounds) or always after the same neighbour.
-    `on_round(r)` is called after round r.
-    """
-    keys = list(calls)
-    seconds: dict[str, list[float]] = {k: [] for k in keys}
-    page_faults: dict[str, list[float]] = {k: [] for k in keys}
-    for r in range(warmup + repeats):
-        for j in range(len(keys)):
-            key = keys[(r + j) % len(keys)]
-            for _ in range(settle):
-                calls[key]()
-            sync()
-            f0, t0 = faults(), clock()
-            for _ in range(steps):
-                calls[key]()
-            sync()
-            if r >= warmup:
-                seconds[key].append((clock() - t0) / steps)
-                page_faults[key].append((faults() - f0) / steps)
-        if on_round is not None:
-            on_round(r)
-    return RoundRobinSamples(seconds, page_faults)
-
-
-def _spread(samples: list[float]) -> float:
-    """Interquartile range over the median: how noisy a timing was (0 with one sample)."""
-    if len(samples) < 2:
-        return 0.0
-    q1, _, q3 = statistics.quantiles(samples, n=4, method="inclusive")
-    return (q3 - q1) / statistics.median(samples)
+    return _Subject(name, mode, fast, tf32, model, optimizer, clips, labels, retain, auto)
 
 
 def check_request(names: Sequence[str], cfg: BenchConfig, *, baseline: str | None) -> str:
@@ -312,7 +326,17 @@ def bench_models(
     with _restoring_torch_settings():
         if cfg.threads > 0 and dev.type == "cpu":
             torch.set_num_threads(cfg.threads)
-        subjects = [_subject(n, mode=m, cfg=cfg, device=dev) for m in cfg.modes for n in names]
+        choices = {}
+        if "fast" in cfg.modes:
+            for n in names:
+                if progress:
+                    print(f"bench: probing what auto chooses for {n}", file=sys.stderr)
+                choices[n] = auto_choice(n, cfg=cfg, device=dev)
+        subjects = [
+            _subject(n, mode=m, cfg=cfg, device=dev, auto=choices.get(n) if m == "fast" else None)
+            for m in cfg.modes
+            for n in names
+        ]
         calls, peak_flops = _timed_calls(subjects, passes=cfg.passes, device=dev, peak_size=side)
         host = hardware.describe(dev)
         samples = time_round_robin(
@@ -421,6 +445,12 @@ def _row(
         "stage_frames": info.stage_frames,
         "peak_flops_per_s": peaks[s.compute],
     }
+    if s.auto is not None:
+        chosen = s.auto.candidate.label
+        row["auto_choice"] = chosen
+        row["auto_speedup"] = s.auto.measured[chosen]["speedup"]  # probe: fp32 s / chosen s
+        row["auto_reason"] = s.auto.reason
+        row["auto_probe"] = s.auto.measured
     # The paper's training cost convention: backward ≈ 2x forward, so a step is 3x the forward.
     for kind, flops_per_clip in (("train", 3 * info.flops), ("infer", info.flops)):
         key = f"{kind}:{s.name}:{s.mode}"
@@ -429,7 +459,7 @@ def _row(
         seconds = statistics.median(samples.seconds[key])
         row[f"{kind}_s"] = seconds
         row[f"{kind}_samples_s"] = samples.seconds[key]
-        row[f"{kind}_spread"] = _spread(samples.seconds[key])
+        row[f"{kind}_spread"] = spread(samples.seconds[key])
         row[f"{kind}_page_faults"] = statistics.median(samples.page_faults[key])
         row[f"{kind}_clips_per_s"] = cfg.batch / seconds
         row[f"{kind}_flops_per_s"] = flops_per_clip * cfg.batch / seconds
@@ -439,7 +469,9 @@ def _row(
 
 def add_ratios(rows: list[dict[str, Any]], *, baseline: str) -> list[dict[str, Any]]:
     """New rows with ratios to the baseline model's row of the same mode, and, for fast rows,
-    the speedup over the same model's fp32 row (fp32 seconds / fast seconds).
+    the speedup over the same model's fp32 row (fp32 seconds / fast seconds); where both rows
+    have per-round samples, also the median of the per-round ratios (`X_fast_vs_fp32`) and
+    their noise (`X_fast_vs_fp32_noise`, IQR / median), what "auto"'s acceptance reads.
 
     `X_vs_baseline` is this row's X over the baseline's, as in Table 1's "(1.5x)": throughput,
     utilisation and Compute/IO (higher is better), parameters and FLOPs, and `train_s` /
@@ -458,8 +490,22 @@ def add_ratios(rows: list[dict[str, Any]], *, baseline: str) -> list[dict[str, A
                     new[f"{key}_vs_baseline"] = row[key] / b[key]
             if row["mode"] == "fast" and ref is not None and f"{kind}_s" in row:
                 new[f"{kind}_fast_speedup"] = ref[f"{kind}_s"] / row[f"{kind}_s"]
+                new.update(_per_round_speedup(ref, row, kind=kind))
         out.append(new)
     return out
+
+
+def _per_round_speedup(
+    fp32: dict[str, Any], fast: dict[str, Any], *, kind: str
+) -> dict[str, float]:
+    key = f"{kind}_samples_s"
+    if key not in fp32 or key not in fast:
+        return {}
+    ratios = [a / b for a, b in zip(fp32[key], fast[key], strict=True)]
+    return {
+        f"{kind}_fast_vs_fp32": statistics.median(ratios),
+        f"{kind}_fast_vs_fp32_noise": spread(ratios),
+    }
 
 
 def comparisons(rows: Sequence[dict[str, Any]], *, baseline: str) -> list[dict[str, Any]]:

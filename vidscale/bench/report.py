@@ -74,18 +74,52 @@ def _faults(row: dict[str, Any]) -> str:
     return f"{row[key]:.0f}"
 
 
+def auto_cell(row: dict[str, Any]) -> str:
+    """What "auto" chose and the probe's speedup over fp32: "bf16+cl 1.42x"; for fp32, the
+    best rival it kept out: "fp32 (bf16 0.84x)"; "-" for rows without a probe (fp32 rows)."""
+    if "auto_choice" not in row:
+        return "-"
+    chosen, probe = row["auto_choice"], row["auto_probe"]
+    if chosen != "fp32":
+        return f"{chosen} {row['auto_speedup']:.2f}x"
+    rivals = {k: v for k, v in probe.items() if k != "fp32"}
+    if not rivals:
+        return "fp32"
+    best = max(rivals, key=lambda k: rivals[k]["speedup"])
+    return f"fp32 ({best} {rivals[best]['speedup']:.2f}x)"
+
+
 def format_speed_table(rows: Sequence[dict[str, Any]]) -> str:
-    """Table 1's measured columns, one line per (model, mode)."""
+    """Table 1's measured columns, one line per (model, mode); "auto (probe)" is the setting
+    the "fast" row runs, as training's "auto" chose it, with the probe's ratio to fp32."""
     lines = [
         f"{'model':<22} {'mode':<4} {'compute':<8} {'train step s':>14} "
         f"{'train clips/s':>15} {'util':>6} {'infer clips/s':>15} {'util':>6} "
-        f"{'noise':>5} {'faults':>6} {'fast/fp32 train, infer':>22}"
+        f"{'noise':>5} {'faults':>6} {'fast/fp32 train, infer':>22} {'auto (probe)':>22}"
     ]
     for r in rows:
         lines.append(
             f"{r['model']:<22} {r['mode']:<4} {r['compute']:<8} {_step(r):>14} "
             f"{_rate(r, 'train'):>15} {_util(r, 'train'):>6} {_rate(r, 'infer'):>15} "
-            f"{_util(r, 'infer'):>6} {_noise(r):>5} {_faults(r):>6} {_speedups(r):>22}"
+            f"{_util(r, 'infer'):>6} {_noise(r):>5} {_faults(r):>6} {_speedups(r):>22} "
+            f"{auto_cell(r):>22}"
+        )
+    return "\n".join(lines)
+
+
+def format_auto_check(rows: Sequence[dict[str, Any]]) -> str:
+    """One line per model with a fast row: what "auto" chose, and its training step against
+    fp32's as the median of the per-round ratios with their noise; "slower" when the ratio is
+    below 1 by more than the noise (the acceptance of "auto"). Empty without fp32 rows."""
+    lines = []
+    for r in rows:
+        if "train_fast_vs_fp32" not in r or "auto_choice" not in r:
+            continue
+        ratio, noise = r["train_fast_vs_fp32"], r["train_fast_vs_fp32_noise"]
+        verdict = "SLOWER than fp32 beyond the noise" if ratio < 1 - noise else "ok"
+        lines.append(
+            f"  {r['model']:<22} auto={r['auto_choice']:<8} {ratio:.2f}x fp32 "
+            f"(noise {noise:.0%}): {verdict}"
         )
     return "\n".join(lines)
 
@@ -140,8 +174,14 @@ def format_report(result: BenchResult) -> str:
         f"{_load(host['load_average'])} -> {_load(host['load_average_end'])}",
         "util = achieved / peak FLOP/s of the same arithmetic (training FLOPs = 3 x forward); "
         "noise = interquartile range / median; faults = minor page faults per training step "
-        "(per inference without training)",
+        "(per inference without training); auto (probe) = the setting training's "
+        "train.amp/channels_last=auto chose at this shape (the fast rows run it) and the "
+        "start-up probe's speedup over fp32",
     ]
+    auto = format_auto_check(result.rows)
+    if auto:
+        title = "auto vs fp32, training step (median of the per-round fp32 / fast ratios):"
+        sections += ["", title, auto]
     if result.comparisons:
         title = "Baseline / model (same mode; median of the per-round ratios):"
         sections += ["", title, format_comparisons(result.comparisons)]

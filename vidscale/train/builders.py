@@ -7,8 +7,8 @@ import multiprocessing as mp
 import os
 import signal
 import warnings
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
 from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,14 @@ from vidscale.data.sources import FlowSettings
 from vidscale.distributed.env import DistEnv
 from vidscale.models.registry import build_model as build_registered_model
 from vidscale.train.fast_path import FastPath, apply_to_model, resolve_fast_path
+from vidscale.train.fast_path_cache import cache_file
+from vidscale.train.fast_path_probe import (
+    RECORD_KEY,
+    FastPathDecision,
+    ProbeShape,
+    decide,
+    settled,
+)
 from vidscale.train.init_from import describe, initialise_from
 from vidscale.train.plan import Phase
 from vidscale.train.run_ref import resolve_path
@@ -148,11 +156,75 @@ def set_threads(cfg: RunConfig, env: DistEnv) -> None:
     torch.set_num_threads(threads)
 
 
-def fast_path(cfg: RunConfig, env: DistEnv) -> FastPath:
+def fast_path(cfg: RunConfig, env: DistEnv, *, decision: FastPathDecision | None) -> FastPath:
+    """The run's fast path: `decision` (`decide_fast_path`, or a run's recorded one) for the
+    settings left at "auto"; None only where nothing was decided (see `resolve_fast_path`)."""
     t = cfg.train
     return resolve_fast_path(
-        env.device, enabled=t.fast_path, amp=t.amp, channels_last=t.channels_last, compile=t.compile
+        env.device,
+        enabled=t.fast_path,
+        amp=t.amp,
+        channels_last=t.channels_last,
+        compile=t.compile,
+        auto=None if decision is None else decision.candidate,
     )
+
+
+def decide_fast_path(
+    cfg: RunConfig, env: DistEnv, *, checkpoint: dict[str, Any] | None, micro_batch: int
+) -> FastPathDecision:
+    """`train.amp` / `train.channels_last` for this run on every rank (a collective): as set,
+    as the resumed `checkpoint` recorded, cached, or probed at the recipe's base shape with
+    `micro_batch` clips per process (`fast_path_probe.decide`). Call it with the process's
+    threads and host-memory retention already set: the probe times what training will run."""
+    t, spec = cfg.train, cfg.data.train_clip
+    probed = replace(cfg.model, pretrained=None, init_from="")  # timing needs no weights
+    shape = ProbeShape(micro_batch, spec.channels, spec.frames, spec.crop_size, probed.num_classes)
+    knobs = {k: v for k, v in asdict(probed).items() if k not in ("pretrained", "init_from")}
+    log = _main_printer(env)
+    if cfg.multigrid.enabled and checkpoint is None:
+        log("fast path: multigrid decides once, at the base shape; every phase uses it")
+    return decide(
+        env.device,
+        enabled=t.fast_path,
+        amp=t.amp,
+        channels_last=t.channels_last,
+        build=lambda: build_registered_model(probed),
+        shape=shape,
+        key_fields={
+            "model": ",".join(f"{k}={v}" for k, v in sorted(knobs.items())),
+            "processes": env.local_world_size,
+            "host_memory": t.retain_host_memory and env.device.type == "cpu",
+        },
+        cache=cache_file(t.fast_path_cache),
+        checkpoint=checkpoint,
+        is_main=env.is_main,
+        log=log,
+    )
+
+
+def recorded_fast_path(cfg: RunConfig, env: DistEnv, checkpoint: Path) -> FastPath:
+    """The fast path a run trained `checkpoint` with (its recorded decision; the hardware rule
+    for a checkpoint from before decisions were recorded), explicit settings of `cfg` winning.
+    Reads only the record: the file is memory-mapped, its tensors are not loaded."""
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True, mmap=True)
+    t = cfg.train
+    decision = settled(
+        env.device,
+        enabled=t.fast_path,
+        amp=t.amp,
+        channels_last=t.channels_last,
+        checkpoint={k: v for k, v in state.items() if k == RECORD_KEY},
+    )
+    return fast_path(cfg, env, decision=decision)
+
+
+def _main_printer(env: DistEnv) -> Callable[[str], None]:
+    def log(message: str) -> None:
+        if env.is_main:
+            print(f"vidscale: {message}", flush=True)
+
+    return log
 
 
 def build_model(cfg: RunConfig, env: DistEnv, fast: FastPath, *, fresh: bool = False) -> nn.Module:

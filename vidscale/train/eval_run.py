@@ -112,7 +112,7 @@ def evaluate_run(
     splits = builders.load_splits(cfg)
     cfg = builders.resolve_data(cfg, splits.classes)
     builders.set_threads(cfg, env)
-    fast = builders.fast_path(cfg, env)
+    fast = builders.recorded_fast_path(cfg, env, checkpoints[-1])  # as the run trained
     model = builders.build_model(cfg, env, fast)
     loader = builders.build_eval_loader(cfg, env, splits.val)
     stream = Stream(model, builders.model_input(cfg))

@@ -1,8 +1,11 @@
 """Device fast path: bf16 autocast, channels-last, cudnn benchmark, optional torch.compile.
 
-`train.amp` / `train.channels_last` = "auto" turn them on where the hardware has bf16 matrix
-units: CUDA GPUs (bf16 tensor cores) and CPUs with AVX512-BF16 or AMX. Elsewhere "auto" falls
-back to fp32 and the default layout. `train.fast_path=false` switches all of it off at once.
+`train.amp` and `train.channels_last` each take "auto" or an explicit setting. An explicit one is
+used as given; the axes left at "auto" are decided by measuring the run's own model at its own
+shape on this device (`fast_path_probe.decide`): bf16 autocast and channels-last pay off on large
+clips and can cost a third of the step on small ones. `train.fast_path=false` switches all of it
+off at once. This module holds the settings themselves (`Candidate`, `FastPath`) and how a
+decision is applied to a model; CUDA runs also get TF32 and cudnn autotuning.
 """
 
 from __future__ import annotations
@@ -33,12 +36,71 @@ def device_has_bf16(device: torch.device) -> bool:
     return device.type == "cpu" and cpu_has_bf16_units()
 
 
+Setting = bool | None  # True / False as the config fixes it; None: "auto"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One setting "auto" can choose: bf16 autocast or not, channels-last parameters or not."""
+
+    bf16: bool
+    channels_last: bool
+
+    @property
+    def label(self) -> str:
+        """The short name: fp32, fp32+cl, bf16 or bf16+cl."""
+        return ("bf16" if self.bf16 else "fp32") + ("+cl" if self.channels_last else "")
+
+    @classmethod
+    def from_label(cls, label: str) -> Candidate:
+        arithmetic, _, layout = label.partition("+")
+        if arithmetic not in ("fp32", "bf16") or layout not in ("", "cl"):
+            raise ValueError(f"not a fast-path setting: {label!r}")
+        return cls(bf16=arithmetic == "bf16", channels_last=layout == "cl")
+
+
+FP32 = Candidate(bf16=False, channels_last=False)
+
+
+def requested(*, enabled: bool, amp: str, channels_last: str) -> tuple[Setting, Setting]:
+    """(bf16, channels_last) as the config fixes them; None for an axis left at "auto"."""
+    if not enabled:
+        return False, False
+    bf16 = None if amp == "auto" else amp == "bf16"
+    cl = None if channels_last == "auto" else channels_last == "on"
+    return bf16, cl
+
+
+def candidates(device: torch.device, *, bf16: Setting, channels_last: Setting) -> list[Candidate]:
+    """The settings a probe compares: every value of each "auto" axis (bf16 only where the
+    device has bf16 units: elsewhere autocast emulates it, slower than fp32), the fixed value of
+    the others. The first is the reference that ties go to: no bf16 unless asked for, the
+    default layout."""
+    if bf16 is not None:
+        arithmetic = [bf16]
+    else:
+        arithmetic = [False, True] if device_has_bf16(device) else [False]
+    layouts = [channels_last] if channels_last is not None else [False, True]
+    return [Candidate(b, c) for b in arithmetic for c in layouts]
+
+
+def hardware_rule(device: torch.device) -> Candidate:
+    """What "auto" meant before it was measured: bf16 + channels-last where the device has
+    bf16 units. A checkpoint written then records no decision; its run continues with this."""
+    capable = device_has_bf16(device)
+    return Candidate(bf16=capable, channels_last=capable)
+
+
 @dataclass(frozen=True)
 class FastPath:
     device: torch.device
     bf16: bool
     channels_last: bool
     compile: bool
+
+    @property
+    def candidate(self) -> Candidate:
+        return Candidate(self.bf16, self.channels_last)
 
     def autocast(self) -> Callable[[], Any]:
         if not self.bf16:
@@ -59,18 +121,36 @@ class FastPath:
 
 
 def resolve_fast_path(
-    device: torch.device, *, enabled: bool, amp: str, channels_last: str, compile: bool
+    device: torch.device,
+    *,
+    enabled: bool,
+    amp: str,
+    channels_last: str,
+    compile: bool,
+    auto: Candidate | None = None,
 ) -> FastPath:
-    """Turn the config's 'auto' / 'on' / 'off' switches into concrete choices for `device`."""
+    """The config's 'auto' / 'on' / 'off' switches as concrete choices for `device`: explicit
+    settings as given, "auto" axes from `auto`, the decision of `fast_path_probe.decide` (the
+    trainer always passes one). Without one, "auto" follows `hardware_rule`, unmeasured."""
     if not enabled:
         return FastPath(device, bf16=False, channels_last=False, compile=False)
-    capable = device_has_bf16(device)
-    bf16 = amp == "bf16" or (amp == "auto" and capable)
-    cl = channels_last == "on" or (channels_last == "auto" and capable)
+    bf16, cl = requested(enabled=enabled, amp=amp, channels_last=channels_last)
+    auto = auto or hardware_rule(device)
+    set_device_options(device)
+    return FastPath(
+        device,
+        bf16=auto.bf16 if bf16 is None else bf16,
+        channels_last=auto.channels_last if cl is None else cl,
+        compile=compile,
+    )
+
+
+def set_device_options(device: torch.device) -> None:
+    """What the fast path turns on process-wide, whatever it decides: on CUDA, TF32 and cudnn
+    autotuning (clip shapes are fixed within a phase); nothing on the CPU."""
     if device.type == "cuda":
-        torch.backends.cudnn.benchmark = True  # fixed clip shapes within a phase
+        torch.backends.cudnn.benchmark = True
         set_tf32(True)
-    return FastPath(device, bf16=bf16, channels_last=cl, compile=compile)
 
 
 def set_tf32(enabled: bool) -> None:

@@ -50,6 +50,7 @@ from vidscale.train.checkpoint import (
     save_comm_state,
 )
 from vidscale.train.evaluate import EvalResult, Stream, evaluate, topk_hits
+from vidscale.train.fast_path_probe import RECORD_KEY
 from vidscale.train.host_memory import retain_freed_host_memory
 from vidscale.train.metrics import MetricsLog, plot_run, progress, read_metrics
 from vidscale.train.phase_switch import PhaseSwitch
@@ -167,9 +168,9 @@ class Trainer:
         self.cfg, self.run_dir, self.env, self.splits = cfg, run_dir, env, splits
         self.signals = signals or StopSignals()
         builders.set_threads(cfg, env)
-        self.fast = builders.fast_path(cfg, env)
         # Before the model and the loader workers allocate (see `host_memory`: CPU steps
-        # otherwise page-fault their activation buffers back in every step).
+        # otherwise page-fault their activation buffers back in every step), and before the
+        # fast-path probe, which must time steps as training runs them.
         self.host_memory_retained = (
             env.device.type == "cpu"
             and cfg.train.fast_path
@@ -178,6 +179,12 @@ class Trainer:
         )
         start = find_start(cfg, run_dir, env, mode=resume, train_size=len(splits.train))
         self.resumed_from, state = start.path, start.state
+        # "auto" measured at the base shape, or the resumed run's recorded choice; the same
+        # on every rank, and leaving every random stream untouched.
+        self.fast_choice = builders.decide_fast_path(
+            cfg, env, checkpoint=state, micro_batch=start.plan.micro_batch
+        )
+        self.fast = builders.fast_path(cfg, env, decision=self.fast_choice)
         torch.manual_seed(cfg.train.seed)  # the same initial weights on every rank and run
         self.model = builders.build_model(cfg, env, self.fast, fresh=state is None)
         if self.fast.compile:
@@ -213,6 +220,7 @@ class Trainer:
             self._load(state, exact=start.exact)
         if env.is_main:
             print(f"vidscale: {env.world_size} process(es), {self.fast.describe()}", flush=True)
+            print(f"vidscale: fast path: {self.fast_choice.describe()}", flush=True)
             prepare_run_dir(run_dir, cfg, start, classes=splits.classes)
         self.log = MetricsLog(
             run_dir, enabled=env.is_main, resumed_at=self.progress.step if state else None
@@ -267,6 +275,7 @@ class Trainer:
             "rank_counters": rank_counters,
             "adaptive_batch": self.adaptive.state_dict(),
             "batchnorm_splits": self.phase_switch.state_dict(),
+            RECORD_KEY: self.fast_choice.record(),  # a resume continues with this setting
             **checkpoint_record(self.cfg, self.start_plan),
             "model_name": self.cfg.model.name,
             "num_classes": self.cfg.model.num_classes,
@@ -556,6 +565,7 @@ class Trainer:
                 "strategy": self.cfg.dist.strategy,
                 "batch_history": [list(h) for h in self.adaptive.history],
                 "fast_path": self.fast.describe(),
+                "fast_path_choice": self.fast_choice.record(),
                 "host_memory_retained": self.host_memory_retained,
             },
         )

@@ -1,0 +1,17 @@
+"""Session-wide test settings.
+
+`train.amp` / `train.channels_last` = auto decide by a timed probe whose result is cached per
+machine. The suite gets a cache of its own, fresh each session: nothing is written to the
+user's `~/.cache`, and two runs of one shape inside the session (a run and its resume, or a
+run compared with another) read the same decision, whatever the machine's load did to the
+probe. Set at import, before any forkserver or torchrun child starts, so children inherit it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+_CACHE_DIR = Path(tempfile.mkdtemp(prefix="vidscale-fast-path-"))
+os.environ["VIDSCALE_FAST_PATH_CACHE"] = str(_CACHE_DIR / "fast_path.json")

@@ -1,0 +1,440 @@
+"""`train.amp` / `train.channels_last` = "auto": decided by timing the run's model, not assumed.
+
+bf16 autocast and channels-last do not always pay. On a 2-core AMX Xeon, TSM-ResNet-18 at the
+demo's shape (16 clips of 8x32² per process) took 0.358 s per bf16 + channels-last step against
+0.253 s in fp32: small frames leave the matrix units idle while autocast's casts and the layout
+conversions remain. At 224² the same CPU runs TSM-ResNet-50 2.3x faster in bf16. So "auto" is
+measured, per device and per shape:
+
+- **Probe** (`probe`): a few forward + backward passes (no optimizer step) of a copy of the run's
+  model, at its per-process batch and clip shape, for every candidate setting (`fast_path.
+  candidates`: fp32, fp32 + channels-last, bf16, bf16 + channels-last; only the axes left at
+  "auto", bf16 only where the device has bf16 units), interleaved round-robin after a warm-up
+  round, each sample right after an untimed call (`bench.timing.time_round_robin`). The copy is
+  built and fed under a forked RNG, so the run's weights, optimizer and random streams are
+  exactly those of a run without the probe.
+- **Rule** (`fast_path_rule.choose`, a pure function of the samples): per round, a candidate's
+  speedup over another is the other's time over its own; it beats the other when the median of
+  these per-round ratios exceeds 1 by more than their noise (interquartile range over median,
+  the "noise" of `bench models`) and by at least 2%, and it was faster in enough rounds to pass
+  a sign test (5 of 5, 9 of 10). Ties go to the exact arithmetic: the fastest fp32 candidate
+  that beats fp32 in the default layout is taken first, and a bf16 candidate must then beat
+  that one.
+- **Ranks**: every rank probes at once (as they will train: sharing the node's cores), the
+  samples are gathered and pooled, and rank 0's choice is broadcast, so all ranks use one
+  setting (`decide` ends with that broadcast whatever the source).
+- **Cache** (`fast_path_cache`): the decision is stored under a key naming the device, torch,
+  the model, the shape, threads, processes per node and the candidates; a hit skips the probe.
+- **Resume**: a checkpoint records the decision (`RECORD_KEY`); a resumed run takes it from there
+  without measuring, so it continues with the arithmetic it started with. A checkpoint from
+  before decisions were recorded continues under the old hardware rule
+  (`fast_path.hardware_rule`).
+- **Shapes**: one decision per run, at the recipe's base shape: multigrid phases and the adaptive
+  batch keep it (the parameters' layout is fixed when the model is built).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from vidscale.bench import hardware
+from vidscale.bench.timing import time_round_robin
+from vidscale.distributed.collectives import all_gather_object, broadcast_object
+from vidscale.train.fast_path import (
+    Candidate,
+    FastPath,
+    apply_to_model,
+    candidates,
+    hardware_rule,
+    requested,
+    set_device_options,
+)
+from vidscale.train.fast_path_cache import cache_key, read_cached, write_cached
+from vidscale.train.fast_path_rule import (
+    MIN_GAIN,
+    RULE,
+    SIGN_TEST_ALPHA,
+    Choice,
+    choose,
+    reference_of,
+)
+
+RECORD_KEY = "fast_path"  # the decision's record in a checkpoint
+
+Source = Literal["off", "explicit", "probe", "cache", "checkpoint", "hardware"]
+
+
+@dataclass(frozen=True)
+class ProbeSettings:
+    """Untimed warm-up rounds, timed rounds, and untimed calls before each timed one."""
+
+    warmup: int = 1
+    repeats: int = 5
+    settle: int = 1
+
+
+PROBE = ProbeSettings()
+
+
+@dataclass(frozen=True)
+class ProbeShape:
+    """What one process trains on: `batch` clips of `channels` x `frames` x `crop`²."""
+
+    batch: int
+    channels: int
+    frames: int
+    crop: int
+    num_classes: int
+
+    @property
+    def clips(self) -> tuple[int, int, int, int, int]:
+        return (self.batch, self.channels, self.frames, self.crop, self.crop)
+
+    def text(self) -> str:
+        return "x".join(str(n) for n in self.clips)
+
+
+@dataclass(frozen=True)
+class FastPathDecision:
+    """The (bf16, channels_last) a run uses, where it came from, and the numbers behind it.
+
+    `source`: "off" (`train.fast_path=false`), "explicit" (both axes set), "probe" (measured
+    now), "cache" (measured before, `fast_path_cache`), "checkpoint" (recorded by the run being
+    resumed), "hardware" (a resumed checkpoint from before decisions were recorded).
+    `measured` maps each candidate's label to its `Measured` fields, computed by `choose` from
+    `samples` (seconds per round and candidate: `choose(samples)` gives the decision again);
+    `rounds` counts the samples per candidate over all ranks; `load_average` is rank 0's
+    1-minute load average when the probe started (above the core count, other work shared the
+    cores, and the noise shows it).
+    """
+
+    bf16: bool
+    channels_last: bool
+    source: Source
+    reason: str = ""
+    shape: tuple[int, ...] = ()
+    measured: dict[str, dict[str, float]] = field(default_factory=dict)
+    samples: dict[str, list[float]] = field(default_factory=dict)
+    rounds: int = 0
+    load_average: float | None = None
+
+    @property
+    def candidate(self) -> Candidate:
+        return Candidate(self.bf16, self.channels_last)
+
+    @property
+    def reference(self) -> str:
+        """The candidate the probe's speedups are relative to ("" when nothing was probed)."""
+        return reference_of(self.measured) if self.measured else ""
+
+    def record(self) -> dict[str, Any]:
+        """JSON- and `torch.load(weights_only=True)`-safe: plain types only."""
+        return dataclasses.asdict(self) | {"shape": list(self.shape)}
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> FastPathDecision:
+        return cls(
+            bf16=bool(record["bf16"]),
+            channels_last=bool(record["channels_last"]),
+            source=record["source"],
+            reason=str(record.get("reason", "")),
+            shape=tuple(int(n) for n in record.get("shape", ())),
+            measured={k: dict(v) for k, v in record.get("measured", {}).items()},
+            samples={k: [float(t) for t in v] for k, v in record.get("samples", {}).items()},
+            rounds=int(record.get("rounds", 0)),
+            load_average=record.get("load_average"),
+        )
+
+    @classmethod
+    def measured_by(
+        cls,
+        choice: Choice,
+        *,
+        samples: Mapping[str, Sequence[float]],
+        shape: ProbeShape,
+        load_average: float | None = None,
+        source: Source = "probe",
+    ) -> FastPathDecision:
+        chosen = Candidate.from_label(choice.chosen)
+        return cls(
+            bf16=chosen.bf16,
+            channels_last=chosen.channels_last,
+            source=source,
+            reason=choice.reason,
+            shape=shape.clips,
+            measured={k: dataclasses.asdict(m) for k, m in choice.measured.items()},
+            samples={k: list(v) for k, v in samples.items()},
+            rounds=len(samples[choice.chosen]),
+            load_average=load_average,
+        )
+
+    def numbers(self) -> str:
+        """The probe's medians, e.g. "fp32 0.35 s; bf16+cl 0.364 s = 0.96x (noise 1%, faster
+        in 0/10)": seconds per step, then the speedup over the reference."""
+        parts = []
+        for label, m in self.measured.items():
+            text = f"{label} {m['seconds']:.3g} s"
+            if label != self.reference:
+                rounds = f"faster in {m['faster_rounds']}/{self.rounds}"
+                text += f" = {m['speedup']:.2f}x (noise {m['noise']:.0%}, {rounds})"
+            parts.append(text)
+        return "; ".join(parts)
+
+    def describe(self) -> str:
+        label = self.candidate.label
+        if self.source in ("off", "explicit"):
+            return f"{label} ({self.reason})"
+        if self.source in ("checkpoint", "hardware"):
+            return f"{label}, {self.reason}"
+        shape = "x".join(map(str, self.shape))
+        where = "probe" if self.source == "probe" else "cached probe"
+        load = "" if self.load_average is None else f", load average {self.load_average:.1f}"
+        return (
+            f"auto chose {label} ({where} at {shape}, {self.rounds} rounds{load}): "
+            f"{self.numbers()}; {self.reason}"
+        )
+
+
+def _step(
+    model: nn.Module, fast: FastPath, clips: torch.Tensor, labels: torch.Tensor
+) -> Callable[[], None]:
+    autocast = fast.autocast()
+
+    def step() -> None:
+        with autocast():  # the loop's train_step: loss and backward inside autocast
+            loss = nn.functional.cross_entropy(model(clips).float(), labels)
+            loss.backward()
+        model.zero_grad(set_to_none=True)
+
+    return step
+
+
+def probe(
+    build: Callable[[], nn.Module],
+    settings_to_time: Sequence[Candidate],
+    *,
+    device: torch.device,
+    shape: ProbeShape,
+    settings: ProbeSettings = PROBE,
+) -> dict[str, list[float]]:
+    """Seconds per training step (forward, loss, backward) of each candidate, per timed round.
+
+    `build()` gives a fresh model on the CPU; it is built, fed random clips and stepped under a
+    forked RNG (CPU and `device`), so the caller's random streams are left exactly as they were.
+    Process-wide settings (threads, host-memory retention, TF32) are the caller's: set them as
+    training will run before probing.
+    """
+    cuda = [device.index or 0] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=cuda):
+        torch.manual_seed(0)
+        base = build().to(device).train()
+        layouts = {c.channels_last for c in settings_to_time}
+        models = {
+            cl: apply_to_model(copy.deepcopy(base), FastPath(device, False, cl, False))
+            for cl in layouts
+        }
+        del base
+        clips = torch.randn(shape.clips, device=device)
+        labels = torch.randint(shape.num_classes, (shape.batch,), device=device)
+        calls = {}
+        for c in settings_to_time:
+            fast = FastPath(device, c.bf16, c.channels_last, compile=False)
+            calls[c.label] = _step(models[c.channels_last], fast, clips, labels)
+        samples = time_round_robin(
+            calls,
+            warmup=settings.warmup,
+            repeats=settings.repeats,
+            settle=settings.settle,
+            sync=lambda: hardware.synchronize(device),
+        ).seconds
+    del models, calls, clips, labels
+    if device.type == "cuda":
+        torch.cuda.empty_cache()  # the probe's copies are not the run's: hand the memory back
+    return samples
+
+
+def _explicit(bf16: bool, cl: bool, *, amp: str, channels_last: str) -> FastPathDecision:
+    return FastPathDecision(
+        bf16, cl, "explicit", reason=f"train.amp={amp}, train.channels_last={channels_last}"
+    )
+
+
+def _recorded(
+    checkpoint: Mapping[str, Any], fixed: tuple[bool | None, bool | None], device: torch.device
+) -> FastPathDecision:
+    """The resumed run's own decision, explicit settings of this start winning per axis."""
+    record = checkpoint.get(RECORD_KEY)
+    if record is None:
+        rule = hardware_rule(device)
+        found = FastPathDecision(
+            rule.bf16,
+            rule.channels_last,
+            "hardware",
+            reason="the rule its checkpoint was trained with (bf16 + channels-last where the "
+            "device has bf16 units; no decision recorded)",
+        )
+    else:
+        found = FastPathDecision.from_record(record)
+        where = f"{found.source}: {found.reason}" if found.reason else found.source
+        found = dataclasses.replace(
+            found, source="checkpoint", reason=f"as the resumed run recorded it ({where})"
+        )
+    bf16, cl = fixed
+    return dataclasses.replace(
+        found,
+        bf16=found.bf16 if bf16 is None else bf16,
+        channels_last=found.channels_last if cl is None else cl,
+    )
+
+
+def _probe_all_ranks(
+    build: Callable[[], nn.Module],
+    settings_to_time: Sequence[Candidate],
+    *,
+    device: torch.device,
+    shape: ProbeShape,
+    settings: ProbeSettings,
+) -> FastPathDecision:
+    """Every rank probes; the samples of all ranks are pooled (rounds stay aligned: each rank's
+    rounds follow the previous rank's in every candidate's list) and chosen from."""
+    set_device_options(device)  # the fp32 candidate is TF32 on CUDA, as training runs it
+    load = hardware.load_average()
+    mine = probe(build, settings_to_time, device=device, shape=shape, settings=settings)
+    pooled: dict[str, list[float]] = {label: [] for label in mine}
+    for samples in all_gather_object(mine):
+        for label, seconds in samples.items():
+            pooled[label].extend(seconds)
+    choice = choose(pooled)
+    return FastPathDecision.measured_by(choice, samples=pooled, shape=shape, load_average=load)
+
+
+def decide(
+    device: torch.device,
+    *,
+    enabled: bool,
+    amp: str,
+    channels_last: str,
+    build: Callable[[], nn.Module],
+    shape: ProbeShape,
+    key_fields: Mapping[str, Any],
+    cache: Path | None,
+    checkpoint: Mapping[str, Any] | None,
+    is_main: bool,
+    settings: ProbeSettings = PROBE,
+    log: Callable[[str], None] = lambda _: None,
+) -> FastPathDecision:
+    """The fast-path setting of a run, the same on every rank (a collective: every rank calls it).
+
+    In order: `enabled=False` is all off; both axes explicit are used as given; a resumed run
+    (`checkpoint`: the state it continues) takes its recorded decision for the "auto" axes; a
+    cache hit (read by rank 0) is reused; otherwise every rank probes (`probe`) and rank 0
+    chooses from the pooled samples (`choose`) and writes the cache. `key_fields` name the
+    run's model and process layout in the cache key, beside the device, torch, `shape`, threads
+    and candidates added here. `log` receives what is worth printing (rank 0's).
+    """
+    decision = settled(
+        device, enabled=enabled, amp=amp, channels_last=channels_last, checkpoint=checkpoint
+    )
+    if decision is None:
+        fixed = requested(enabled=enabled, amp=amp, channels_last=channels_last)
+        to_time = candidates(device, bf16=fixed[0], channels_last=fixed[1])
+        key = probe_key(device, shape=shape, candidates=to_time, settings=settings, **key_fields)
+        decision = _cached_or_probed(
+            build,
+            to_time,
+            device=device,
+            shape=shape,
+            settings=settings,
+            key=key,
+            cache=cache,
+            is_main=is_main,
+            log=log,
+        )
+    return FastPathDecision.from_record(broadcast_object(decision.record()))
+
+
+def settled(
+    device: torch.device,
+    *,
+    enabled: bool,
+    amp: str,
+    channels_last: str,
+    checkpoint: Mapping[str, Any] | None,
+) -> FastPathDecision | None:
+    """The decision where nothing needs measuring: all off, both axes explicit, or the record
+    of the resumed `checkpoint` (the state it continues) for the "auto" axes. None when the
+    cache or a probe must decide (a fresh run with an axis at "auto")."""
+    fixed = requested(enabled=enabled, amp=amp, channels_last=channels_last)
+    to_time = candidates(device, bf16=fixed[0], channels_last=fixed[1])
+    if not enabled:
+        return FastPathDecision(False, False, "off", reason="train.fast_path=false")
+    if len(to_time) == 1:
+        only = to_time[0]
+        return _explicit(only.bf16, only.channels_last, amp=amp, channels_last=channels_last)
+    if checkpoint is not None:
+        return _recorded(checkpoint, fixed, device)
+    return None
+
+
+def _cached_or_probed(
+    build: Callable[[], nn.Module],
+    to_time: Sequence[Candidate],
+    *,
+    device: torch.device,
+    shape: ProbeShape,
+    settings: ProbeSettings,
+    key: str,
+    cache: Path | None,
+    is_main: bool,
+    log: Callable[[str], None],
+) -> FastPathDecision:
+    hit = None
+    if is_main and cache is not None:
+        hit, problem = read_cached(cache, key)
+        if problem:
+            log(f"warning: fast-path cache: {problem}")
+    hit = broadcast_object(hit)
+    if hit is not None:
+        return dataclasses.replace(FastPathDecision.from_record(hit), source="cache")
+    labels = ", ".join(c.label for c in to_time)
+    rounds = f"{settings.warmup} + {settings.repeats} rounds"
+    log(f"fast path: timing {labels} at {shape.text()} ({rounds}) to decide train.amp=auto")
+    decision = _probe_all_ranks(build, to_time, device=device, shape=shape, settings=settings)
+    if is_main and cache is not None:
+        problem = write_cached(cache, key, decision.record())
+        if problem:
+            log(f"warning: fast-path cache: {problem}")
+    return decision
+
+
+def probe_key(
+    device: torch.device,
+    *,
+    shape: ProbeShape,
+    candidates: Sequence[Candidate],
+    settings: ProbeSettings,
+    **run: Any,
+) -> str:
+    """The cache key of a probe: what decides its outcome (device, torch build, threads, shape,
+    candidates, how it was timed and chosen) and the run's own fields `run` (model, processes
+    per node, host-memory retention)."""
+    fields = {
+        "device": f"{device.type}:{hardware.device_name(device)}",
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "clips": shape.text(),
+        "classes": shape.num_classes,
+        "candidates": ",".join(c.label for c in candidates),
+        "probe": f"w{settings.warmup}r{settings.repeats}s{settings.settle}",
+        "rule": f"{RULE}/{MIN_GAIN}/{SIGN_TEST_ALPHA}",  # another rule measures again
+        **run,
+    }
+    return cache_key(fields)
