@@ -259,6 +259,164 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- plan: the scaling model as a capacity planner (bench/capacity.py, docs/scaling.md) ---------
+
+
+def _non_negative(text: str) -> float:
+    """An argparse type: a number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def _duration(text: str) -> float:
+    """An argparse type: a duration (`15m`, `1h30m`, `90s`) in seconds."""
+    from vidscale.bench.capacity import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _plan_request(args: argparse.Namespace, gpus: int | None) -> Any:
+    """The request of the flags; with --measured, the file's inputs where no flag gives them."""
+    from vidscale.bench.capacity import PlanRequest, read_measured, with_measured
+
+    _check_model("--model", args.model)
+    req = PlanRequest(
+        model=args.model,
+        hardware=args.hardware,
+        gpus=gpus,
+        batch_per_gpu=args.batch_per_gpu or 8,
+        epochs=args.epochs,
+        clips=args.clips,
+        frames=args.frames,
+        step_time=args.step_time,
+        data_time=args.data_time,
+        bandwidth_gbps=args.bandwidth_gbps,
+        latency_us=args.latency_us,
+        gpus_per_node=args.gpus_per_node,
+        bucket_mb=args.bucket_mb,
+        framework=args.framework,
+        grad_dtype=args.grad_dtype,
+    )
+    if args.measured is None:
+        return req
+    measured = read_measured(args.measured, args.model)
+    return with_measured(req, measured, keep_batch=args.batch_per_gpu is not None)
+
+
+def _plan_paper_figures(out: Path) -> int:
+    from vidscale.bench.paper_figures import format_paper, write_paper_figures
+    from vidscale.bench.paper_scaling import paper_report
+
+    _check_parent("--paper-figures", out / "scaling_paper.json", made=True)
+    report = paper_report()
+    files = write_paper_figures(out, report)
+    print(format_paper(report))
+    print("wrote " + ", ".join(str(f) for f in files))
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from vidscale.bench import capacity, plan_report
+
+    if args.paper_figures is not None:
+        return _plan_paper_figures(args.paper_figures)
+    if args.target is not None and (args.compare or args.gpus is not None):
+        raise ConfigError("--target finds the GPU count itself: leave out --gpus and --compare")
+    gpus = args.gpus or (None,)  # default: one whole node of the hardware
+    req = _plan_request(args, gpus[0])
+    for warning in capacity.measured_warnings(req):
+        print(f"vidscale plan: warning: {warning}", file=sys.stderr)
+    out: Any
+    if args.target is not None:
+        found = capacity.gpus_for_target(req, args.target)
+        out = plan_report.target_as_dict(found)
+        text = plan_report.format_target(found)
+    elif args.compare or len(gpus) > 1:
+        models = tuple(args.compare or (args.model,))
+        for name in models:
+            _check_model("--compare", name)
+        counts = args.gpus or capacity.default_gpu_counts(req)
+        results = capacity.compare(req, models, counts)
+        out = [plan_report.plan_as_dict(r) for r in results]
+        text = plan_report.format_table(results)
+    else:
+        result = capacity.plan(req)
+        out = plan_report.plan_as_dict(result)
+        text = plan_report.format_plan(result)
+    print(json.dumps(out, indent=2) if args.json else text)
+    return 0
+
+
+def _add_plan(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "plan",
+        help="time to train on P GPUs, GPUs for a target time, models compared (scaling model)",
+        description="Predict data-parallel training time from the scaling model of "
+        "docs/scaling.md: step = compute + exposed all-reduce (ring, overlapped with the "
+        "backward pass) + exposed data loading.",
+    )
+    p.add_argument("--model", default="tsm_resnet50", help="registry model (tsm_resnet50)")
+    p.add_argument(
+        "--hardware",
+        default="summit",
+        help="summit, paper-p100, dgx-a100, dgx-h100 or local (summit)",
+    )
+    p.add_argument("--gpus", type=_int_list(1), default=None, help="GPUs or 48,384 (one node)")
+    p.add_argument(
+        "--batch-per-gpu",
+        type=_at_least(1),
+        default=None,
+        help="clips per GPU (8, or the --measured run's)",
+    )
+    p.add_argument("--epochs", type=_above(0), default=100.0, help="epochs (100)")
+    p.add_argument("--clips", type=_at_least(1), default=240_000, help="clips per epoch (240,000)")
+    p.add_argument("--frames", type=_at_least(1), default=None, help="frames per clip (model's)")
+    p.add_argument("--target", type=_duration, default=None, help="fewest GPUs for this time: 15m")
+    p.add_argument("--compare", nargs="+", default=None, metavar="MODEL", help="side by side")
+    p.add_argument(
+        "--step-time", type=_above(0), default=None, help="measured s per step, one GPU, no comm"
+    )
+    p.add_argument(
+        "--data-time",
+        type=_non_negative,
+        default=None,
+        help="loader s per clip per GPU (hidden, or --measured's wait)",
+    )
+    p.add_argument(
+        "--bandwidth-gbps", type=_above(0), default=None, help="achieved Gb/s per node (network)"
+    )
+    p.add_argument("--latency-us", type=_non_negative, default=None, help="network hop latency")
+    p.add_argument("--gpus-per-node", type=_at_least(1), default=None)
+    p.add_argument("--bucket-mb", type=_above(0), default=None, help="DDP bucket / Horovod fusion")
+    p.add_argument("--grad-dtype", choices=["fp32", "bf16", "fp16"], default="fp32")
+    p.add_argument("--framework", choices=["ddp", "horovod"], default=None)
+    p.add_argument(
+        "--measured",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="a `vidscale bench scaling` JSON: --model's measured compute, data wait and "
+        "overlap (explicit flags win)",
+    )
+    p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--paper-figures",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="reproduce Table 3, Fig. 3c and Fig. 6: print them, write JSON and plots to DIR",
+    )
+    p.set_defaults(fn=cmd_plan)
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     import dataclasses
 
@@ -314,16 +472,20 @@ def _eval_two_stream(args: argparse.Namespace, views: Any) -> int:
 
 
 def cmd_bench_data(args: argparse.Namespace) -> int:
-    from vidscale.bench.dataload import BenchVideoSpec, bench_data
+    from dataclasses import replace
+
+    from vidscale.bench.dataload import PRESETS, bench_data
 
     _check_dir("--videos", args.videos)
     _check_parent("--out-json", args.out_json)
+    generate = replace(PRESETS[args.preset], count=args.count, seconds=args.seconds)
     bench_data(
         args.videos,
         out_json=args.out_json,
         work_dir=args.work_dir,
         rounds=args.rounds,
-        generate=BenchVideoSpec(count=args.count, seconds=args.seconds),
+        generate=generate,
+        threads=args.threads,
     )
     return 0
 
@@ -624,6 +786,12 @@ def _add_bench_models(bench_sub: argparse._SubParsersAction) -> None:
     p.add_argument("--peak-size", type=_at_least(0), default=None, help="peak matmul side")
     p.add_argument("--num-classes", type=_at_least(1), default=None, help="classes (400)")
     p.add_argument("--clock", choices=["wall", "process"], default=None)
+    p.add_argument(
+        "--probe-repeats",
+        type=_at_least(1),
+        default=None,
+        help="timed rounds of the probe deciding what auto (the fast rows) runs (5)",
+    )
     p.add_argument("--quick", action="store_true", help="tiny settings for a smoke test")
     p.add_argument("--out-json", type=Path, default=Path("bench_models.json"))
     p.set_defaults(fn=cmd_bench_models)
@@ -680,6 +848,97 @@ def _add_bench_flow(bench_sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--out-json", type=Path, default=Path("bench_flow.json"))
     p.set_defaults(fn=cmd_bench_flow)
+
+
+# -- bench scaling -----------------------------------------------------------------------------
+
+
+def cmd_bench_scaling(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from vidscale.bench.scaling import (
+        ScalingConfig,
+        ScalingRunFailed,
+        bench_scaling,
+        resolve,
+        run_worker,
+        torchrun_world,
+    )
+    from vidscale.bench.scaling_report import format_table
+
+    # Every ScalingConfig field but `fast_path` has a flag of the same name; unset flags keep
+    # the config's default.
+    names = [f.name for f in dataclasses.fields(ScalingConfig) if hasattr(args, f.name)]
+    given = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
+    given = {k: tuple(v) if isinstance(v, list) else v for k, v in given.items()}
+    cfg = resolve(ScalingConfig(**given, fast_path=not args.no_fast_path), world=torchrun_world())
+    if args.worker_out is not None:  # a rank of a torchrun that `bench scaling` started
+        run_worker(cfg, args.worker_out)
+        return 0
+    _check_parent("--out-json", args.out_json)
+    _check_parent("--plot", args.plot)
+    if args.baseline is not None and not args.baseline.is_file():
+        raise ConfigError(f"--baseline: {args.baseline} is not a file")
+    try:
+        result = bench_scaling(cfg, out_json=args.out_json, plot=args.plot, baseline=args.baseline)
+    except ScalingRunFailed as err:  # not bad input: a run failed (status 1, its output above)
+        print(f"vidscale: error: bench scaling: {err}", file=sys.stderr)
+        return 1
+    if result is not None:  # rank 0
+        print(format_table(result.report))
+        print("wrote " + ", ".join(str(f) for f in result.files))
+    return 0
+
+
+def _add_bench_scaling(bench_sub: argparse._SubParsersAction) -> None:
+    p = bench_sub.add_parser(
+        "scaling",
+        help="TSM paper Fig. 6: clips/s, speed-up and efficiency vs processes; each step "
+        "split into compute, data wait and exposed communication",
+    )
+    p.add_argument("--models", nargs="+", default=None, help="registered models (tsm_resnet50)")
+    p.add_argument(
+        "--procs",
+        nargs="+",
+        type=_at_least(1),
+        default=None,
+        help="process counts (1, 2, 4, ... up to the cores, or the GPUs); under torchrun: its "
+        "world size",
+    )
+    p.add_argument("--steps", type=_at_least(1), default=None, help="measured steps (8)")
+    p.add_argument("--warmup", type=_at_least(0), default=None, help="untimed steps first (3)")
+    p.add_argument("--batch", type=_at_least(1), default=None, help="clips per process (8)")
+    p.add_argument("--frames", type=_at_least(1), default=None, help="frames per clip (8)")
+    p.add_argument("--size", type=_at_least(32), default=None, help="frame side (224)")
+    p.add_argument("--num-classes", type=_at_least(1), default=None, help="classes (400)")
+    p.add_argument(
+        "--threads", type=_at_least(0), default=None, help="threads per process (0: cores/max P)"
+    )
+    p.add_argument("--workers", type=_at_least(0), default=None, help="loader processes (0)")
+    p.add_argument(
+        "--hooks",
+        nargs="+",
+        choices=["none", "fp16", "bf16", "powersgd"],
+        default=None,
+        help="DDP gradient hooks (none bf16 powersgd)",
+    )
+    p.add_argument(
+        "--strategies", nargs="+", choices=["ddp", "aavg"], default=None, help="(ddp aavg)"
+    )
+    p.add_argument("--aavg-k", type=_at_least(1), default=None, help="AAVG: steps per average (4)")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None)
+    p.add_argument("--bucket-cap-mb", type=_above(0), default=None, help="DDP buckets (25)")
+    p.add_argument("--no-fast-path", action="store_true", help="fp32, default memory layout")
+    p.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="an earlier JSON whose 1-process rows to compare with (under torchrun)",
+    )
+    p.add_argument("--out-json", type=Path, default=Path("bench_scaling.json"))
+    p.add_argument("--plot", type=Path, default=Path("bench_scaling.png"))
+    p.add_argument("--worker-out", type=Path, default=None, help=argparse.SUPPRESS)
+    p.set_defaults(fn=cmd_bench_scaling)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -838,6 +1097,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--csv", type=Path, default=None, help="also write the per-epoch table here")
     p.set_defaults(fn=cmd_schedule)
+    _add_plan(sub)
 
     p = sub.add_parser("eval", help="evaluate a run's checkpoints (mean/std over the last N)")
     p.add_argument("run", type=Path, nargs="+", metavar="RUN")
@@ -876,6 +1136,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--work-dir", type=Path, default=None)
     p.add_argument("--count", type=_at_least(1), default=4, help="videos to generate")
     p.add_argument("--seconds", type=_above(0), default=10.0, help="length of generated videos")
+    p.add_argument(
+        "--preset",
+        choices=["default", "k400"],
+        default="default",
+        help="generated videos: 340x256 CRF 23, GOP 250 and 16; k400: 456x256 CRF 21, GOP 250",
+    )
+    p.add_argument(
+        "--threads", type=_at_least(1), default=1, help="also time h264_plan on N decoder threads"
+    )
     p.add_argument("--rounds", type=_at_least(1), default=5)
     p.set_defaults(fn=cmd_bench_data)
     p = bench_sub.add_parser("data-wait", help="share of step time blocked on data (Fig. 3b)")
@@ -891,6 +1160,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_bench_data_wait)
     _add_bench_models(bench_sub)
     _add_bench_flow(bench_sub)
+    _add_bench_scaling(bench_sub)
     return parser
 
 

@@ -11,9 +11,11 @@ from torch import nn
 
 from tests.distributed.multiproc import run_ranks
 from vidscale.distributed.comm_hooks import (
+    BucketTimes,
     CommConfig,
     HookName,
     attach_comm_hook,
+    exposed_seconds,
     union_seconds,
 )
 from vidscale.distributed.ddp import gradient_sync, wrap_ddp
@@ -124,6 +126,41 @@ def test_union_counts_overlapping_all_reduces_once() -> None:
     assert union_seconds([(0.0, 1.0), (2.0, 3.0)]) == 2.0  # apart
     assert union_seconds([(1.0, 3.0), (0.0, 2.0)]) == 3.0  # overlapping, in any order
     assert union_seconds([(0.0, 4.0), (1.0, 2.0), (3.0, 5.0)]) == 5.0  # nested, then past
+
+
+def test_exposed_time_is_the_hook_calls_and_the_wait_after_the_last_bucket() -> None:
+    # Bucket 0's hook holds the thread 0.1 s, its all-reduce ends at 2.0; the last bucket is
+    # handed over at 1.0 (the backward compute is done): the step waits from 1.0 to 2.0.
+    overlapped = [BucketTimes(0.0, 0.1, 2.0), BucketTimes(1.0, 1.1, 1.5, last=True)]
+    assert exposed_seconds(overlapped) == pytest.approx(0.1 + 1.0)
+    # A hook that blocks until its all-reduce is done (PowerSGD on gloo): all of it.
+    blocking = [BucketTimes(0.0, 0.5, 0.5), BucketTimes(1.0, 1.4, 1.4, last=True)]
+    assert exposed_seconds(blocking) == pytest.approx(0.9)
+    # A pass whose last bucket was not launched: its hook calls only.
+    assert exposed_seconds([BucketTimes(0.0, 0.1, 2.0)]) == pytest.approx(0.1)
+    assert exposed_seconds([]) == 0.0
+
+
+def many_bucket_traffic(env: DistEnv, hook: HookName) -> tuple[Traffic, Traffic, float]:
+    """take() after a synchronised step with many buckets (PowerSGD compressing), take()
+    again, and the step's wall time."""
+    ddp = wrap_ddp(deep_model(), env, bucket_cap_mb=0.01)
+    comm = attach_comm_hook(ddp, CommConfig(hook=hook, powersgd_rank=2, powersgd_start_step=2))
+    for step in range(3):
+        backward_on_random_batch(ddp, env, step, features=48)
+        comm.take()
+    start = time.perf_counter()
+    backward_on_random_batch(ddp, env, 3, features=48)
+    wall = time.perf_counter() - start
+    return comm.take(), comm.take(), wall
+
+
+@pytest.mark.parametrize("hook", ["none", "powersgd"])
+def test_exposed_time_lies_within_the_time_in_flight(hook: str) -> None:
+    for traffic, after, wall in run_ranks(many_bucket_traffic, 2, hook):
+        assert traffic.rounds == 1
+        assert 0 < traffic.exposed_seconds <= traffic.seconds < wall
+        assert after == Traffic()
 
 
 def conv_bn_model() -> nn.Module:

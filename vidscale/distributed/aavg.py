@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
-import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ import torch
 from torch import nn
 
 from vidscale.distributed.averaging import average_replicas
+from vidscale.distributed.comm_hooks import Mark, mark, seconds_between
 from vidscale.distributed.env import DistEnv
 from vidscale.distributed.parallel import DataParallel
 from vidscale.distributed.traffic import Traffic
@@ -95,7 +95,8 @@ class AAVGStrategy(DataParallel):
         self._model: nn.Module | None = None
         self._optimizer: torch.optim.Optimizer | None = None
         self._in_sync = True  # no local step since the last averaging
-        self._traffic = Traffic()
+        # Averagings not yet taken: start and end marks, bytes sent, rounds.
+        self._timed: list[tuple[Mark, Mark, int, int]] = []
         # One process has nothing to average and no per-rank state.
         self.per_rank = env.distributed
 
@@ -132,7 +133,11 @@ class AAVGStrategy(DataParallel):
             self._in_sync = False
 
     def take_traffic(self) -> Traffic:
-        traffic, self._traffic = self._traffic, Traffic()
+        timed, self._timed = self._timed, []
+        traffic = Traffic()
+        for start, end, sent, rounds in timed:
+            seconds = seconds_between(start, end)
+            traffic += Traffic(sent, seconds, rounds, exposed_seconds=seconds)
         return traffic
 
     def state_dict(self) -> dict[str, Any]:
@@ -166,17 +171,19 @@ class AAVGStrategy(DataParallel):
 
     def _average(self, *, of_the_algorithm: bool = True) -> None:
         """Average the replicas. Traffic is always counted; only the algorithm's averagings
-        (not a checkpoint's, of a copy) count as rounds."""
+        (not a checkpoint's, of a copy) count as rounds. The averaging blocks the step, so all
+        of its time is exposed (`Traffic.exposed_seconds`); on CUDA it is timed by events on
+        the device's stream, as the gradient hooks are (`comm_hooks.mark`), without a host wait
+        here."""
         model, optimizer = self._parts()
-        start = time.perf_counter()
+        start = mark(self.env.device)
         stats = average_replicas(
             model,
             optimizer,
             merge_optimizer_state=self.cfg.merge_optimizer_state,
             merge_bn=self.cfg.merge_bn,
         )
-        seconds = time.perf_counter() - start
-        self._traffic += Traffic(stats.bytes_sent, seconds, int(of_the_algorithm))
+        self._timed.append((start, mark(self.env.device), stats.bytes_sent, int(of_the_algorithm)))
         self._in_sync = True
 
     def _parts(self) -> tuple[nn.Module, torch.optim.Optimizer]:

@@ -1,0 +1,257 @@
+"""`vidscale bench scaling`: real torchrun runs of 1 and 2 gloo processes, checked for what the
+report claims (the parts of a step add up to it, efficiency is the paper's, bytes are the
+model's), and one-line errors for bad arguments.
+
+Speeds are measured but never asserted (they depend on the machine and its load).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from vidscale.bench.scaling import ScalingConfig, check_procs, resolve
+from vidscale.cli import main
+from vidscale.config import ConfigError
+from vidscale.models.registry import ModelConfig, build_model
+
+MODEL, BATCH, STEPS, K = "tsm_resnet18", 2, 2, 2
+ROW_KEYS = {
+    "model",
+    "variant",
+    "strategy",
+    "hook",
+    "k",
+    "procs",
+    "device",
+    "fast_path",
+    "params",
+    "grad_bytes",
+    "batch_per_process",
+    "global_batch",
+    "steps",
+    "clips_per_s",
+    "ideal_clips_per_s",
+    "speedup",
+    "efficiency",
+    "step_s",
+    "step_spread_s",
+    "compute_s",
+    "data_wait_s",
+    "comm_exposed_s",
+    "forward_sync_s",
+    "comm_in_flight_s",
+    "comm_bytes_per_step",
+    "comm_rounds_per_step",
+    "thread_cpu_s",
+    "load_average",
+    "ranks",
+}
+SERIES = {
+    "step_s",
+    "data_wait_s",
+    "comm_exposed_s",
+    "forward_sync_s",
+    "comm_in_flight_s",
+    "comm_bytes",
+    "comm_rounds",
+    "thread_cpu_s",
+    "compute_s",
+}
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str, Path]:
+    """One real run: 1 process, then 2 gloo processes under DDP (plain and bf16) and AAVG."""
+    out = tmp_path_factory.mktemp("scaling")
+    argv = [
+        "bench",
+        "scaling",
+        "--models",
+        MODEL,
+        "--procs",
+        "1",
+        "2",
+        "--frames",
+        "8",
+        "--size",
+        "32",
+        "--batch",
+        str(BATCH),
+        "--steps",
+        str(STEPS),
+        "--warmup",
+        "1",
+        "--threads",
+        "1",
+        "--hooks",
+        "none",
+        "bf16",
+        "--strategies",
+        "ddp",
+        "aavg",
+        "--aavg-k",
+        str(K),
+        "--out-json",
+        str(out / "scaling.json"),
+        "--plot",
+        str(out / "scaling.png"),
+    ]
+    table = io.StringIO()
+    with contextlib.redirect_stdout(table):
+        assert main(argv) == 0
+    return json.loads((out / "scaling.json").read_text()), table.getvalue(), out
+
+
+def _rows(report: dict[str, Any]) -> dict[tuple[int, str], dict[str, Any]]:
+    return {(r["procs"], r["variant"]): r for r in report["runs"]}
+
+
+@pytest.mark.slow
+def test_report_has_one_row_per_variant_and_process_count(measured: tuple) -> None:
+    report, table, out = measured
+    assert report["settings"]["procs"] == [1, 2] and report["settings"]["threads"] == 1
+    assert list(_rows(report)) == [(1, "1 process"), (2, "ddp"), (2, "ddp+bf16"), (2, "aavg k=2")]
+    for row in report["runs"]:
+        assert set(row) == ROW_KEYS
+        assert row["model"] == MODEL and row["steps"] == STEPS
+        assert row["global_batch"] == BATCH * row["procs"]
+        assert [r["rank"] for r in row["ranks"]] == list(range(row["procs"]))
+        for rank in row["ranks"]:
+            assert set(rank) == SERIES | {"rank"}
+            assert all(len(rank[k]) == STEPS for k in SERIES)
+        assert row["variant"] in table
+    assert (out / "scaling.png").stat().st_size > 10_000
+    assert "clips/s" in table and "effic." in table and "comm exp" in table
+
+
+@pytest.mark.slow
+def test_compute_data_and_exposed_communication_add_up_to_the_step(measured: tuple) -> None:
+    report, _, _ = measured
+    for row in report["runs"]:
+        for rank in row["ranks"]:
+            for step, data, comm, compute, flight in zip(
+                rank["step_s"],
+                rank["data_wait_s"],
+                rank["comm_exposed_s"],
+                rank["compute_s"],
+                rank["comm_in_flight_s"],
+                strict=True,
+            ):
+                assert compute + data + comm == pytest.approx(step, rel=1e-12)
+                # Each part is measured on its own: all of them fit inside the step.
+                assert data >= 0 and comm >= 0 and compute > 0 and data + comm < step
+                assert comm <= flight + 1e-9  # exposed time is part of the time in flight
+        parts = row["compute_s"] + row["data_wait_s"] + row["comm_exposed_s"]
+        assert parts == pytest.approx(row["step_s"], rel=1e-12)
+        assert row["step_spread_s"]["min"] <= row["step_s"] <= row["step_spread_s"]["max"]
+
+
+@pytest.mark.slow
+def test_communication_is_where_the_strategy_puts_it(measured: tuple) -> None:
+    rows = _rows(measured[0])
+    single = rows[(1, "1 process")]
+    assert single["comm_exposed_s"] == 0 and single["comm_bytes_per_step"] == 0
+    for variant in ("ddp", "ddp+bf16"):
+        ddp = rows[(2, variant)]
+        assert ddp["comm_rounds_per_step"] == 1  # one gradient all-reduce per step
+        assert 0 < ddp["comm_exposed_s"] <= ddp["comm_in_flight_s"]
+        assert ddp["forward_sync_s"] > 0  # DDP broadcasts BN statistics at every forward
+    aavg = rows[(2, "aavg k=2")]
+    assert aavg["comm_rounds_per_step"] == 1 / K  # one averaging every K steps
+    assert aavg["forward_sync_s"] == 0  # no DDP
+    for rank in aavg["ranks"]:  # the averaging blocks: all of it is exposed
+        assert rank["comm_exposed_s"] == rank["comm_in_flight_s"]
+        assert [b > 0 for b in rank["comm_bytes"]] == [(s + 1) % K == 0 for s in range(STEPS)]
+
+
+@pytest.mark.slow
+def test_efficiency_is_measured_speed_over_one_process_times_p(measured: tuple) -> None:
+    rows = _rows(measured[0])
+    one = rows[(1, "1 process")]["clips_per_s"]
+    for (procs, _), row in rows.items():
+        assert row["clips_per_s"] == pytest.approx(procs * BATCH / row["step_s"])
+        assert row["ideal_clips_per_s"] == pytest.approx(procs * one)
+        assert row["speedup"] == pytest.approx(row["clips_per_s"] / one)
+        assert row["efficiency"] == pytest.approx(row["clips_per_s"] / (procs * one))
+    assert rows[(1, "1 process")]["efficiency"] == 1.0
+
+
+def _bytes(tensors: list[torch.Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+@pytest.mark.slow
+def test_bytes_per_step_are_the_models_gradients_and_half_in_bf16(measured: tuple) -> None:
+    rows = _rows(measured[0])
+    model = build_model(ModelConfig(name=MODEL, num_classes=400))
+    params = [p for p in model.parameters() if p.requires_grad]
+    assert rows[(2, "ddp")]["grad_bytes"] == _bytes(params)
+    assert rows[(2, "ddp")]["comm_bytes_per_step"] == _bytes(params)
+    assert rows[(2, "ddp+bf16")]["comm_bytes_per_step"] == _bytes(params) / 2
+    # AAVG averages weights, SGD momentum and BN statistics (Alg. 2) once every K steps.
+    bn = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    stats = [t for m in bn for t in (m.running_mean, m.running_var) if t is not None]
+    averaged = 2 * _bytes(params) + _bytes(stats)
+    assert rows[(2, "aavg k=2")]["comm_bytes_per_step"] == averaged / K
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["--models", "no_such_model"], "--models"),
+        (["--procs", "0"], "--procs"),
+        (["--steps", "0"], "--steps"),
+        (["--batch", "0"], "--batch"),
+        (["--size", "8"], "--size"),
+        (["--hooks", "zip"], "--hooks"),
+        (["--strategies", "aavg", "--aavg-k", "3", "--steps", "4"], "--steps"),
+        (["--hooks", "powersgd", "--warmup", "1"], "--warmup"),
+        (["--models", MODEL, "--batch", "1", "--frames", "1", "--size", "32"], "--models"),
+    ],
+)
+def test_bad_arguments_give_one_line_naming_the_option(
+    args: list[str], flag: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = ["--out-json", str(tmp_path / "s.json"), "--plot", str(tmp_path / "s.png")]
+    assert _status(["bench", "scaling", *args, *out]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("vidscale: error:") and flag in err and "\n" not in err
+    assert not (tmp_path / "s.json").exists()
+
+
+def _status(argv: list[str]) -> int | str | None:
+    """`main`'s exit status, whether it returns it or argparse exits with it."""
+    try:
+        return main(argv)
+    except SystemExit as stop:
+        return stop.code
+
+
+def test_no_cuda_device_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this host has a CUDA device")
+    assert _status(["bench", "scaling", "--device", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--device cuda" in err
+
+
+def test_more_processes_than_gpus_names_procs() -> None:
+    check_procs((1, 2), device_type="cuda", devices=2)
+    check_procs((1, 8), device_type="cpu", devices=0)  # CPU processes share the cores
+    with pytest.raises(ConfigError, match="--procs: 4 processes but this host has 2 CUDA"):
+        check_procs((1, 4), device_type="cuda", devices=2)
+
+
+def test_under_torchrun_the_world_size_is_measured() -> None:
+    cfg = ScalingConfig(models=(MODEL,), size=32, device="cpu")
+    assert resolve(cfg, world=3).procs == (3,)
+    with pytest.raises(ConfigError, match="--procs: under torchrun the world size"):
+        resolve(ScalingConfig(models=(MODEL,), size=32, procs=(1, 2), device="cpu"), world=2)
