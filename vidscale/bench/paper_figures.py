@@ -68,6 +68,18 @@ def format_paper(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _save_pair(fig: Any, axes: tuple[Any, Any], path: Path) -> None:
+    """Grid and legend on both panels, then write `path` and free the figure."""
+    import matplotlib.pyplot as plt
+
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
 def _plot_table3(report: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
@@ -91,12 +103,7 @@ def _plot_table3(report: dict[str, Any], path: Path) -> None:
     right.set_xticks(list(x), [str(g) for g in gpus])
     right.set(xlabel="GPUs", ylabel="ms per step", ylim=(300, 500))
     right.set_title("step time and its split", fontsize=10)
-    for ax in (left, right):
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    _save_pair(fig, (left, right), path)
 
 
 def _plot_fig3c(report: dict[str, Any], path: Path) -> None:
@@ -127,12 +134,7 @@ def _plot_fig3c(report: dict[str, Any], path: Path) -> None:
     right.axhline(85, color="C1", ls=":", lw=0.8)
     right.set(xlabel="achieved per-node bandwidth (Gb/s)", ylabel="efficiency at 8 nodes (%)")
     right.set_title("which network reproduces Fig. 3c", fontsize=10)
-    for ax in (left, right):
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    _save_pair(fig, (left, right), path)
 
 
 def _plot_fig6(report: dict[str, Any], path: Path) -> None:
@@ -150,12 +152,7 @@ def _plot_fig6(report: dict[str, Any], path: Path) -> None:
     left.set_title("Fig. 6: training speed on Summit (model)", fontsize=10)
     right.axhline(80, color="grey", ls=":", lw=0.8, label="paper: TSM > 80%")
     right.set(xlabel="GPUs", ylabel="scaling efficiency (%)", ylim=(70, 101))
-    for ax in (left, right):
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    _save_pair(fig, (left, right), path)
 
 
 def write_paper_figures(out_dir: Path, report: dict[str, Any]) -> list[Path]:
