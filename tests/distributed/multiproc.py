@@ -65,6 +65,10 @@ def _entry(rank: int, world: int, port: int, fn: Callable[..., Any], args: tuple
     except BaseException:
         q.put((rank, "error", traceback.format_exc()))
     finally:
+        # The result is in the pipe before teardown starts: a rank that crashes while leaving
+        # the group shows as an exit status, never as half a message the parent waits on.
+        q.close()
+        q.join_thread()
         shutdown()
 
 
