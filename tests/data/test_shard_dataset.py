@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from vidscale.data.clip import ClipSpec, frame_indices, make_clip
 from vidscale.data.dataset import VideoClipDataset, collate
 from vidscale.data.decode import decode_frames
 from vidscale.data.prepare import PreparedData, open_prepared, prepare_from_layout
+from vidscale.data.samplers import BatchRequest, RequestCycle
 from vidscale.data.shard_dataset import ShardClipDataset, StreamingShardDataset, split_batches
 from vidscale.data.shards import ShardEntry, decode_jpeg, encode_jpeg
 from vidscale.data.synthetic import write_synthetic_dataset
@@ -116,7 +118,7 @@ def stream_batches(
         shuffle_buffer=3,  # smaller than a worker's share, so the buffer really shuffles
     )
     ds.set_epoch(epoch, start_batches=start_batches)
-    loader = DataLoader(ds, batch_size=batch_size, num_workers=workers, collate_fn=collate)
+    loader = DataLoader(ds, batch_size=None, num_workers=workers, collate_fn=collate)
     return list(loader)
 
 
@@ -171,6 +173,71 @@ def test_stream_split_covers_the_epoch_without_overlap(data: PreparedData) -> No
     assert (ranges[0][0], ranges[-1][1]) == (0, 12)
     with pytest.raises(ValueError, match="cannot fill a batch"):
         StreamingShardDataset(data.train, SPEC, batch_size=9, world_size=2)
+
+
+# A multigrid phase's requests: a short cycle of three shapes, two micro-batches per step.
+SMALL = replace(SPEC, frames=2, crop_size=16, max_stride=2)
+MIDDLE = replace(SPEC, crop_size=20)
+CYCLE = RequestCycle((BatchRequest(3, SMALL), BatchRequest(2, MIDDLE), BatchRequest(1)), 6, 2)
+
+
+def cycle_batches(
+    entries: list[ShardEntry],
+    requests: RequestCycle,
+    *,
+    rank: int = 0,
+    world_size: int = 1,
+    start: int = 0,
+) -> list[dict[str, Any]]:
+    ds = StreamingShardDataset(
+        entries, SPEC, batch_size=2, rank=rank, world_size=world_size, seed=SEED, shuffle_buffer=3
+    )
+    ds.set_epoch(1, start_batches=start, requests=requests)
+    return list(DataLoader(ds, batch_size=None, num_workers=2, collate_fn=collate))
+
+
+def test_streamed_batches_follow_the_epochs_requests_and_equal_map_items(
+    data: PreparedData,
+) -> None:
+    batches = cycle_batches(data.train, CYCLE)
+    c = 3
+    assert [tuple(b["inputs"]["rgb"].shape) for b in batches] == [
+        (3, c, 2, 16, 16),
+        (3, c, 2, 16, 16),
+        (2, c, 4, 20, 20),
+        (2, c, 4, 20, 20),
+        (1, c, 4, 24, 24),
+        (1, c, 4, 24, 24),
+    ]
+    indices = [int(i) for b in batches for i in b["index"]]
+    assert len(set(indices)) == len(indices) == CYCLE.clips() == 12
+    # Each clip is the map-style item (index, spec): the same frames, crop and stride draws.
+    reference = ShardClipDataset(data.train, SPEC, train=True, seed=SEED)
+    reference.set_epoch(1)
+    for b, spec in zip(batches, [SMALL, SMALL, MIDDLE, MIDDLE, SPEC, SPEC], strict=True):
+        for clip, index in zip(b["inputs"]["rgb"], b["index"], strict=True):
+            assert torch.equal(clip, reference[(int(index), spec)]["inputs"]["rgb"])
+    for start in (1, 3, 5):  # resumed between and inside steps: the rest, in order
+        rest = cycle_batches(data.train, CYCLE, start=start)
+        assert [b["index"].tolist() for b in rest] == [b["index"].tolist() for b in batches[start:]]
+    # Two ranks: the same shapes, disjoint videos (2 + 1 + 1 clips twice = 8 per rank).
+    two = RequestCycle((BatchRequest(2, SMALL), BatchRequest(1, MIDDLE), BatchRequest(1)), 6)
+    ranks = [cycle_batches(data.train, two, rank=r, world_size=2) for r in range(2)]
+    assert [b["inputs"]["rgb"].shape for b in ranks[0]] == [
+        b["inputs"]["rgb"].shape for b in ranks[1]
+    ]
+    both = [int(i) for batches in ranks for b in batches for i in b["index"]]
+    assert sorted(both) == list(range(16))
+
+
+def test_streamed_requests_that_do_not_fit_fail_at_once(data: PreparedData) -> None:
+    one_rank = StreamingShardDataset(data.train, SPEC, batch_size=2)
+    with pytest.raises(ValueError, match="need 18 clips per rank; 16 videos on 1 ranks give 16"):
+        one_rank.set_epoch(0, requests=replace(CYCLE, total=8))
+    flipped = RequestCycle((BatchRequest(2, replace(SPEC, flip=not SPEC.flip)),), 1)
+    with pytest.raises(ValueError, match="frames, crop size and stride only"):
+        one_rank.set_epoch(0, requests=flipped)
+    assert len(one_rank) == 16  # still the plain epoch: 8 batches of 2
 
 
 def wipe_frames(entry: ShardEntry) -> None:
@@ -245,7 +312,7 @@ def test_shuffle_buffer_starts_at_initial_and_grows_to_its_size(
     ds = _CountingStream(
         data.train, SPEC, batch_size=1, shuffle_buffer=buffer, shuffle_initial=initial
     )
-    indices = [int(item["index"]) for item in ds]
+    indices = [int(item["index"]) for batch in ds for item in batch]
     assert sorted(indices) == list(range(16))  # every video once
     start = min(initial, buffer)
     # held[k]: clips in the buffer when clip k is drawn. The first is drawn once `start` are
@@ -275,7 +342,7 @@ def test_persistent_workers_follow_set_epoch(data: PreparedData, worker_start: s
         "multiprocessing_context": worker_start,
     }
     loaders = {
-        "stream": DataLoader(stream, batch_size=3, num_workers=2, **options),
+        "stream": DataLoader(stream, batch_size=None, num_workers=2, **options),
         "map": DataLoader(map_style, batch_size=4, num_workers=1, **options),
     }
     for epoch, start in ((0, 0), (1, 0), (1, 2), (2, 0)):

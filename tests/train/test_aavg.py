@@ -8,12 +8,14 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 
 from tests.distributed.multiproc import run_ranks
 from tests.train.conftest import tiny_overrides
 from tests.train.test_resilience import dies_after, losses, records
 from vidscale.config import RunConfig, apply_overrides
+from vidscale.data.prepare import prepare_from_layout
 from vidscale.recipes import get_recipe
 from vidscale.train import loop
 from vidscale.train.checkpoint import load_checkpoint
@@ -114,9 +116,14 @@ class ScriptedAccuracy(loop.Trainer):
         return EvalResult(top1, top1, 1.0, 1, [], [], 1)
 
 
-def adaptive_run(env: Any, root: str, run: str) -> dict[str, Any]:
+def adaptive_run(env: Any, root: str, run: str, *extra: str) -> dict[str, Any]:
     cfg = aavg_config(
-        Path(root), "aavg.k=-1", "aavg.adaptive_batch=true", "train.epochs=5", "optim.name=adamw"
+        Path(root),
+        "aavg.k=-1",
+        "aavg.adaptive_batch=true",
+        "train.epochs=5",
+        "optim.name=adamw",
+        *extra,
     )
     trainer = ScriptedAccuracy(cfg, Path(run), env)
     seen: list[tuple[int, int, int, int]] = []
@@ -125,9 +132,10 @@ def adaptive_run(env: Any, root: str, run: str) -> dict[str, Any]:
     def epoch_with_sizes() -> dict[str, float]:
         start = trainer.progress.step
         stats = real_epoch()
-        batches = trainer.train_data.batches
-        assert batches is not None
-        size = batches.requests[0].size  # the micro-batches the loader was asked for
+        data = trainer.train_data
+        # The micro-batches the loader was asked for (a streamed dataset's workers make them).
+        requests = data.batches.requests if data.batches else data.dataset.requests  # type: ignore[union-attr]
+        size = requests[0].size
         seen.append((trainer.plan.global_batch, size, trainer.progress.step - start, 0))
         return stats
 
@@ -136,12 +144,23 @@ def adaptive_run(env: Any, root: str, run: str) -> dict[str, Any]:
     return {"seen": seen, "history": summary["batch_history"], "steps": trainer.progress.step}
 
 
+@pytest.fixture(scope="module")
+def tiny_demo_shards(tiny_demo: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("tiny_demo_shards")
+    prepare_from_layout("generic", tiny_demo, out, workers=1, progress=False, short_side=0)
+    return out
+
+
+@pytest.mark.parametrize("source", ["videos", "stream"])
 def test_adaptive_batch_doubles_where_the_rule_says_on_both_ranks(
-    tiny_demo: Path, tmp_path: Path
+    source: str, tiny_demo: Path, tiny_demo_shards: Path, tmp_path: Path
 ) -> None:
     """Alg. 1 lines 15-20 with b1 = 1, b2 = 2: the accuracy after epoch 2 (40 < a* = 50) and
-    after epoch 4 (55 < 60) doubles the per-learner batch for the epochs that follow."""
-    r0, r1 = run_ranks(adaptive_run, 2, str(tiny_demo), str(tmp_path / "run"), timeout=400)
+    after epoch 4 (55 < 60) doubles the per-learner batch for the epochs that follow; also
+    when shards are streamed (the loader workers make the grown batches)."""
+    root = tiny_demo if source == "videos" else tiny_demo_shards
+    run = str(tmp_path / "run")
+    r0, r1 = run_ranks(adaptive_run, 2, str(root), run, f"data.source={source}", timeout=400)
     assert r0 == r1  # the same decisions, sizes and step counts on both ranks
     assert r0["history"] == [[0, 4], [2, 8], [4, 16]]
     # (global batch, loader batch per process, steps) per epoch: 16 videos per epoch.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vidscale.config import ConfigError, RunConfig, apply_overrides
+from vidscale.config import RunConfig, apply_overrides
 from vidscale.recipes import get_recipe
 from vidscale.train.adaptive_batch import AdaptiveBatch, largest_divisor_at_most, plan_for_batch
 from vidscale.train.plan import make_plan, schedule_position
@@ -41,11 +41,6 @@ def test_b1_sets_the_margin_and_eval_every_the_checks() -> None:
     assert rule.observe(54.0, epochs_done=4)  # 54 < 50 x 1.1: not enough improvement
     off = AdaptiveBatch.from_config(cfg("aavg.adaptive_batch=false"), world_size=2, global_batch=32)
     assert not off.due(epochs_done=1)
-
-
-def test_a_streamed_dataset_cannot_adapt_its_batch() -> None:
-    with pytest.raises(ConfigError, match="aavg.adaptive_batch needs data.source"):
-        AdaptiveBatch.from_config(cfg("data.source=stream"), world_size=1, global_batch=32)
 
 
 def test_plans_for_a_grown_batch_keep_the_learner_batch_per_micro_batch() -> None:

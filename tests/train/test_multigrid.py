@@ -15,6 +15,7 @@ from tests.distributed.multiproc import run_ranks
 from tests.train.conftest import tiny_overrides
 from tests.train.test_resilience import dies_after, losses, records
 from vidscale.config import RunConfig, apply_overrides
+from vidscale.data.prepare import prepare_from_layout
 from vidscale.data.synthetic import write_synthetic_dataset
 from vidscale.models.batchnorm import SubBatchNorm2d
 from vidscale.recipes import get_recipe
@@ -68,10 +69,19 @@ def test_the_test_schedule_has_two_phases_with_short_cycles(demo64: Path) -> Non
     assert (first.epochs, second.epochs, timeline.epochs) == (2, 1, 3)
 
 
-def multigrid_run(env: Any, root: str, run: str, cut_after: int) -> dict[str, Any]:
+@pytest.fixture(scope="module")
+def demo64_shards(demo64: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("demo64_shards")
+    prepare_from_layout(
+        "generic", demo64, out, workers=1, progress=False, short_side=0, shard_bytes=40_000
+    )
+    return out
+
+
+def multigrid_run(env: Any, root: str, run: str, cut_after: int, *extra: str) -> dict[str, Any]:
     """The run, with every forward's input shape recorded; with `cut_after` it dies after that
     many steps (checkpoints after every step) and the same command continues it."""
-    cfg = multigrid_config(Path(root), "train.checkpoint_every_steps=1")
+    cfg = multigrid_config(Path(root), "train.checkpoint_every_steps=1", *extra)
     if cut_after:
         with dies_after(cut_after), contextlib.suppress(KeyboardInterrupt):
             loop.Trainer(cfg, Path(run), env).run()
@@ -104,16 +114,20 @@ def multigrid_run(env: Any, root: str, run: str, cut_after: int) -> dict[str, An
     }
 
 
+# (N, C, T, H, W) of every training forward: 2 epochs of 3 steps, then 1 of 6.
+SHAPES = [(16, 3, 2, 16, 16), (8, 3, 2, 23, 23), (8, 3, 2, 23, 23)] * 2 + [
+    (8, 3, 4, 16, 16),
+    (4, 3, 4, 23, 23),
+    (2, 3, 4, 32, 32),
+] * 2
+
+
 def test_two_ranks_follow_the_schedule_in_lock_step_and_resume_exactly(
     demo64: Path, tmp_path: Path
 ) -> None:
     full = run_ranks(multigrid_run, 2, str(demo64), str(tmp_path / "full"), 0, timeout=500)
     # Both ranks see the same shape at every iteration: 2 epochs of 3 steps, then 1 of 6.
-    assert full[0]["shapes"] == full[1]["shapes"]
-    c = 3  # (N, C, T, H, W): clips, channels
-    first = [(16, c, 2, 16, 16), (8, c, 2, 23, 23), (8, c, 2, 23, 23)]
-    second = [(8, c, 4, 16, 16), (4, c, 4, 23, 23), (2, c, 4, 32, 32)] * 2
-    assert full[0]["shapes"] == first * 2 + second
+    assert full[0]["shapes"] == full[1]["shapes"] == SHAPES
     assert full[0]["phases"] == [(0, "sub_batchnorm"), (2, "batchnorm")]
     # Sub-batch BN in the first phase (every BN of the trunk), plain BN in the second.
     assert len(set(full[0]["sub_bn"][:6])) == 1 and full[0]["sub_bn"][0] > 0
@@ -133,6 +147,29 @@ def test_two_ranks_follow_the_schedule_in_lock_step_and_resume_exactly(
         assert cut[0]["summary"]["val_top1_history"] == summary["val_top1_history"]
         for a, b in zip(cut[0]["final"], full[0]["final"], strict=True):
             assert torch.equal(a, b)
+
+
+def test_a_streamed_dataset_follows_the_schedule_and_resumes_exactly(
+    demo64_shards: Path, tmp_path: Path
+) -> None:
+    """Shards read front to back (`data.source=stream`): the loader workers make each batch
+    at the shape the schedule asks for, on both ranks alike, and a run killed in the middle
+    of a short cycle continues where it stopped."""
+    stream = "data.source=stream"
+    full = run_ranks(
+        multigrid_run, 2, str(demo64_shards), str(tmp_path / "full"), 0, stream, timeout=500
+    )
+    assert full[0]["shapes"] == full[1]["shapes"] == SHAPES
+    assert full[0]["summary"]["train_steps"] == 12
+    for a, b in zip(full[0]["final"], full[1]["final"], strict=True):
+        assert torch.equal(a, b)
+    cut = run_ranks(
+        multigrid_run, 2, str(demo64_shards), str(tmp_path / "cut"), 9, stream, timeout=500
+    )
+    assert cut[0]["losses"] == full[0]["losses"] and len(full[0]["losses"]) == 12
+    assert cut[0]["summary"]["val_top1_history"] == full[0]["summary"]["val_top1_history"]
+    for a, b in zip(cut[0]["final"], full[0]["final"], strict=True):
+        assert torch.equal(a, b)
 
 
 def test_one_process_lars_and_accumulation_with_both_cycles(demo64: Path, tmp_path: Path) -> None:

@@ -127,7 +127,6 @@ def test_multigrid_lr_inside_an_epoch_uses_the_exact_epoch() -> None:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["data.source=stream"], "data.source=videos or shards"),
         (["aavg.adaptive_batch=true"], "choose one"),
         (["lr.schedule=step", "lr.milestone_unit=step"], "milestone_unit=epoch"),
     ],

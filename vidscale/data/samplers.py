@@ -69,6 +69,33 @@ class BatchRequest:
     spec: ClipSpec | None = None
 
 
+@dataclass(frozen=True)
+class RequestCycle:
+    """An epoch's batch requests in compact form: `total` requests from the epoch's start,
+    request i being `cycle[(i // repeat) % len(cycle)]` (a multigrid phase: one entry per step
+    of its short cycle, `repeat` micro-batches per step). A plain epoch is one entry."""
+
+    cycle: tuple[BatchRequest, ...]
+    total: int
+    repeat: int = 1
+
+    def __post_init__(self) -> None:
+        if not self.cycle or self.total < 0 or self.repeat < 1:
+            raise ValueError(f"a request cycle needs entries, total >= 0, repeat >= 1: {self}")
+        for r in self.cycle:
+            if r.size < 1:
+                raise ValueError(f"a batch needs >= 1 clip, got {r.size}")
+
+    def __getitem__(self, i: int) -> BatchRequest:
+        return self.cycle[(i // self.repeat) % len(self.cycle)]
+
+    def __len__(self) -> int:
+        return self.total
+
+    def clips(self) -> int:
+        return sum(self[i].size for i in range(self.total))
+
+
 class RequestBatchSampler(Sampler[list[Any]]):
     """Batches of the next indices, one per request, the requests set before each epoch.
 

@@ -16,17 +16,18 @@ map-style item `i` exactly.
   buffer that starts yielding once it holds `shuffle_initial` clips and grows to
   `shuffle_buffer` by reading two for every one it yields (as WebDataset's `shuffle(bufsize,
   initial)`): waiting for a full buffer stalled every epoch's first batch. Every rank yields
-  exactly `floor(N / world_size)` samples rounded down to whole batches, and every video
-  appears at most once per epoch. Rank, world size and epoch are
-  arguments: nothing here talks to `torch.distributed`.
+  the same batches (the epoch's requests: sizes and clip shapes, at most `floor(N /
+  world_size)` clips; a multigrid phase changes them), and every video appears at most once
+  per epoch. Rank, world size and epoch are arguments: nothing here talks to
+  `torch.distributed`.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ from vidscale.data.clip import ClipSpec, FrameSource, clip_positions, sample_vie
 from vidscale.data.dataset import VideoClipDataset
 from vidscale.data.decode import DecodeError
 from vidscale.data.epoch_state import SharedInts
+from vidscale.data.samplers import BatchRequest, RequestCycle
 from vidscale.data.shards import ShardEntry, ShardReader, iter_videos, record_start
 from vidscale.data.sources import (
     MemoryFrames,
@@ -97,13 +99,27 @@ def split_batches(batches: int, num_workers: int) -> list[int]:
     return [batches // num_workers + (w < batches % num_workers) for w in range(num_workers)]
 
 
-class StreamingShardDataset(IterableDataset):
-    """Training clips streamed from shards (see the module docstring).
+# The most distinct batch shapes one epoch's requests may cycle through (the multigrid short
+# cycle has three); bounds the shared memory that carries the requests to the workers.
+MAX_CYCLE = 8
+_HEAD = 5  # epoch, start batches, total requests, repeat, cycle length
+_FIELDS = 4  # per cycle entry: size, frames (0: the dataset's own spec), crop, max stride
 
-    `batch_size` is the loader's batch size: each worker yields whole batches, so every rank
-    produces `len(self) // batch_size` batches. `set_epoch(e, start_batches=b)` resumes after
-    the rank's first `b` batches of epoch `e` (same `num_workers` required). Epoch and start
-    are shared with the loader workers, so persistent workers follow `set_epoch`.
+
+class StreamingShardDataset(IterableDataset):
+    """Training clips streamed from shards (see the module docstring), yielded as whole
+    batches: use it with `DataLoader(batch_size=None, collate_fn=collate)`.
+
+    An epoch's batches follow its requests (`set_epoch(e, requests=RequestCycle(...))`: sizes
+    and clip shapes per batch, e.g. a multigrid phase; by default `batch_size` clips of the
+    dataset's spec, as many batches as this rank's share fills). Batch p of the epoch comes
+    from the loader's worker p % num_workers, which reads a contiguous range of the epoch's
+    order sized by its batches. `set_epoch(e, start_batches=b)` resumes after the rank's first
+    `b` batches of epoch `e` (same `num_workers` required). Epoch, start and requests are
+    shared with the loader workers, so persistent workers follow `set_epoch`.
+
+    A clip with another spec is sampled exactly as the map-style dataset samples item
+    `(index, spec)`: each buffered video keeps the frames of every spec its epoch requests.
     """
 
     def __init__(
@@ -127,7 +143,8 @@ class StreamingShardDataset(IterableDataset):
                 "must be >= 1"
             )
         self.entries = list(entries)
-        self.batches = len(self.entries) // world_size // batch_size
+        self.per_rank = len(self.entries) // world_size  # videos each rank may read per epoch
+        self.batches = self.per_rank // batch_size
         if self.batches < 1:
             raise ValueError(
                 f"{len(self.entries)} videos cannot fill a batch of {batch_size} on "
@@ -138,8 +155,9 @@ class StreamingShardDataset(IterableDataset):
         self.rank = rank
         self.world_size = world_size
         self.seed = seed
-        self._position = SharedInts(2)  # (epoch, start_batches); reaches persistent workers
-        self._position[0] = epoch
+        # (epoch, start batches, the epoch's requests): reaches persistent workers
+        self._position = SharedInts(_HEAD + MAX_CYCLE * _FIELDS)
+        self.set_epoch(epoch)
         self.shuffle_buffer = shuffle_buffer
         self.shuffle_initial = min(shuffle_initial, shuffle_buffer)
         by_shard: dict[Path, list[int]] = {}
@@ -159,13 +177,55 @@ class StreamingShardDataset(IterableDataset):
     def start_batches(self) -> int:
         return self._position[1]
 
-    def set_epoch(self, epoch: int, *, start_batches: int = 0) -> None:
-        self._position[0] = epoch
-        self._position[1] = start_batches
+    @property
+    def requests(self) -> RequestCycle:
+        """The current epoch's batch requests (every rank makes the same ones)."""
+        total, repeat, length = (self._position[i] for i in range(2, _HEAD))
+        cycle = []
+        for k in range(length):
+            size, frames, crop, stride = (
+                self._position[_HEAD + k * _FIELDS + j] for j in range(_FIELDS)
+            )
+            spec = None if frames == 0 else self._spec(frames, crop, stride)
+            cycle.append(BatchRequest(size, spec))
+        return RequestCycle(tuple(cycle), total, repeat)
+
+    def set_epoch(
+        self, epoch: int, *, start_batches: int = 0, requests: RequestCycle | None = None
+    ) -> None:
+        """Position the stream at batch `start_batches` of `epoch`, whose batches follow
+        `requests` (None: `batch_size` clips of the dataset's spec per batch, `batches` of
+        them). Raises ValueError for requests this rank's share cannot fill or that change
+        the spec beyond frames, crop and stride."""
+        if requests is None:
+            requests = RequestCycle((BatchRequest(self.batch_size),), self.batches)
+        if len(requests.cycle) > MAX_CYCLE:
+            raise ValueError(f"at most {MAX_CYCLE} batch shapes per epoch, got {requests.cycle}")
+        if requests.clips() > self.per_rank:
+            raise ValueError(
+                f"{requests.total} batches of {requests.cycle} need {requests.clips()} clips "
+                f"per rank; {len(self.entries)} videos on {self.world_size} ranks give "
+                f"{self.per_rank}"
+            )
+        values = [epoch, start_batches, requests.total, requests.repeat, len(requests.cycle)]
+        for r in requests.cycle:
+            if r.spec is None:
+                values += [r.size, 0, 0, 0]
+                continue
+            if self._spec(r.spec.frames, r.spec.crop_size, r.spec.max_stride) != r.spec:
+                raise ValueError(
+                    "a streamed batch may change the clip's frames, crop size and stride only"
+                )
+            values += [r.size, r.spec.frames, r.spec.crop_size, r.spec.max_stride]
+        for i, v in enumerate(values):
+            self._position[i] = v
+
+    def _spec(self, frames: int, crop: int, max_stride: int) -> ClipSpec:
+        return replace(self.spec, frames=frames, crop_size=crop, max_stride=max_stride)
 
     def __len__(self) -> int:
-        """Samples this rank yields per epoch."""
-        return self.batches * self.batch_size
+        """Samples this rank yields in the current epoch."""
+        return self.requests.clips()
 
     def epoch_order(self) -> list[int]:
         """All videos in this epoch's reading order: shards shuffled, videos in file order."""
@@ -174,12 +234,16 @@ class StreamingShardDataset(IterableDataset):
         return [i for shard in order for i in self._by_shard[shard]]
 
     def worker_range(self, stream: int, num_workers: int) -> tuple[int, int]:
-        """[start, stop) in `epoch_order()` of this rank's stream `stream` of `num_workers`."""
-        counts = [b * self.batch_size for b in split_batches(self.batches, num_workers)]
-        start = self.rank * len(self) + sum(counts[:stream])
+        """[start, stop) in `epoch_order()` of this rank's stream `stream` of `num_workers`:
+        the clips of batches stream, stream + num_workers, ... of the epoch."""
+        requests = self.requests
+        counts = [0] * num_workers
+        for p in range(len(requests)):
+            counts[p % num_workers] += requests[p].size
+        start = self.rank * sum(counts) + sum(counts[:stream])
         return start, start + counts[stream]
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
+    def __iter__(self) -> Iterator[list[dict[str, Any]]]:
         info = get_worker_info()
         worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
         # The loader takes batches round-robin starting at worker 0, so batch p of the epoch
@@ -187,49 +251,80 @@ class StreamingShardDataset(IterableDataset):
         # stream (w + b) % num_workers: the loader's order then continues the epoch's order.
         stream = (worker + self.start_batches) % num_workers
         start, stop = self.worker_range(stream, num_workers)
-        skip = len(range(stream, self.start_batches, num_workers)) * self.batch_size
+        requests = self.requests
+        mine = [requests[p] for p in range(stream, len(requests), num_workers)]
+        done = len(range(stream, self.start_batches, num_workers))
         positions = self.epoch_order()[start:stop]
         rng = np.random.default_rng((self.seed, self.epoch, self.rank, stream, 1))
-        return self._emit(positions, rng, quota=stop - start, skip=skip)
+        return self._emit(positions, rng, mine, done=done)
 
     def _emit(
-        self, positions: list[int], rng: np.random.Generator, *, quota: int, skip: int
-    ) -> Iterator[dict[str, Any]]:
-        problems: list[tuple[str, str]] = []
-        emitted = 0
-        if quota <= skip:  # nothing (left) for this worker
+        self,
+        positions: list[int],
+        rng: np.random.Generator,
+        batches: list[BatchRequest],
+        *,
+        done: int,
+    ) -> Iterator[list[dict[str, Any]]]:
+        """This stream's batches after its first `done` ones (read again, decoded never)."""
+        if done >= len(batches):  # nothing (left) for this worker
             return
-        for pending in self._shuffled(positions, rng, problems):
-            if emitted < skip:  # resuming: reproduce the order, decode nothing
-                emitted += 1
-                continue
-            entry = self.entries[pending.index]
+        problems: list[tuple[str, str]] = []
+        specs: list[ClipSpec] = []
+        for spec in (r.spec or self.spec for r in batches):
+            if spec not in specs:
+                specs.append(spec)
+        pending = self._shuffled(positions, rng, problems, specs)
+        with closing(pending):  # stop reading (and close the shard) once the batches are made
+            for k, request in enumerate(batches):
+                if k < done:  # resuming: reproduce the order, decode nothing
+                    for _ in range(request.size):
+                        next(pending)
+                    continue
+                yield self._batch(pending, request.spec or self.spec, request.size, problems)
+
+    def _batch(
+        self,
+        pending: Iterator[_Pending],
+        spec: ClipSpec,
+        size: int,
+        problems: list[tuple[str, str]],
+    ) -> list[dict[str, Any]]:
+        """`size` items of `spec` from the buffer; an unreadable clip is replaced by the next."""
+        items: list[dict[str, Any]] = []
+        while len(items) < size:
+            item = next(pending)
+            entry = self.entries[item.index]
             try:
-                clip = sample_views(pending.source, self.spec, train=True, rng=pending.rng)
+                clip = sample_views(item.source, spec, train=True, rng=item.rng)
             except (DecodeError, ValueError, OSError) as err:
                 problems.append((entry.path, f"{type(err).__name__}: {err}"))
                 continue
             reports, problems[:] = list(problems), []
-            emitted += 1
-            yield {
-                "inputs": {self.spec.modality: clip},
-                "label": entry.label,
-                "index": pending.index,
-                "skipped": reports,
-                "readable": True,  # training only: an unreadable video is never yielded
-            }
-            if emitted == quota:
-                return
+            items.append(
+                {
+                    "inputs": {spec.modality: clip},
+                    "label": entry.label,
+                    "index": item.index,
+                    "skipped": reports,
+                    "readable": True,  # training only: an unreadable video is never yielded
+                }
+            )
+        return items
 
     def _shuffled(
-        self, positions: list[int], rng: np.random.Generator, problems: list[tuple[str, str]]
-    ) -> Iterator[_Pending]:
+        self,
+        positions: list[int],
+        rng: np.random.Generator,
+        problems: list[tuple[str, str]],
+        specs: list[ClipSpec],
+    ) -> Generator[_Pending]:
         """Shuffle-buffered samples; when the range ends short (unreadable data), it is read
         again with fresh augmentation so that every rank still yields its full count."""
         for attempt in itertools.count():
             buffer: list[_Pending] = []
             got = False
-            reads = self._read(positions, attempt, problems)
+            reads = self._read(positions, attempt, problems, specs)
             for pending in reads:
                 got = True
                 buffer.append(pending)
@@ -246,7 +341,11 @@ class StreamingShardDataset(IterableDataset):
                 raise RuntimeError(f"no readable video in this worker's range: {problems[-3:]}")
 
     def _read(
-        self, positions: list[int], attempt: int, problems: list[tuple[str, str]]
+        self,
+        positions: list[int],
+        attempt: int,
+        problems: list[tuple[str, str]],
+        specs: list[ClipSpec],
     ) -> Iterator[_Pending]:
         """Read the range shard span by shard span, front to back."""
         for shard, group in itertools.groupby(positions, key=lambda i: self.entries[i].shard):
@@ -257,7 +356,7 @@ class StreamingShardDataset(IterableDataset):
                 for video in videos:
                     index = wanted.pop(video.id, None)
                     if index is not None:
-                        pending = self._sample(index, video.frames, attempt, problems)
+                        pending = self._sample(index, video.frames, attempt, problems, specs)
                         if pending is not None:
                             yield pending
                     if not wanted:
@@ -267,7 +366,12 @@ class StreamingShardDataset(IterableDataset):
             )
 
     def _sample(
-        self, index: int, frames: list[bytes], attempt: int, problems: list[tuple[str, str]]
+        self,
+        index: int,
+        frames: list[bytes],
+        attempt: int,
+        problems: list[tuple[str, str]],
+        specs: list[ClipSpec],
     ) -> _Pending | None:
         entry = self.entries[index]
         if len(frames) != entry.num_frames:
@@ -276,15 +380,19 @@ class StreamingShardDataset(IterableDataset):
             )
             return None
 
-        # The same stream as VideoClipDataset: (seed, epoch, index, attempt). A copy draws the
-        # positions now, to keep only their data; the clip is drawn later from the original.
+        # The same stream as VideoClipDataset: (seed, epoch, index, attempt). Copies draw the
+        # positions of every spec the clip may be sampled with, to keep only their data; the
+        # clip is drawn later from the original.
         def stream() -> np.random.Generator:
             return np.random.default_rng((self.seed, self.epoch, index, attempt))
 
         modality = self.spec.modality
         length = shard_length(modality, entry.num_frames)
-        positions = clip_positions(length, self.spec, rng=stream())
-        kept = {int(i): frames[int(i)] for i in set(shard_positions(modality, positions).tolist())}
+        wanted: set[int] = set()
+        for spec in specs:
+            positions = clip_positions(length, spec, rng=stream())
+            wanted.update(shard_positions(modality, positions).tolist())
+        kept = {int(i): frames[int(i)] for i in wanted}
         return _Pending(index, MemoryFrames(kept, length, modality), stream())
 
 

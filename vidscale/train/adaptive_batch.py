@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from vidscale.config import ConfigError, RunConfig
+from vidscale.config import RunConfig
 from vidscale.train.plan import Plan, make_plan
 
 
@@ -42,11 +42,6 @@ class AdaptiveBatch:
     @classmethod
     def from_config(cls, cfg: RunConfig, *, world_size: int, global_batch: int) -> AdaptiveBatch:
         a = cfg.aavg
-        if a.adaptive_batch and cfg.data.source == "stream":
-            raise ConfigError(
-                "aavg.adaptive_batch needs data.source=videos or shards (a streamed dataset "
-                "batches inside its workers, so its batch size cannot change)"
-            )
         learners = cfg.optim.simulate_world_size or world_size
         return cls(
             enabled=a.adaptive_batch,

@@ -28,6 +28,7 @@ from vidscale.data.samplers import (
     BatchRequest,
     ExactEvalSampler,
     RequestBatchSampler,
+    RequestCycle,
     TrainSampler,
 )
 from vidscale.data.shard_dataset import ShardClipDataset, StreamingShardDataset
@@ -62,8 +63,8 @@ class TrainData:
     """The training loader and how to position it at (epoch, step in epoch) of a phase.
 
     The batches of an epoch follow its phase (`train.plan.Phase`: batch sizes and clip shapes
-    per step) through the `RequestBatchSampler`; a streamed dataset batches in its workers and
-    takes only the phase it was built for.
+    per step): through the `RequestBatchSampler`, or, for a streamed dataset, which batches in
+    its workers, through the phase's `RequestCycle`.
     """
 
     loader: DataLoader
@@ -72,12 +73,15 @@ class TrainData:
     batches: RequestBatchSampler | None = None
 
     def set_epoch(self, epoch: int, *, step_in_epoch: int, phase: Phase, base: ClipSpec) -> None:
-        start = phase.clips_before(step_in_epoch)
         if isinstance(self.dataset, StreamingShardDataset):
-            self.dataset.set_epoch(epoch, start_batches=start // self.loader.batch_size)  # type: ignore[operator]
+            self.dataset.set_epoch(
+                epoch,
+                start_batches=step_in_epoch * phase.accumulate,
+                requests=phase.request_cycle(base),
+            )
             return
         assert self.sampler is not None and self.batches is not None
-        self.sampler.set_epoch(epoch, start=start)
+        self.sampler.set_epoch(epoch, start=phase.clips_before(step_in_epoch))
         self.dataset.set_epoch(epoch)
         self.batches.set_requests(phase.requests(step_in_epoch, base))
 
@@ -85,8 +89,11 @@ class TrainData:
         """The loader set to give `batches` batches of `size` clips of the recipe's own clip
         shape, from the start of `epoch`'s order (precise BN); `set_epoch` puts it back on
         the training schedule."""
-        if self.sampler is None or self.batches is None:
-            raise ValueError("a streamed dataset cannot give batches of another shape")
+        if isinstance(self.dataset, StreamingShardDataset):
+            requests = RequestCycle((BatchRequest(size),), batches)
+            self.dataset.set_epoch(epoch, start_batches=0, requests=requests)
+            return self.loader
+        assert self.sampler is not None and self.batches is not None
         self.sampler.set_epoch(epoch, start=0)
         self.dataset.set_epoch(epoch)
         self.batches.set_requests([BatchRequest(size)] * batches)
@@ -293,7 +300,8 @@ def ignore_stop_signals(worker_id: int) -> None:
 def build_train_data(
     cfg: RunConfig, env: DistEnv, items: list[Any], *, micro_batch: int
 ) -> TrainData:
-    """The training loader; `micro_batch` is the batch a streamed dataset is built for."""
+    """The training loader; `micro_batch` is a streamed dataset's batch until the first
+    `TrainData.set_epoch` gives it the epoch's requests."""
     spec, seed, bs = cfg.data.train_clip, cfg.train.seed, micro_batch
     common: dict[str, Any] = {
         "num_workers": cfg.data.workers,
@@ -318,7 +326,7 @@ def build_train_data(
             shuffle_buffer=cfg.data.shuffle_buffer,
             shuffle_initial=cfg.data.shuffle_initial,
         )
-        loader = DataLoader(stream, batch_size=bs, drop_last=True, **common)
+        loader = DataLoader(stream, batch_size=None, **common)  # it yields whole batches
         return TrainData(loader, stream, None)
     dataset = (
         ShardClipDataset(items, spec, train=True, seed=seed)

@@ -16,7 +16,7 @@ from typing import Literal
 
 from vidscale.config import ConfigError, RunConfig
 from vidscale.data.clip import ClipSpec
-from vidscale.data.samplers import BatchRequest
+from vidscale.data.samplers import BatchRequest, RequestCycle
 from vidscale.optim.factory import effective_accumulate
 from vidscale.schedules.lr import LRConfig, lr_at, scaled_lr
 from vidscale.schedules.multigrid import MultigridSchedule, MultigridSpec, multigrid_schedule
@@ -205,6 +205,12 @@ class Phase:
             out.extend([BatchRequest(shape.micro_batch, spec)] * self.accumulate)
         return out
 
+    def request_cycle(self, base: ClipSpec) -> RequestCycle:
+        """All micro-batches of an epoch, from its first step, in compact form (what a
+        streamed dataset's workers receive); request i equals `requests(0, base)[i]`."""
+        cycle = tuple(BatchRequest(s.micro_batch, self._spec(s, base)) for s in self.shapes)
+        return RequestCycle(cycle, self.steps_per_epoch * self.accumulate, self.accumulate)
+
     def _spec(self, shape: Shape, base: ClipSpec) -> ClipSpec | None:
         if (shape.frames, shape.crop, self.max_stride) == (base.frames, base.crop_size, 0):
             return None
@@ -330,11 +336,6 @@ def multigrid_spec(cfg: RunConfig, plan: Plan) -> MultigridSpec:
     accumulation), so per-device batches are per-process micro-batches.
     """
     mg, clip, lr = cfg.multigrid, cfg.data.train_clip, cfg.lr
-    if cfg.data.source == "stream":
-        raise ConfigError(
-            "multigrid needs data.source=videos or shards (a streamed dataset batches inside "
-            "its workers, so its batch shape cannot change)"
-        )
     if cfg.aavg.adaptive_batch:
         raise ConfigError("multigrid and aavg.adaptive_batch both set the batch size: choose one")
     if lr.schedule == "step" and lr.milestone_unit != "epoch":
