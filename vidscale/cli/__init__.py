@@ -1,0 +1,95 @@
+"""The `vidscale` command: parse, load a recipe, apply `--set` overrides, call one function.
+
+Bad input of any command (a flag, a config field, an annotation line, a missing or unreadable
+file or video) ends it with one line `vidscale: error: ...` on stderr and exit status 2;
+`vidscale --debug COMMAND ...` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import NoReturn
+
+from vidscale.cli import bench_cmds, data_cmds, eval_cmds, info_cmds, plan_cmd, train_cmds
+from vidscale.cli.args import resolve_config
+from vidscale.config import ConfigError
+
+__all__ = ["build_parser", "main", "resolve_config"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="vidscale", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--debug", action="store_true", help="on an error, show its traceback instead of one line"
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    # In `vidscale --help` order.
+    train_cmds.add_parsers(sub)
+    data_cmds.add_parsers(sub)
+    info_cmds.add_parsers(sub)
+    plan_cmd.add_parsers(sub)
+    eval_cmds.add_parsers(sub)
+    bench_cmds.add_parsers(sub)
+    return parser
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with vidscale's one-line error format (exit status 2, as argparse's own)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"vidscale: error: {message} (see `{self.prog} --help`)\n")
+
+
+def _one_line(err: BaseException) -> str:
+    """`err` as one line: an OS error as `FILE: reason`, other messages' lines joined."""
+    if isinstance(err, OSError) and err.filename is not None and err.strerror:
+        files = f"{err.filename}" + (f" -> {err.filename2}" if err.filename2 else "")
+        text = f"{files}: {err.strerror}"
+    else:
+        text = str(err) or type(err).__name__
+    return "; ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one command; return its exit status.
+
+    Bad input prints one line `vidscale: error: ...` on stderr and returns 2: a config field or
+    flag (`ConfigError`), an annotation file (`AnnotationError`), an undecodable video
+    (`DecodeError`), a missing, unreadable or unwritable path (`OSError`), or a value a function
+    rejects (`ValueError`, vidscale's convention for bad arguments). With `--debug` it is re-raised
+    instead, traceback included. Ctrl-C returns 130 without a traceback. Other exceptions are bugs
+    and propagate with their traceback.
+    """
+    args = build_parser().parse_args(argv)
+    from vidscale.data.annotations import AnnotationError
+    from vidscale.data.decode import DecodeError
+
+    bad_input = (ConfigError, AnnotationError, DecodeError, OSError, ValueError)
+    from vidscale.train.resilience import PREEMPTED_EXIT_CODE, Diverged, Preempted
+
+    try:
+        return int(args.fn(args))
+    except Preempted as stop:  # checkpointed: the same command continues (torchrun, requeue)
+        if os.environ.get("RANK", "0") == "0":  # every rank stops at the same step: say it once
+            print(f"vidscale: {stop}", file=sys.stderr)
+        return PREEMPTED_EXIT_CODE
+    except Diverged as err:
+        print(f"vidscale: error: diverged: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        return 130
+    except bad_input as err:
+        if args.debug:
+            raise
+        print(f"vidscale: error: {_one_line(err)}", file=sys.stderr)
+        return 2
+    finally:
+        from vidscale.distributed.env import shutdown
+
+        shutdown()

@@ -1,0 +1,306 @@
+"""`vidscale bench data`, `data-wait`, `models`, `flow` and `scaling`: the benchmarks (each
+prints a table and writes JSON). Their parsers and commands."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from vidscale.cli.args import (
+    _above,
+    _at_least,
+    _check_device,
+    _check_dir,
+    _check_model,
+    _check_parent,
+    _flow_method_list,
+    _int_list,
+    _width_x_height,
+)
+from vidscale.config import ConfigError
+
+if TYPE_CHECKING:
+    from vidscale.bench.models import BenchConfig, Mode
+
+
+def cmd_bench_data(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from vidscale.bench.dataload import PRESETS, bench_data
+
+    _check_dir("--videos", args.videos)
+    _check_parent("--out-json", args.out_json)
+    generate = replace(PRESETS[args.preset], count=args.count, seconds=args.seconds)
+    bench_data(
+        args.videos,
+        out_json=args.out_json,
+        work_dir=args.work_dir,
+        rounds=args.rounds,
+        generate=generate,
+        threads=args.threads,
+    )
+    return 0
+
+
+def cmd_bench_data_wait(args: argparse.Namespace) -> int:
+    from vidscale.bench.dataload import bench_data_wait
+
+    _check_model("--model", args.model)
+    _check_dir("--videos", args.videos)
+    _check_parent("--out-json", args.out_json)
+    bench_data_wait(
+        args.model,
+        batch=args.batch,
+        frames_list=args.frames,
+        workers_list=args.workers,
+        steps=args.steps,
+        size=args.size,
+        source=args.source,
+        videos_dir=args.videos,
+        out_json=args.out_json,
+    )
+    return 0
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    """The `bench` sub-command and its own sub-commands, in `vidscale bench --help` order."""
+    bench = sub.add_parser("bench", help="benchmarks: print a table, write JSON")
+    bench_sub = bench.add_subparsers(dest="bench", required=True)
+    p = bench_sub.add_parser("data", help="clips/s and CPU ms per clip: raw H.264 vs shards")
+    p.add_argument("--videos", type=Path, default=None, help="default: generate test videos")
+    p.add_argument("--out-json", type=Path, default=Path("bench_data.json"))
+    p.add_argument("--work-dir", type=Path, default=None)
+    p.add_argument("--count", type=_at_least(1), default=4, help="videos to generate")
+    p.add_argument("--seconds", type=_above(0), default=10.0, help="length of generated videos")
+    p.add_argument(
+        "--preset",
+        choices=["default", "k400"],
+        default="default",
+        help="generated videos: 340x256 CRF 23, GOP 250 and 16; k400: 456x256 CRF 21, GOP 250",
+    )
+    p.add_argument(
+        "--threads", type=_at_least(1), default=1, help="also time h264_plan on N decoder threads"
+    )
+    p.add_argument("--rounds", type=_at_least(1), default=5)
+    p.set_defaults(fn=cmd_bench_data)
+    p = bench_sub.add_parser("data-wait", help="share of step time blocked on data (Fig. 3b)")
+    p.add_argument("--model", default="tsm_resnet18")
+    p.add_argument("--batch", type=_at_least(1), default=2)
+    p.add_argument("--frames", type=_int_list(1), default="8,16,32", help="clip lengths")
+    p.add_argument("--workers", type=_int_list(0), default="0,1,2", help="loader processes")
+    p.add_argument("--steps", type=_at_least(1), default=3)
+    p.add_argument("--size", type=_at_least(32), default=112)
+    p.add_argument("--source", choices=["videos", "shards"], default="videos")
+    p.add_argument("--videos", type=Path, default=None)
+    p.add_argument("--out-json", type=Path, default=Path("bench_data_wait.json"))
+    p.set_defaults(fn=cmd_bench_data_wait)
+    _add_bench_models(bench_sub)
+    _add_bench_flow(bench_sub)
+    _add_bench_scaling(bench_sub)
+
+
+# -- bench models ------------------------------------------------------------------------------
+
+
+def _bench_models_config(args: argparse.Namespace) -> BenchConfig:
+    import dataclasses
+
+    from vidscale.bench.models import PASSES, BenchConfig
+
+    # Every BenchConfig field has a flag of the same name; unset flags keep the base's value.
+    fields = [f.name for f in dataclasses.fields(BenchConfig) if f.name not in ("modes", "passes")]
+    given = {k: getattr(args, k) for k in fields if getattr(args, k) is not None}
+    if args.no_fast_path:
+        modes: tuple[Mode, ...] = ("fp32",)
+    else:
+        modes = ("fp32", "fast") if args.fp32_baseline else ("fast",)
+    passes = tuple(dict.fromkeys(args.passes or PASSES))
+    base = BenchConfig.quick() if args.quick else BenchConfig()
+    return dataclasses.replace(base, **given, modes=modes, passes=passes)
+
+
+def cmd_bench_models(args: argparse.Namespace) -> int:
+    from vidscale.bench.models import DEFAULT_MODELS, bench_models, check_request
+    from vidscale.bench.report import format_report
+
+    cfg = _bench_models_config(args)
+    _check_parent("--out-json", args.out_json)
+    names = args.models or list(DEFAULT_MODELS)
+    try:
+        check_request(names, cfg, baseline=args.baseline)
+    except ValueError as err:
+        raise ConfigError(f"bench models: {err}") from err
+    _check_device(args.device)
+    result = bench_models(
+        names,
+        cfg,
+        baseline=args.baseline,
+        device=args.device,
+        out_json=args.out_json,
+        progress=True,
+    )
+    print(format_report(result))
+    print(f"wrote {args.out_json}")
+    return 0
+
+
+def _add_bench_models(bench_sub: argparse._SubParsersAction) -> None:
+    p = bench_sub.add_parser(
+        "models", help="TSM paper Tables 1-2: cost, speed, utilisation, frames per stage"
+    )
+    p.add_argument(
+        "models", nargs="*", metavar="MODELS", help="default: TSM, TSN, I3D 3x1x1, I3D 3x3x3"
+    )
+    p.add_argument("--baseline", default=None, help="ratios are to this model (default: first)")
+    p.add_argument("--batch", type=_at_least(1), default=None, help="clips per step (1)")
+    p.add_argument("--size", type=_at_least(32), default=None, help="frame side (224)")
+    p.add_argument("--frames", type=_at_least(0), default=None, help="0: each model's own")
+    p.add_argument("--warmup", type=_at_least(0), default=None, help="untimed rounds (1)")
+    p.add_argument("--repeats", type=_at_least(1), default=None, help="timed rounds (5)")
+    p.add_argument("--steps", type=_at_least(1), default=None, help="calls per sample (1)")
+    p.add_argument(
+        "--settle", type=_at_least(0), default=None, help="untimed calls before each sample (1)"
+    )
+    p.add_argument("--passes", nargs="+", choices=["train", "infer"], default=None)
+    modes = p.add_mutually_exclusive_group()
+    modes.add_argument("--fp32-baseline", action="store_true", help="also time fp32 beside")
+    modes.add_argument("--no-fast-path", action="store_true", help="time fp32 only")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    p.add_argument("--threads", type=_at_least(0), default=None, help="CPU threads (0: torch's)")
+    p.add_argument("--peak-size", type=_at_least(0), default=None, help="peak matmul side")
+    p.add_argument("--num-classes", type=_at_least(1), default=None, help="classes (400)")
+    p.add_argument("--clock", choices=["wall", "process"], default=None)
+    p.add_argument(
+        "--probe-repeats",
+        type=_at_least(1),
+        default=None,
+        help="timed rounds of the probe deciding what auto (the fast rows) runs (5)",
+    )
+    p.add_argument("--quick", action="store_true", help="tiny settings for a smoke test")
+    p.add_argument("--out-json", type=Path, default=Path("bench_models.json"))
+    p.set_defaults(fn=cmd_bench_models)
+
+
+# -- bench flow --------------------------------------------------------------------------------
+
+
+def cmd_bench_flow(args: argparse.Namespace) -> int:
+    from vidscale.bench.flow import FlowBenchConfig, bench_flow, format_flow_table
+
+    if args.video is not None and not args.video.is_file():
+        raise ConfigError(f"--video: {args.video} is not a file")
+    _check_parent("--out-json", args.out_json)
+    width, height = args.size
+    cfg = FlowBenchConfig(
+        pairs=args.pairs, width=width, height=height, methods=args.methods, video=args.video
+    )
+    print(format_flow_table(bench_flow(cfg, out_json=args.out_json)))
+    print(f"wrote {args.out_json}")
+    return 0
+
+
+def _add_bench_flow(bench_sub: argparse._SubParsersAction) -> None:
+    p = bench_sub.add_parser(
+        "flow", help="optical flow per CPU core: DIS vs Farneback vs TV-L1, speed and accuracy"
+    )
+    p.add_argument("--video", type=Path, default=None, help="default: a generated demo video")
+    p.add_argument("--pairs", type=_at_least(1), default=30, help="consecutive frame pairs")
+    p.add_argument("--size", type=_width_x_height, default=(340, 256), help="WxH (340x256)")
+    p.add_argument(
+        "--methods", type=_flow_method_list, default=("dis", "farneback", "tvl1"), help="dis,..."
+    )
+    p.add_argument("--out-json", type=Path, default=Path("bench_flow.json"))
+    p.set_defaults(fn=cmd_bench_flow)
+
+
+# -- bench scaling -----------------------------------------------------------------------------
+
+
+def cmd_bench_scaling(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from vidscale.bench.scaling import (
+        ScalingConfig,
+        ScalingRunFailed,
+        bench_scaling,
+        resolve,
+        run_worker,
+        torchrun_world,
+    )
+    from vidscale.bench.scaling_report import format_table
+
+    # Every ScalingConfig field but `fast_path` has a flag of the same name; unset flags keep
+    # the config's default.
+    names = [f.name for f in dataclasses.fields(ScalingConfig) if hasattr(args, f.name)]
+    given = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
+    given = {k: tuple(v) if isinstance(v, list) else v for k, v in given.items()}
+    cfg = resolve(ScalingConfig(**given, fast_path=not args.no_fast_path), world=torchrun_world())
+    if args.worker_out is not None:  # a rank of a torchrun that `bench scaling` started
+        run_worker(cfg, args.worker_out)
+        return 0
+    _check_parent("--out-json", args.out_json)
+    _check_parent("--plot", args.plot)
+    if args.baseline is not None and not args.baseline.is_file():
+        raise ConfigError(f"--baseline: {args.baseline} is not a file")
+    try:
+        result = bench_scaling(cfg, out_json=args.out_json, plot=args.plot, baseline=args.baseline)
+    except ScalingRunFailed as err:  # not bad input: a run failed (status 1, its output above)
+        print(f"vidscale: error: bench scaling: {err}", file=sys.stderr)
+        return 1
+    if result is not None:  # rank 0
+        print(format_table(result.report))
+        print("wrote " + ", ".join(str(f) for f in result.files))
+    return 0
+
+
+def _add_bench_scaling(bench_sub: argparse._SubParsersAction) -> None:
+    p = bench_sub.add_parser(
+        "scaling",
+        help="TSM paper Fig. 6: clips/s, speed-up and efficiency vs processes; each step "
+        "split into compute, data wait and exposed communication",
+    )
+    p.add_argument("--models", nargs="+", default=None, help="registered models (tsm_resnet50)")
+    p.add_argument(
+        "--procs",
+        nargs="+",
+        type=_at_least(1),
+        default=None,
+        help="process counts (1, 2, 4, ... up to the cores, or the GPUs); under torchrun: its "
+        "world size",
+    )
+    p.add_argument("--steps", type=_at_least(1), default=None, help="measured steps (8)")
+    p.add_argument("--warmup", type=_at_least(0), default=None, help="untimed steps first (3)")
+    p.add_argument("--batch", type=_at_least(1), default=None, help="clips per process (8)")
+    p.add_argument("--frames", type=_at_least(1), default=None, help="frames per clip (8)")
+    p.add_argument("--size", type=_at_least(32), default=None, help="frame side (224)")
+    p.add_argument("--num-classes", type=_at_least(1), default=None, help="classes (400)")
+    p.add_argument(
+        "--threads", type=_at_least(0), default=None, help="threads per process (0: cores/max P)"
+    )
+    p.add_argument("--workers", type=_at_least(0), default=None, help="loader processes (0)")
+    p.add_argument(
+        "--hooks",
+        nargs="+",
+        choices=["none", "fp16", "bf16", "powersgd"],
+        default=None,
+        help="DDP gradient hooks (none bf16 powersgd)",
+    )
+    p.add_argument(
+        "--strategies", nargs="+", choices=["ddp", "aavg"], default=None, help="(ddp aavg)"
+    )
+    p.add_argument("--aavg-k", type=_at_least(1), default=None, help="AAVG: steps per average (4)")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None)
+    p.add_argument("--bucket-cap-mb", type=_above(0), default=None, help="DDP buckets (25)")
+    p.add_argument("--no-fast-path", action="store_true", help="fp32, default memory layout")
+    p.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="an earlier JSON whose 1-process rows to compare with (under torchrun)",
+    )
+    p.add_argument("--out-json", type=Path, default=Path("bench_scaling.json"))
+    p.add_argument("--plot", type=Path, default=Path("bench_scaling.png"))
+    p.add_argument("--worker-out", type=Path, default=None, help=argparse.SUPPRESS)
+    p.set_defaults(fn=cmd_bench_scaling)

@@ -1,0 +1,107 @@
+"""`vidscale synth` (the built-in demo dataset) and `prepare` (videos -> frame shards): their
+parsers and commands."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from vidscale.cli.args import _above, _at_least
+from vidscale.config import ConfigError
+
+
+def cmd_synth(args: argparse.Namespace) -> int:
+    from vidscale.data.synthetic import write_synthetic_dataset
+    from vidscale.data.synthetic_images import write_synthetic_images
+
+    # Per-class counts default by kind: images are cheaper and a batch study wants more of them.
+    train, val = (256, 64) if args.images else (96, 24)
+    counts = {
+        "train_per_class": args.train_per_class or train,
+        "val_per_class": args.val_per_class or val,
+    }
+    if args.images:
+        if args.frames is not None:
+            raise ConfigError("--frames applies to videos, not --images")
+        print(write_synthetic_images(args.out, seed=args.seed, size=args.size, **counts))
+        return 0
+    if args.size % 2:
+        raise ConfigError(f"--size must be even (H.264 4:2:0), got {args.size}")
+
+    summary = write_synthetic_dataset(
+        args.out, seed=args.seed, size=args.size, num_frames=args.frames or 16, **counts
+    )
+    print(summary)
+    return 0
+
+
+def cmd_prepare(args: argparse.Namespace) -> int:
+    from vidscale.data.flow import FlowUnavailable
+    from vidscale.data.prepare import PrepareError, prepare_from_layout
+
+    try:
+        manifest = prepare_from_layout(
+            args.layout,
+            args.root,
+            args.out,
+            split=args.split,
+            skip_missing=args.skip_missing,
+            annotations_dir=args.annotations_dir,
+            short_side=args.short_side,
+            fps=args.fps,
+            quality=args.quality,
+            flow=args.flow,
+            shard_bytes=int(args.shard_size * 1e6),
+            workers=args.workers,
+            seed=args.seed,
+            progress=not args.no_progress,
+        )
+    except PrepareError as err:  # OUT holds frames prepared with other options
+        raise ConfigError(f"--out: {err}") from err
+    except FlowUnavailable as err:  # this OpenCV build lacks the method
+        raise ConfigError(f"--flow {args.flow}: {err}") from err
+    print(manifest)
+    return 0
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    """The `synth` and `prepare` sub-commands, in `vidscale --help` order."""
+    p = sub.add_parser("synth", help="write the built-in demo dataset (real H.264 or JPEG files)")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--images", action="store_true", help="the image set (imagefolder layout)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--train-per-class", type=_at_least(1), help="videos 96, images 256")
+    p.add_argument("--val-per-class", type=_at_least(1), help="videos 24, images 64")
+    p.add_argument("--size", type=_at_least(16), default=32, help="side in pixels (video: even)")
+    p.add_argument("--frames", type=_at_least(4), help="frames per video (16)")
+    p.set_defaults(fn=cmd_synth)
+
+    p = sub.add_parser("prepare", help="videos + annotations -> JPEG frame shards + index")
+    p.add_argument(
+        "--layout",
+        choices=["generic", "kinetics", "ucf101", "hmdb51", "ssv2", "imagenet", "imagefolder"],
+        default="generic",
+    )
+    p.add_argument("--root", type=Path, required=True, help="the dataset as downloaded")
+    p.add_argument("--out", type=Path, required=True, help="the prepared dataset directory")
+    p.add_argument("--annotations-dir", type=Path, default=None)
+    p.add_argument("--split", type=int, choices=[1, 2, 3], default=1, help="UCF101/HMDB51 split")
+    p.add_argument("--skip-missing", action="store_true", help="report missing videos, go on")
+    p.add_argument(
+        "--short-side", type=_at_least(0), default=256, help="resize the short side (px; 0: keep)"
+    )
+    p.add_argument("--fps", type=_above(0), default=None, help="resample videos to this rate")
+    p.add_argument("--quality", type=_at_least(1, 100), default=90, help="JPEG quality (1-100)")
+    from vidscale.data.flow import FLOW_METHODS
+
+    p.add_argument(
+        "--flow",
+        choices=FLOW_METHODS,
+        default=None,
+        help="also prepare the optical flow between consecutive frames into OUT/flow",
+    )
+    p.add_argument("--shard-size", type=_above(0), default=1000.0, help="MB per shard")
+    p.add_argument("--workers", type=_at_least(0), default=0, help="processes (0: all cores)")
+    p.add_argument("--seed", type=int, default=0, help="video order in the shards")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(fn=cmd_prepare)
