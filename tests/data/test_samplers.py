@@ -1,7 +1,7 @@
 import pytest
 
 from vidscale.data.clip import ClipSpec
-from vidscale.data.samplers import BatchRequest, RequestBatchSampler, TrainSampler
+from vidscale.data.samplers import BatchRequest, RequestBatchSampler, RequestCycle, TrainSampler
 
 
 def test_train_sampler_equal_lengths_disjoint_and_deterministic() -> None:
@@ -51,3 +51,18 @@ def test_request_batches_stop_early_never_short_and_resume_at_the_sampler_start(
     assert list(batches) == [[6, 7], [8, 9]]
     with pytest.raises(ValueError, match=">= 1 clip"):
         batches.set_requests([BatchRequest(0)])
+
+
+def test_a_request_cycle_repeats_each_entry_per_step_and_checks_its_fields() -> None:
+    small = ClipSpec(frames=2, crop_size=16)
+    cycle = RequestCycle((BatchRequest(4, small), BatchRequest(2)), total=7, repeat=2)
+    assert [cycle[i].size for i in range(len(cycle))] == [4, 4, 2, 2, 4, 4, 2]
+    assert cycle[4].spec == small and cycle.clips() == 22
+    for bad in (
+        {"cycle": (), "total": 1},
+        {"cycle": (BatchRequest(2),), "total": -1},
+        {"cycle": (BatchRequest(2),), "total": 1, "repeat": 0},
+        {"cycle": (BatchRequest(0),), "total": 1},
+    ):
+        with pytest.raises(ValueError):
+            RequestCycle(**bad)  # type: ignore[arg-type]

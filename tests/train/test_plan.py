@@ -76,6 +76,12 @@ def test_a_short_cycle_phase_cycles_shapes_offsets_and_specs() -> None:
     assert requests[0].spec == replace(base, crop_size=16, max_stride=4)
     # Even the base shape is requested with its own spec when the stride is drawn.
     assert phase.requests(2, base)[0].spec == replace(base, max_stride=4)
+    # The compact form a streamed dataset receives holds the same requests, accumulated too.
+    for accumulate in (1, 3):
+        accumulated = replace(phase, accumulate=accumulate)
+        cycle = accumulated.request_cycle(base)
+        assert [cycle[i] for i in range(len(cycle))] == accumulated.requests(0, base)
+        assert cycle.clips() == accumulated.clips_before(accumulated.steps_per_epoch)
 
 
 def test_steps_in_epoch_equals_the_plain_rule() -> None:
