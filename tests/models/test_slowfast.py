@@ -3,6 +3,9 @@ zoo, pathway frame rates, lateral shapes, variable clips, and the trunk options 
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 from torch import Tensor, nn
@@ -15,7 +18,14 @@ from vidscale.models.registry import (
     stage_temporal_resolutions,
 )
 from vidscale.models.resnet import ResNet, ResNetTrunk
-from vidscale.models.slowfast import SLOWFAST_4X16, SLOWFAST_8X8, SlowFast, SlowFastSpec
+from vidscale.models.slowfast import (
+    SLOWFAST_4X16,
+    SLOWFAST_8X8,
+    FastToSlow,
+    SlowFast,
+    SlowFastSpec,
+    windowed_conv,
+)
 
 NAMES = ("slowfast_resnet50_4x16", "slowfast_resnet50_8x8")
 SPECS = {"slowfast_resnet50_4x16": SLOWFAST_4X16, "slowfast_resnet50_8x8": SLOWFAST_8X8}
@@ -149,6 +159,49 @@ def test_lateral_shapes(spec: SlowFastSpec) -> None:
         assert seen[f"lateral{i}:out"] == (n, 2 * c_fast, ts, side, side)
         # Stage i consumes slow + lateral channels (its hook sees the concatenated input).
         assert seen[f"slow{i}:in"] == (n, c_slow + 2 * c_fast, ts, side, side)
+
+
+@pytest.mark.parametrize("spec", [SLOWFAST_4X16, SLOWFAST_8X8])
+@pytest.mark.parametrize("frames", [32, 12, 3])
+def test_the_windowed_lateral_conv_equals_the_time_strided_conv(
+    spec: SlowFastSpec, frames: int
+) -> None:
+    torch.manual_seed(0)
+    lateral = FastToSlow(8, ratio=2, kernel=spec.fusion_kernel, alpha=spec.alpha)
+    x = torch.randn(2, 8, frames, 5, 6, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_(True)
+    windowed, strided = windowed_conv(lateral.conv, x), lateral.conv(x2)
+    assert windowed.shape == strided.shape == (2, 16, -(-frames // spec.alpha), 5, 6)
+    torch.testing.assert_close(windowed, strided, rtol=1e-5, atol=1e-5)
+    windowed.square().sum().backward()
+    strided.square().sum().backward()
+    assert x.grad is not None and x2.grad is not None
+    torch.testing.assert_close(x.grad, x2.grad, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="bias-free"):
+        windowed_conv(nn.Conv3d(8, 8, (3, 3, 3), stride=(2, 1, 1), padding=1), x)
+
+
+# SlowFast 4x16's last lateral at 224²: oneDNN's bf16 strided conv corrupted the heap here.
+_BF16_LATERAL = """
+import torch
+from vidscale.models.slowfast import FastToSlow
+torch.manual_seed(0)
+lateral = FastToSlow(128, ratio=2, kernel=5, alpha=8)
+x = torch.randn(1, 128, 32, 14, 14, requires_grad=True)
+with torch.autocast("cpu", dtype=torch.bfloat16):
+    for _ in range(2):
+        lateral(x).float().sum().backward()
+print("done")
+"""
+
+
+def test_the_bf16_lateral_conv_runs_on_cpu_where_the_strided_one_aborted() -> None:
+    """In a child process: on an AMX CPU the strided bf16 conv aborted it ("munmap_chunk():
+    invalid pointer") before CPU bf16 took the windowed conv."""
+    done = subprocess.run(
+        [sys.executable, "-c", _BF16_LATERAL], capture_output=True, text=True, timeout=300
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "done"), done.stderr[-2000:]
 
 
 @pytest.mark.parametrize("spec", [SLOWFAST_4X16, SLOWFAST_8X8])

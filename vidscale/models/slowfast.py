@@ -127,7 +127,41 @@ class FastToSlow(nn.Module):
         nn.init.kaiming_normal_(self.conv.weight, mode="fan_out", nonlinearity="relu")
 
     def forward(self, fast: Tensor) -> Tensor:
-        return self.relu(self.bn(self.conv(fast)))
+        fused = windowed_conv(self.conv, fast) if _cpu_bf16(fast) else self.conv(fast)
+        return self.relu(self.bn(fused))
+
+
+def _cpu_bf16(x: Tensor) -> bool:
+    """Whether a convolution of `x` would run in bfloat16 on the CPU (autocast or bf16 data)."""
+    if x.device.type != "cpu":
+        return False
+    autocast = torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu")
+    return x.dtype == torch.bfloat16 or autocast == torch.bfloat16
+
+
+def windowed_conv(conv: nn.Conv3d, x: Tensor) -> Tensor:
+    """`conv(x)` for a (k x 1 x 1) conv with temporal stride s, computed as the frames each
+    output reads (windows of k every s, zero-padded as `conv` pads) stacked as channels, then
+    a 1 x 1 x 1 conv: the same sums of products, in another order.
+
+    Why: on a CPU with AMX (torch 2.13), oneDNN's bf16 convolution for the time-strided
+    lateral conv corrupted the heap at some shapes (128 channels at 12-16 px with stride 8 and
+    kernel 3 or 5, i.e. SlowFast 4x16's last lateral at 224²: "munmap_chunk(): invalid
+    pointer", the process aborted; 64 channels, 7 px, or strides 1-5 ran). oneDNN's AMX bf16
+    strided conv3d has a known wrong-values defect as well (pytorch/pytorch#169688). A 1 x 1 x 1
+    conv has no stride; fp32 and GPUs keep `conv`.
+    """
+    if isinstance(conv.padding, str):
+        raise ValueError(f"windowed_conv needs numeric padding, got {conv.padding!r}")
+    (k, kh, kw), (s, sh, sw), (p, ph, pw) = conv.kernel_size, conv.stride, conv.padding
+    if (kh, kw, sh, sw, ph, pw) != (1, 1, 1, 1, 0, 0) or conv.groups != 1 or conv.bias is not None:
+        raise ValueError(f"windowed_conv takes a bias-free (k x 1 x 1) conv, got {conv}")
+    n, c, _, h, w = x.shape
+    windows = nn.functional.pad(x, (0, 0, 0, 0, p, p)).unfold(2, k, s)  # (N, C, T', H, W, k)
+    frames = windows.shape[2]
+    stacked = windows.permute(0, 1, 5, 2, 3, 4).reshape(n, c * k, frames, h, w)
+    weight = conv.weight.reshape(conv.out_channels, c * k, 1, 1, 1)
+    return nn.functional.conv3d(stacked, weight)
 
 
 class SlowFast(nn.Module):
