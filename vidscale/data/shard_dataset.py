@@ -201,9 +201,10 @@ class StreamingShardDataset(IterableDataset):
             requests = RequestCycle((BatchRequest(self.batch_size),), self.batches)
         if len(requests.cycle) > MAX_CYCLE:
             raise ValueError(f"at most {MAX_CYCLE} batch shapes per epoch, got {requests.cycle}")
-        if requests.clips() > self.per_rank:
+        clips = requests.clips()
+        if clips > self.per_rank:
             raise ValueError(
-                f"{requests.total} batches of {requests.cycle} need {requests.clips()} clips "
+                f"{requests.total} batches of {requests.cycle} need {clips} clips "
                 f"per rank; {len(self.entries)} videos on {self.world_size} ranks give "
                 f"{self.per_rank}"
             )
@@ -233,13 +234,20 @@ class StreamingShardDataset(IterableDataset):
         order = [self.shards[i] for i in rng.permutation(len(self.shards))]
         return [i for shard in order for i in self._by_shard[shard]]
 
+    def stream_batches(self, num_workers: int) -> list[list[BatchRequest]]:
+        """The epoch's requests by stream: stream w makes batches w, w + num_workers, ..."""
+        requests = self.requests
+        return [
+            [requests[p] for p in range(w, len(requests), num_workers)] for w in range(num_workers)
+        ]
+
     def worker_range(self, stream: int, num_workers: int) -> tuple[int, int]:
         """[start, stop) in `epoch_order()` of this rank's stream `stream` of `num_workers`:
-        the clips of batches stream, stream + num_workers, ... of the epoch."""
-        requests = self.requests
-        counts = [0] * num_workers
-        for p in range(len(requests)):
-            counts[p % num_workers] += requests[p].size
+        the clips of the stream's batches."""
+        return self._range(stream, self.stream_batches(num_workers))
+
+    def _range(self, stream: int, batches: list[list[BatchRequest]]) -> tuple[int, int]:
+        counts = [sum(r.size for r in mine) for mine in batches]
         start = self.rank * sum(counts) + sum(counts[:stream])
         return start, start + counts[stream]
 
@@ -250,13 +258,12 @@ class StreamingShardDataset(IterableDataset):
         # comes from stream p % num_workers. Resuming at batch b, loader worker w plays
         # stream (w + b) % num_workers: the loader's order then continues the epoch's order.
         stream = (worker + self.start_batches) % num_workers
-        start, stop = self.worker_range(stream, num_workers)
-        requests = self.requests
-        mine = [requests[p] for p in range(stream, len(requests), num_workers)]
+        batches = self.stream_batches(num_workers)
+        start, stop = self._range(stream, batches)
         done = len(range(stream, self.start_batches, num_workers))
         positions = self.epoch_order()[start:stop]
         rng = np.random.default_rng((self.seed, self.epoch, self.rank, stream, 1))
-        return self._emit(positions, rng, mine, done=done)
+        return self._emit(positions, rng, batches[stream], done=done)
 
     def _emit(
         self,
