@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import statistics
 import sys
@@ -68,12 +69,12 @@ from vidscale.train.fast_path import (
     set_device_options,
     set_tf32,
 )
+from vidscale.train.fast_path_isolation import probe_isolated
 from vidscale.train.fast_path_probe import (
     PROBE,
     FastPathDecision,
     ProbeSettings,
     ProbeShape,
-    probe,
 )
 from vidscale.train.fast_path_rule import choose
 from vidscale.train.host_memory import set_host_memory_retention
@@ -242,15 +243,20 @@ def auto_choice(name: str, *, cfg: BenchConfig, device: torch.device) -> FastPat
     shape = ProbeShape(cfg.batch, 3, cfg.clip_frames(name), cfg.size, cfg.num_classes)
     settings = ProbeSettings(repeats=cfg.probe_repeats)
     load = hardware.load_average()
-    samples = probe(
-        lambda: build_model(_model_cfg(name, cfg)),
+    measured = probe_isolated(  # in a child: a setting that hangs or crashes is left out
+        functools.partial(build_model, _model_cfg(name, cfg)),
         candidates(device, bf16=None, channels_last=None),
         device=device,
         shape=shape,
         settings=settings,
+        host_memory=device.type == "cpu",
     )
     return FastPathDecision.measured_by(
-        choose(samples), samples=samples, shape=shape, load_average=load
+        choose(measured.samples),
+        samples=measured.samples,
+        shape=shape,
+        load_average=load,
+        failed=measured.failed,
     )
 
 
@@ -451,6 +457,7 @@ def _row(
         row["auto_speedup"] = s.auto.measured[chosen]["speedup"]  # probe: fp32 s / chosen s
         row["auto_reason"] = s.auto.reason
         row["auto_probe"] = s.auto.measured
+        row["auto_left_out"] = s.auto.failed  # settings that hung, crashed or raised
     # The paper's training cost convention: backward ≈ 2x forward, so a step is 3x the forward.
     for kind, flops_per_clip in (("train", 3 * info.flops), ("infer", info.flops)):
         key = f"{kind}:{s.name}:{s.mode}"

@@ -110,16 +110,21 @@ def format_speed_table(rows: Sequence[dict[str, Any]]) -> str:
 def format_auto_check(rows: Sequence[dict[str, Any]]) -> str:
     """One line per model with a fast row: what "auto" chose, and its training step against
     fp32's as the median of the per-round ratios with their noise; "slower" when the ratio is
-    below 1 by more than the noise (the acceptance of "auto"). Empty without fp32 rows."""
+    below 1 by more than the noise (the acceptance of "auto"), and any setting the probe left
+    out because it hung, crashed or raised. Empty without fp32 rows."""
     lines = []
     for r in rows:
         if "train_fast_vs_fp32" not in r or "auto_choice" not in r:
             continue
         ratio, noise = r["train_fast_vs_fp32"], r["train_fast_vs_fp32_noise"]
         verdict = "SLOWER than fp32 beyond the noise" if ratio < 1 - noise else "ok"
+        left_out = "".join(
+            f"; {label} left out of the probe ({what})"
+            for label, what in r.get("auto_left_out", {}).items()
+        )
         lines.append(
             f"  {r['model']:<22} auto={r['auto_choice']:<8} {ratio:.2f}x fp32 "
-            f"(noise {noise:.0%}): {verdict}"
+            f"(noise {noise:.0%}): {verdict}{left_out}"
         )
     return "\n".join(lines)
 

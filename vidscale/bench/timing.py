@@ -33,13 +33,15 @@ def time_round_robin(
     clock: Callable[[], float] = time.perf_counter,
     faults: Callable[[], float] = hardware.minor_page_faults,
     on_round: Callable[[int], None] | None = None,
+    on_turn: Callable[[str], None] | None = None,
 ) -> RoundRobinSamples:
     """`repeats` samples of every callable after `warmup` untimed rounds.
 
     Each round runs every callable `settle` times untimed and then `steps` times timed, in a row
     (one sample: the mean of the timed calls); round r starts at position r mod len(calls), so
     none always runs first (after the pause between rounds) or always after the same neighbour.
-    `on_round(r)` is called after round r.
+    `on_round(r)` is called after round r, `on_turn(key)` before each callable's turn (its
+    settle and timed calls), outside the timed region.
     """
     keys = list(calls)
     seconds: dict[str, list[float]] = {k: [] for k in keys}
@@ -47,6 +49,8 @@ def time_round_robin(
     for r in range(warmup + repeats):
         for j in range(len(keys)):
             key = keys[(r + j) % len(keys)]
+            if on_turn is not None:
+                on_turn(key)
             for _ in range(settle):
                 calls[key]()
             sync()

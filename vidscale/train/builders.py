@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import multiprocessing as mp
 import os
@@ -196,7 +197,7 @@ def decide_fast_path(
         enabled=t.fast_path,
         amp=t.amp,
         channels_last=t.channels_last,
-        build=lambda: build_registered_model(probed),
+        build=functools.partial(build_registered_model, probed),  # pickles: the probe's child
         shape=shape,
         key_fields={
             "model": ",".join(f"{k}={v}" for k, v in sorted(knobs.items())),
@@ -206,6 +207,7 @@ def decide_fast_path(
         cache=cache_file(t.fast_path_cache),
         checkpoint=checkpoint,
         is_main=env.is_main,
+        host_memory=t.retain_host_memory and env.device.type == "cpu",
         log=log,
     )
 

@@ -35,7 +35,6 @@ measured, per device and per shape:
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -46,18 +45,22 @@ import torch
 from torch import nn
 
 from vidscale.bench import hardware
-from vidscale.bench.timing import time_round_robin
 from vidscale.distributed.collectives import all_gather_object, broadcast_object
 from vidscale.train.fast_path import (
     Candidate,
-    FastPath,
-    apply_to_model,
     candidates,
     hardware_rule,
     requested,
     set_device_options,
 )
 from vidscale.train.fast_path_cache import cache_key, read_cached, write_cached
+from vidscale.train.fast_path_isolation import (
+    LIMITS,
+    HangLimits,
+    IsolatedProbe,
+    ProbeFailed,
+    probe_isolated,
+)
 from vidscale.train.fast_path_rule import (
     MIN_GAIN,
     RULE,
@@ -66,40 +69,24 @@ from vidscale.train.fast_path_rule import (
     choose,
     reference_of,
 )
+from vidscale.train.fast_path_timing import PROBE, ProbeSettings, ProbeShape, probe
+
+__all__ = [
+    "PROBE",
+    "RECORD_KEY",
+    "FastPathDecision",
+    "ProbeFailed",
+    "ProbeSettings",
+    "ProbeShape",
+    "decide",
+    "probe",
+    "probe_key",
+    "settled",
+]
 
 RECORD_KEY = "fast_path"  # the decision's record in a checkpoint
 
 Source = Literal["off", "explicit", "probe", "cache", "checkpoint", "hardware"]
-
-
-@dataclass(frozen=True)
-class ProbeSettings:
-    """Untimed warm-up rounds, timed rounds, and untimed calls before each timed one."""
-
-    warmup: int = 1
-    repeats: int = 5
-    settle: int = 1
-
-
-PROBE = ProbeSettings()
-
-
-@dataclass(frozen=True)
-class ProbeShape:
-    """What one process trains on: `batch` clips of `channels` x `frames` x `crop`²."""
-
-    batch: int
-    channels: int
-    frames: int
-    crop: int
-    num_classes: int
-
-    @property
-    def clips(self) -> tuple[int, int, int, int, int]:
-        return (self.batch, self.channels, self.frames, self.crop, self.crop)
-
-    def text(self) -> str:
-        return "x".join(str(n) for n in self.clips)
 
 
 @dataclass(frozen=True)
@@ -113,7 +100,8 @@ class FastPathDecision:
     `samples` (seconds per round and candidate: `choose(samples)` gives the decision again);
     `rounds` counts the samples per candidate over all ranks; `load_average` is rank 0's
     1-minute load average when the probe started (above the core count, other work shared the
-    cores, and the noise shows it).
+    cores, and the noise shows it); `failed` names the candidates left out because they hung,
+    crashed or raised in the probe (`fast_path_isolation`), on any rank, with what happened.
     """
 
     bf16: bool
@@ -125,6 +113,7 @@ class FastPathDecision:
     samples: dict[str, list[float]] = field(default_factory=dict)
     rounds: int = 0
     load_average: float | None = None
+    failed: dict[str, str] = field(default_factory=dict)
 
     @property
     def candidate(self) -> Candidate:
@@ -151,6 +140,7 @@ class FastPathDecision:
             samples={k: [float(t) for t in v] for k, v in record.get("samples", {}).items()},
             rounds=int(record.get("rounds", 0)),
             load_average=record.get("load_average"),
+            failed={str(k): str(v) for k, v in record.get("failed", {}).items()},
         )
 
     @classmethod
@@ -162,6 +152,7 @@ class FastPathDecision:
         shape: ProbeShape,
         load_average: float | None = None,
         source: Source = "probe",
+        failed: Mapping[str, str] | None = None,
     ) -> FastPathDecision:
         chosen = Candidate.from_label(choice.chosen)
         return cls(
@@ -174,6 +165,7 @@ class FastPathDecision:
             samples={k: list(v) for k, v in samples.items()},
             rounds=len(samples[choice.chosen]),
             load_average=load_average,
+            failed=dict(failed or {}),
         )
 
     def numbers(self) -> str:
@@ -197,68 +189,11 @@ class FastPathDecision:
         shape = "x".join(map(str, self.shape))
         where = "probe" if self.source == "probe" else "cached probe"
         load = "" if self.load_average is None else f", load average {self.load_average:.1f}"
+        left_out = "".join(f"; left out {k}: {v}" for k, v in self.failed.items())
         return (
             f"auto chose {label} ({where} at {shape}, {self.rounds} rounds{load}): "
-            f"{self.numbers()}; {self.reason}"
+            f"{self.numbers()}; {self.reason}{left_out}"
         )
-
-
-def _step(
-    model: nn.Module, fast: FastPath, clips: torch.Tensor, labels: torch.Tensor
-) -> Callable[[], None]:
-    autocast = fast.autocast()
-
-    def step() -> None:
-        with autocast():  # the loop's train_step: loss and backward inside autocast
-            loss = nn.functional.cross_entropy(model(clips).float(), labels)
-            loss.backward()
-        model.zero_grad(set_to_none=True)
-
-    return step
-
-
-def probe(
-    build: Callable[[], nn.Module],
-    settings_to_time: Sequence[Candidate],
-    *,
-    device: torch.device,
-    shape: ProbeShape,
-    settings: ProbeSettings = PROBE,
-) -> dict[str, list[float]]:
-    """Seconds per training step (forward, loss, backward) of each candidate, per timed round.
-
-    `build()` gives a fresh model on the CPU; it is built, fed random clips and stepped under a
-    forked RNG (CPU and `device`), so the caller's random streams are left exactly as they were.
-    Process-wide settings (threads, host-memory retention, TF32) are the caller's: set them as
-    training will run before probing.
-    """
-    cuda = [device.index or 0] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=cuda):
-        torch.manual_seed(0)
-        base = build().to(device).train()
-        layouts = {c.channels_last for c in settings_to_time}
-        models = {
-            cl: apply_to_model(copy.deepcopy(base), FastPath(device, False, cl, False))
-            for cl in layouts
-        }
-        del base
-        clips = torch.randn(shape.clips, device=device)
-        labels = torch.randint(shape.num_classes, (shape.batch,), device=device)
-        calls = {}
-        for c in settings_to_time:
-            fast = FastPath(device, c.bf16, c.channels_last, compile=False)
-            calls[c.label] = _step(models[c.channels_last], fast, clips, labels)
-        samples = time_round_robin(
-            calls,
-            warmup=settings.warmup,
-            repeats=settings.repeats,
-            settle=settings.settle,
-            sync=lambda: hardware.synchronize(device),
-        ).seconds
-    del models, calls, clips, labels
-    if device.type == "cuda":
-        torch.cuda.empty_cache()  # the probe's copies are not the run's: hand the memory back
-    return samples
 
 
 def _explicit(bf16: bool, cl: bool, *, amp: str, channels_last: str) -> FastPathDecision:
@@ -302,18 +237,45 @@ def _probe_all_ranks(
     device: torch.device,
     shape: ProbeShape,
     settings: ProbeSettings,
+    host_memory: bool,
+    limits: HangLimits,
 ) -> FastPathDecision:
-    """Every rank probes; the samples of all ranks are pooled (rounds stay aligned: each rank's
-    rounds follow the previous rank's in every candidate's list) and chosen from."""
+    """Every rank probes, each in a child process (`probe_isolated`); a candidate that failed
+    on any rank is left out on all, the samples of the others are pooled (rounds stay aligned:
+    each rank's rounds follow the previous rank's in every candidate's list) and chosen from.
+    The reference failing on any rank raises `ProbeFailed` on every rank."""
     set_device_options(device)  # the fp32 candidate is TF32 on CUDA, as training runs it
     load = hardware.load_average()
-    mine = probe(build, settings_to_time, device=device, shape=shape, settings=settings)
-    pooled: dict[str, list[float]] = {label: [] for label in mine}
-    for samples in all_gather_object(mine):
-        for label, seconds in samples.items():
-            pooled[label].extend(seconds)
+    mine: IsolatedProbe | str
+    try:
+        mine = probe_isolated(
+            build,
+            settings_to_time,
+            device=device,
+            shape=shape,
+            settings=settings,
+            host_memory=host_memory,
+            limits=limits,
+        )
+    except ProbeFailed as err:
+        mine = str(err)
+    everyone = all_gather_object(mine)
+    for rank, result in enumerate(everyone):
+        if isinstance(result, str):
+            raise ProbeFailed(f"rank {rank}: {result}" if len(everyone) > 1 else result)
+    probes = [r for r in everyone if isinstance(r, IsolatedProbe)]
+    failed = {label: what for p in reversed(probes) for label, what in p.failed.items()}
+    pooled: dict[str, list[float]] = {
+        c.label: [] for c in settings_to_time if c.label not in failed
+    }
+    for result in probes:
+        for label, seconds in result.samples.items():
+            if label in pooled:
+                pooled[label].extend(seconds)
     choice = choose(pooled)
-    return FastPathDecision.measured_by(choice, samples=pooled, shape=shape, load_average=load)
+    return FastPathDecision.measured_by(
+        choice, samples=pooled, shape=shape, load_average=load, failed=failed
+    )
 
 
 def decide(
@@ -329,16 +291,21 @@ def decide(
     checkpoint: Mapping[str, Any] | None,
     is_main: bool,
     settings: ProbeSettings = PROBE,
+    host_memory: bool = False,
+    limits: HangLimits = LIMITS,
     log: Callable[[str], None] = lambda _: None,
 ) -> FastPathDecision:
     """The fast-path setting of a run, the same on every rank (a collective: every rank calls it).
 
     In order: `enabled=False` is all off; both axes explicit are used as given; a resumed run
     (`checkpoint`: the state it continues) takes its recorded decision for the "auto" axes; a
-    cache hit (read by rank 0) is reused; otherwise every rank probes (`probe`) and rank 0
-    chooses from the pooled samples (`choose`) and writes the cache. `key_fields` name the
-    run's model and process layout in the cache key, beside the device, torch, `shape`, threads
-    and candidates added here. `log` receives what is worth printing (rank 0's).
+    cache hit (read by rank 0) is reused; otherwise every rank probes (`probe`, in a child
+    process that trains as this one: `host_memory` retention on CPU, its threads; a candidate
+    that hangs past `limits`, crashes or raises there is left out, `fast_path_isolation`) and
+    rank 0 chooses from the pooled samples (`choose`) and writes the cache. `build` must pickle.
+    `key_fields` name the run's model and process layout in the cache key, beside the device,
+    torch, `shape`, threads and candidates added here. `log` receives what is worth printing
+    (rank 0's). Raises `ProbeFailed` when the reference setting fails in the probe.
     """
     decision = settled(
         device, enabled=enabled, amp=amp, channels_last=channels_last, checkpoint=checkpoint
@@ -356,6 +323,8 @@ def decide(
             key=key,
             cache=cache,
             is_main=is_main,
+            host_memory=host_memory,
+            limits=limits,
             log=log,
         )
     return FastPathDecision.from_record(broadcast_object(decision.record()))
@@ -394,6 +363,8 @@ def _cached_or_probed(
     key: str,
     cache: Path | None,
     is_main: bool,
+    host_memory: bool,
+    limits: HangLimits,
     log: Callable[[str], None],
 ) -> FastPathDecision:
     hit = None
@@ -407,7 +378,17 @@ def _cached_or_probed(
     labels = ", ".join(c.label for c in to_time)
     rounds = f"{settings.warmup} + {settings.repeats} rounds"
     log(f"fast path: timing {labels} at {shape.text()} ({rounds}) to decide train.amp=auto")
-    decision = _probe_all_ranks(build, to_time, device=device, shape=shape, settings=settings)
+    decision = _probe_all_ranks(
+        build,
+        to_time,
+        device=device,
+        shape=shape,
+        settings=settings,
+        host_memory=host_memory,
+        limits=limits,
+    )
+    for label, what in decision.failed.items():
+        log(f"warning: fast path: {label} left out of the probe ({what})")
     if is_main and cache is not None:
         problem = write_cached(cache, key, decision.record())
         if problem:

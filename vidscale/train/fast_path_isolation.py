@@ -1,0 +1,222 @@
+"""The fast-path probe in a child process: a setting that hangs or crashes is left out, the run
+goes on.
+
+The probe (`fast_path_probe.probe`) runs settings the run may never train with, and some of
+them fail in the libraries below torch on some machines. Seen on a 2-core AMX Xeon with torch
+2.13's oneDNN: SlowFast-R50 4x16 at 224² aborted the process in bf16 (heap corruption in a
+time-strided bf16 convolution), and I3D-R50 3x3x3 at 224², batch 1, spun for 15-21 minutes in
+the bf16 backward-weights convolution when its bf16 step followed an fp32 step in the same
+process (each setting alone stepped in 4-10 s). In the training process either failure ends
+the run before its first step, and the fixed `auto` would hang or crash every start.
+
+So the probe runs in a child process (`spawn`: a fresh interpreter, nothing inherited from the
+run's threads). The child tells the parent before each candidate's turn; the parent gives a
+turn `HangLimits.turn_s` seconds. A candidate whose turn crashes the child (a signal, an exit
+without a result), does not end in time, or raises, is named with what happened and the probe
+is run again without it, until one completes. The reference candidate (`candidates`' first:
+the least change) failing is an error: the model cannot train at this shape. Its samples are
+the in-process probe's, so `choose` reads them as before.
+
+Costs: one interpreter start (about 1.5 s here) per probe; a hang costs its limit once, after
+which the decision is cached (`fast_path_cache`) with the failure recorded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import multiprocessing
+import signal
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+import torch
+from torch import nn
+
+from vidscale.train.fast_path import Candidate, set_device_options
+from vidscale.train.fast_path_timing import PROBE, ProbeSettings, ProbeShape, probe
+from vidscale.train.host_memory import set_host_memory_retention
+
+
+@dataclass(frozen=True)
+class HangLimits:
+    """Seconds the parent waits. `start_s`: for the child to import, build the model and begin
+    its first turn. A turn (one candidate's settle + timed steps) gets `first_turn_s` while no
+    turn has finished (the first includes the kernels' first-call set-up), then `factor` times
+    the longest finished turn, at least `floor_s`: a bf16 candidate's first turn, with its own
+    set-up, stays well inside 10 times an fp32 turn here, a hang never ends."""
+
+    start_s: float = 600.0
+    first_turn_s: float = 600.0
+    factor: float = 10.0
+    floor_s: float = 60.0
+
+    def turn_s(self, longest: float) -> float:
+        return self.first_turn_s if longest <= 0 else max(self.floor_s, self.factor * longest)
+
+
+LIMITS = HangLimits()
+
+
+class ProbeFailed(RuntimeError):
+    """The reference setting itself failed in the probe (the model cannot train as asked)."""
+
+
+@dataclass(frozen=True)
+class IsolatedProbe:
+    """Per-round seconds of the candidates that completed (`probe`'s samples), and what
+    happened to each one left out (label -> e.g. "hung: no step in 150 s")."""
+
+    samples: dict[str, list[float]]
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Job:
+    build: Callable[[], nn.Module]
+    to_time: tuple[Candidate, ...]
+    device: str
+    shape: ProbeShape
+    settings: ProbeSettings
+    threads: int
+    host_memory: bool
+
+
+@dataclass(frozen=True)
+class _Failure:
+    label: str  # "" when the child failed before any candidate's turn
+    what: str
+
+
+def probe_isolated(
+    build: Callable[[], nn.Module],
+    to_time: Sequence[Candidate],
+    *,
+    device: torch.device,
+    shape: ProbeShape,
+    settings: ProbeSettings = PROBE,
+    host_memory: bool = False,
+    limits: HangLimits = LIMITS,
+) -> IsolatedProbe:
+    """`probe` in a child process, run again without each candidate that hangs, crashes or
+    raises there. `build` must pickle (a class, a module-level function, or a
+    `functools.partial` of one): the child is a fresh interpreter. The child trains as this
+    process will: its threads (`torch.get_num_threads()`), `host_memory` (glibc retention, on
+    CPU) and the device options. Raises `ProbeFailed` when the reference candidate (the first
+    of `to_time`) fails."""
+    remaining = list(to_time)
+    failed: dict[str, str] = {}
+    while True:
+        outcome = _run_child(
+            _Job(
+                build,
+                tuple(remaining),
+                str(device),
+                shape,
+                settings,
+                torch.get_num_threads(),
+                host_memory,
+            ),
+            limits,
+        )
+        if not isinstance(outcome, _Failure):
+            return IsolatedProbe(outcome, failed)
+        if outcome.label in ("", remaining[0].label):
+            where = f" at {outcome.label}" if outcome.label else ""
+            raise ProbeFailed(f"the fast-path probe failed{where} ({outcome.what})")
+        failed[outcome.label] = outcome.what
+        remaining = [c for c in remaining if c.label != outcome.label]
+
+
+def _run_child(job: _Job, limits: HangLimits) -> dict[str, list[float]] | _Failure:
+    ctx = multiprocessing.get_context("spawn")
+    receiver, sender = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_child_main, args=(sender, job), name="vidscale-fast-path-probe")
+    child.daemon = True  # multiprocessing ends it if this process exits normally first
+    child.start()
+    sender.close()  # the child's end: EOF here once the child is gone
+    try:
+        return _follow(child, receiver, limits)
+    finally:
+        receiver.close()
+        if child.is_alive():
+            child.kill()
+        child.join()
+
+
+def _follow(
+    child: multiprocessing.process.BaseProcess, receiver: Connection, limits: HangLimits
+) -> dict[str, list[float]] | _Failure:
+    """Read the child's messages until its samples, a failure, or a turn over its limit."""
+    label, started, longest = "", time.monotonic(), 0.0
+    while True:
+        limit = limits.turn_s(longest) if label else limits.start_s
+        left = started + limit - time.monotonic()
+        if left <= 0:
+            waited = "start" if not label else "step"
+            return _Failure(label, f"hung: no {waited} in {limit:.0f} s")
+        if not receiver.poll(min(left, 1.0)):
+            continue
+        try:
+            kind, payload = receiver.recv()
+        except EOFError:
+            child.join(5)
+            return _Failure(label, f"crashed: {_exit_text(child.exitcode)}")
+        now = time.monotonic()
+        if kind == "turn":
+            if label:
+                longest = max(longest, now - started)
+            label, started = payload, now
+        elif kind == "samples":
+            return dict(payload)
+        else:  # "raised"
+            return _Failure(label, f"raised {payload}")
+
+
+def _exit_text(code: int | None) -> str:
+    if code is None:
+        return "no exit status"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code} without a result"
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel kills this process when its parent dies (a killed run must not leave a
+    probe spinning on its cores)."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6").prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+
+
+def _child_main(sender: Connection, job: _Job) -> None:
+    _die_with_parent()
+    torch.set_num_threads(job.threads)
+    device = torch.device(job.device)
+    if device.type == "cpu":
+        set_host_memory_retention(job.host_memory)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    set_device_options(device)
+    message: tuple[str, Any]
+    try:
+        samples = probe(
+            job.build,
+            job.to_time,
+            device=device,
+            shape=job.shape,
+            settings=job.settings,
+            on_turn=lambda label: sender.send(("turn", label)),
+        )
+        message = ("samples", samples)
+    except Exception as err:  # reported to the parent, which names the candidate
+        message = ("raised", f"{type(err).__name__}: {err}")
+    sender.send(message)
+    sender.close()

@@ -1,0 +1,111 @@
+"""The fast path's probe, timed in this process: a few training steps of each candidate setting.
+
+`probe` gives per-round seconds per candidate (interleaved, `bench.timing.time_round_robin`) for
+`fast_path_rule.choose`; `fast_path_probe.decide` runs it in a child process
+(`fast_path_isolation`), so that a setting that hangs or crashes cannot take the run with it.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from vidscale.bench import hardware
+from vidscale.bench.timing import time_round_robin
+from vidscale.train.fast_path import Candidate, FastPath, apply_to_model
+
+
+@dataclass(frozen=True)
+class ProbeSettings:
+    """Untimed warm-up rounds, timed rounds, and untimed calls before each timed one."""
+
+    warmup: int = 1
+    repeats: int = 5
+    settle: int = 1
+
+
+PROBE = ProbeSettings()
+
+
+@dataclass(frozen=True)
+class ProbeShape:
+    """What one process trains on: `batch` clips of `channels` x `frames` x `crop`²."""
+
+    batch: int
+    channels: int
+    frames: int
+    crop: int
+    num_classes: int
+
+    @property
+    def clips(self) -> tuple[int, int, int, int, int]:
+        return (self.batch, self.channels, self.frames, self.crop, self.crop)
+
+    def text(self) -> str:
+        return "x".join(str(n) for n in self.clips)
+
+
+def _step(
+    model: nn.Module, fast: FastPath, clips: torch.Tensor, labels: torch.Tensor
+) -> Callable[[], None]:
+    autocast = fast.autocast()
+
+    def step() -> None:
+        with autocast():  # the loop's train_step: loss and backward inside autocast
+            loss = nn.functional.cross_entropy(model(clips).float(), labels)
+            loss.backward()
+        model.zero_grad(set_to_none=True)
+
+    return step
+
+
+def probe(
+    build: Callable[[], nn.Module],
+    settings_to_time: Sequence[Candidate],
+    *,
+    device: torch.device,
+    shape: ProbeShape,
+    settings: ProbeSettings = PROBE,
+    on_turn: Callable[[str], None] | None = None,
+) -> dict[str, list[float]]:
+    """Seconds per training step (forward, loss, backward) of each candidate, per timed round.
+
+    `build()` gives a fresh model on the CPU; it is built, fed random clips and stepped under a
+    forked RNG (CPU and `device`), so the caller's random streams are left exactly as they were.
+    Process-wide settings (threads, host-memory retention, TF32) are the caller's: set them as
+    training will run before probing. `on_turn(label)` is told before each candidate's turn
+    (`time_round_robin`). This runs in the calling process: a candidate that hangs or crashes
+    takes the process with it (`fast_path_isolation.probe_isolated` runs it in a child).
+    """
+    cuda = [device.index or 0] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=cuda):
+        torch.manual_seed(0)
+        base = build().to(device).train()
+        layouts = {c.channels_last for c in settings_to_time}
+        models = {
+            cl: apply_to_model(copy.deepcopy(base), FastPath(device, False, cl, False))
+            for cl in layouts
+        }
+        del base
+        clips = torch.randn(shape.clips, device=device)
+        labels = torch.randint(shape.num_classes, (shape.batch,), device=device)
+        calls = {}
+        for c in settings_to_time:
+            fast = FastPath(device, c.bf16, c.channels_last, compile=False)
+            calls[c.label] = _step(models[c.channels_last], fast, clips, labels)
+        samples = time_round_robin(
+            calls,
+            warmup=settings.warmup,
+            repeats=settings.repeats,
+            settle=settings.settle,
+            sync=lambda: hardware.synchronize(device),
+            on_turn=on_turn,
+        ).seconds
+    del models, calls, clips, labels
+    if device.type == "cuda":
+        torch.cuda.empty_cache()  # the probe's copies are not the run's: hand the memory back
+    return samples
