@@ -338,6 +338,8 @@ def bench_models(
                 if progress:
                     print(f"bench: probing what auto chooses for {n}", file=sys.stderr)
                 choices[n] = auto_choice(n, cfg=cfg, device=dev)
+                if progress:
+                    print(f"bench: {n}: {choices[n].describe()}", file=sys.stderr)
         subjects = [
             _subject(n, mode=m, cfg=cfg, device=dev, auto=choices.get(n) if m == "fast" else None)
             for m in cfg.modes
