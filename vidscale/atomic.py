@@ -9,6 +9,7 @@ clears at the next start.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -40,6 +41,29 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
             write(f)
             f.flush()
             os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def atomic_link(source: Path, path: Path) -> None:
+    """Make `path` another name of the finished file `source` (a hard link, renamed into place
+    durably): a reader sees the old `path` or `source`'s content, and removing `source` later
+    leaves `path` whole. Where the filesystem has no hard links, `source` is copied instead
+    (`atomic_write`). The two names share one file: nothing may write to either in place
+    (every write here goes through a rename)."""
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=TMP_SUFFIX, dir=path.parent)
+    os.close(fd)
+    Path(tmp).unlink()
+    try:
+        os.link(source, tmp)
+    except OSError:  # no hard links here (some network and FUSE filesystems): copy
+        with source.open("rb") as src:
+            atomic_write(path, lambda f: shutil.copyfileobj(src, f, 1 << 20))
+        return
+    try:
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -211,6 +211,10 @@ def test_the_auto_check_flags_a_fast_row_slower_than_fp32_beyond_its_noise() -> 
     assert len(lines) == 2  # c has no fast row against an fp32 row
     assert lines[0].endswith(": ok") and "0.97x fp32 (noise 5%)" in lines[0]
     assert lines[1].endswith("SLOWER than fp32 beyond the noise")
+    hung = row("d", 1.2, 0.05) | {"auto_left_out": {"bf16": "hung: its turn did not end in 90 s"}}
+    assert format_auto_check([hung]).endswith(
+        ": ok; bf16 left out of the probe (hung: its turn did not end in 90 s)"
+    )
 
 
 def test_requests_that_cannot_work_are_refused_before_measuring() -> None:

@@ -69,7 +69,7 @@ class ProbeFailed(RuntimeError):
 @dataclass(frozen=True)
 class IsolatedProbe:
     """Per-round seconds of the candidates that completed (`probe`'s samples), and what
-    happened to each one left out (label -> e.g. "hung: no step in 150 s")."""
+    happened to each one left out (label -> e.g. "hung: its turn did not end in 150 s")."""
 
     samples: dict[str, list[float]]
     failed: dict[str, str] = field(default_factory=dict)
@@ -157,8 +157,8 @@ def _follow(
         limit = limits.turn_s(longest) if label else limits.start_s
         left = started + limit - time.monotonic()
         if left <= 0:
-            waited = "start" if not label else "step"
-            return _Failure(label, f"hung: no {waited} in {limit:.0f} s")
+            what = "its turn did not end" if label else "the child did not start"
+            return _Failure(label, f"hung: {what} in {limit:.0f} s")
         if not receiver.poll(min(left, 1.0)):
             continue
         try:

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from vidscale.atomic import atomic_link
 from vidscale.config import ConfigError, RunConfig, validate
 from vidscale.data.inputs import ModelInput
 from vidscale.distributed.averaging import merge_running_statistics
@@ -302,12 +303,17 @@ class Trainer:
 
     def _write(self, state: dict[str, Any], *, epoch_end: bool) -> None:
         ckpt_dir = self.run_dir / "checkpoints"
-        if epoch_end:
-            save_checkpoint(state, ckpt_dir / f"epoch_{self.progress.epoch:04d}.pt")
-            prune_checkpoints(
-                self.run_dir, keep=self.cfg.train.keep_checkpoints, newest=self.progress.epoch
-            )
-        save_checkpoint(state, ckpt_dir / LAST)
+        if not epoch_end:
+            save_checkpoint(state, ckpt_dir / LAST)
+            return
+        epoch_file = ckpt_dir / f"epoch_{self.progress.epoch:04d}.pt"
+        save_checkpoint(state, epoch_file)
+        # The same state: last.pt becomes a second name of the epoch's file, not a second write
+        # (for the demo's TSM-R18, 90 MB and an fsync less per epoch).
+        atomic_link(epoch_file, ckpt_dir / LAST)
+        prune_checkpoints(
+            self.run_dir, keep=self.cfg.train.keep_checkpoints, newest=self.progress.epoch
+        )
 
     def _tick(self) -> None:
         now = time.perf_counter()
