@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from vidscale.distributed.env import DistConfig, DistEnv
-from vidscale.distributed.failure import fail_together
+from vidscale.distributed.failure import DEFAULT_POLL_S, fail_together, poll_interval
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "tests" / "distributed" / "rank_script.py"
@@ -122,6 +122,15 @@ def test_dist_config_validates_its_timeout() -> None:
     for bad in (0.0, -1.0, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="timeout_s"):
             DistConfig(timeout_s=bad).validate()
+
+
+def test_the_poll_interval_keeps_the_store_load_bounded_at_scale() -> None:
+    assert poll_interval(2) == poll_interval(100) == DEFAULT_POLL_S
+    assert poll_interval(1000) == pytest.approx(5.0)
+    for ranks in (2, 64, 512, 2304, 10_000):  # the TSM paper's largest run: 2,304 GPUs
+        assert ranks / poll_interval(ranks) <= 200.0 + 1e-9
+    with pytest.raises(ValueError, match="world_size >= 1"):
+        poll_interval(0)
 
 
 def test_fail_together_on_one_process_only_lets_the_exception_through() -> None:

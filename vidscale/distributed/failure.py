@@ -12,7 +12,10 @@ until the launcher kills them. NCCL notices a dead peer only at that timeout.
         ...  # the whole run
 
 Inside the block, each rank runs a daemon thread that polls the launch's store (its own client
-connection, see `vidscale.distributed.env.GroupStore`) every `poll_s` seconds. A rank whose
+connection, see `vidscale.distributed.env.GroupStore`) every `poll_s` seconds (by default
+`poll_interval(world_size)`: 0.5 s, longer from 100 ranks on, so that one store serves at
+most `STORE_READS_PER_S` of these reads: 2,304 ranks polling every 0.5 s would send it 4,600
+a second on top of the launch's own traffic). A rank whose
 block raises posts `rank R failed (reason)` to the store before the exception leaves the
 block; every other rank's thread sees it, writes one line to stderr
 
@@ -45,6 +48,9 @@ from vidscale.distributed.env import DistEnv, group_store
 
 PEER_FAILED_EXIT_CODE = 1
 DEFAULT_POLL_S = 0.5
+# The failure polls' share of one store's capacity (torch's TCPStore serves thousands of small
+# reads a second; the launch's rendezvous and barriers need the rest).
+STORE_READS_PER_S = 200.0
 # A store answers in milliseconds; one that has not answered for this long is gone.
 _STORE_OP_TIMEOUT_S = 30.0
 # How long the process that hosts the store waits, before it ends, for the other ranks to
@@ -62,17 +68,20 @@ def fail_together(
     env: DistEnv,
     *,
     expected: tuple[type[BaseException], ...] = (),
-    poll_s: float = DEFAULT_POLL_S,
+    poll_s: float | None = None,
 ) -> Iterator[None]:
     """Run the block so that an exception on any rank ends every rank promptly (see module).
 
     The exception itself propagates unchanged on the rank that raised it. Requires
-    `init_distributed` when `env.distributed`; a no-op on one process.
+    `init_distributed` when `env.distributed`; a no-op on one process. `poll_s` defaults to
+    `poll_interval(env.world_size)`.
     """
     global _blocks_entered
     if not env.distributed:
         yield
         return
+    if poll_s is None:
+        poll_s = poll_interval(env.world_size)
     info = group_store()
     if info is None:
         raise RuntimeError("fail_together needs a process group joined by init_distributed()")
@@ -98,6 +107,15 @@ def fail_together(
         raise
     watch.stop()
     watch.leave(linger_s=_LINGER_CLEAN_S)
+
+
+def poll_interval(world_size: int, *, reads_per_s: float = STORE_READS_PER_S) -> float:
+    """Seconds between one rank's failure polls: `DEFAULT_POLL_S`, or longer where
+    `world_size` ranks polling that often would read the store more than `reads_per_s` times
+    a second (1,000 ranks: 5 s, still far inside any collective timeout)."""
+    if world_size < 1 or reads_per_s <= 0:
+        raise ValueError(f"world_size >= 1 and reads_per_s > 0, got {world_size}, {reads_per_s}")
+    return max(DEFAULT_POLL_S, world_size / reads_per_s)
 
 
 def _describe(exc: BaseException) -> str:
