@@ -93,12 +93,6 @@ class _Pending:
     rng: np.random.Generator
 
 
-def split_batches(batches: int, num_workers: int) -> list[int]:
-    """Batches per DataLoader worker: the loader takes batches round-robin from worker 0, so
-    giving lower-numbered workers the extra ones keeps the order strictly round-robin."""
-    return [batches // num_workers + (w < batches % num_workers) for w in range(num_workers)]
-
-
 # The most distinct batch shapes one epoch's requests may cycle through (the multigrid short
 # cycle has three); bounds the shared memory that carries the requests to the workers.
 MAX_CYCLE = 8
