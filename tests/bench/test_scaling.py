@@ -21,6 +21,7 @@ from vidscale.bench.scaling import ScalingConfig, check_procs, resolve
 from vidscale.cli import main
 from vidscale.config import ConfigError
 from vidscale.models.registry import ModelConfig, build_model
+from vidscale.train.fast_path import Candidate
 
 MODEL, BATCH, STEPS, K = "tsm_resnet18", 2, 2, 2
 ROW_KEYS = {
@@ -133,6 +134,20 @@ def test_report_has_one_row_per_variant_and_process_count(measured: tuple) -> No
 
 
 @pytest.mark.slow
+def test_every_process_count_runs_the_one_setting_the_probe_chose(measured: tuple) -> None:
+    report, table, _ = measured
+    (setting,) = report["settings"]["fast_settings"]
+    name, _, label = setting.partition("=")
+    assert name == MODEL and f"bench scaling: {MODEL}: auto chose {label} (probe" in table
+    chosen = Candidate.from_label(label)
+    described = {r["fast_path"] for r in report["runs"]}
+    assert described == {
+        f"device cpu, bf16 autocast {'on' if chosen.bf16 else 'off'}, "
+        f"channels_last {'on' if chosen.channels_last else 'off'}, compile off"
+    }
+
+
+@pytest.mark.slow
 def test_compute_data_and_exposed_communication_add_up_to_the_step(measured: tuple) -> None:
     report, _, _ = measured
     for row in report["runs"]:
@@ -215,6 +230,8 @@ def test_bytes_per_step_are_the_models_gradients_and_half_in_bf16(measured: tupl
         (["--strategies", "aavg", "--aavg-k", "3", "--steps", "4"], "--steps"),
         (["--hooks", "powersgd", "--warmup", "1"], "--warmup"),
         (["--models", MODEL, "--batch", "1", "--frames", "1", "--size", "32"], "--models"),
+        (["--models", MODEL, "--size", "32", "--fast-settings", "tsn_resnet18=fp32"], "--fast"),
+        (["--models", MODEL, "--size", "32", "--fast-settings", f"{MODEL}=fp16"], "--fast"),
     ],
 )
 def test_bad_arguments_give_one_line_naming_the_option(

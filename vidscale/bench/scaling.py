@@ -19,6 +19,13 @@ and the plot from their files. Under a torchrun the user started (several nodes,
 measures that world size only; `--baseline` adds the one-process rows of an earlier run's JSON,
 so that speed-up and efficiency can be computed.
 
+Arithmetic: the fast path (`train.amp` / `train.channels_last` = auto) is decided once per model
+by training's own probe (`train/fast_path_isolation.py`, in a child process) at one process's
+batch, shape and threads, before any world starts, and every world runs that setting: a row's
+speed-up then compares the same arithmetic. Under a torchrun the user started, each world
+decides as training would at its size (`fast_path_probe.decide`), unless `--fast-settings`
+names them (e.g. the earlier run's, to compare with its `--baseline`).
+
 Threads: each process runs `--threads` CPU threads (default: the cores over the largest P, the
 same for every P, so that a process has the same resources in every row). On CPU the processes
 share one machine's memory bandwidth, so a CPU row also measures that contention; on a GPU host
@@ -71,6 +78,15 @@ class ScalingConfig:
     fast_path: bool = True
     bucket_cap_mb: float = 25.0
     seed: int = 0
+    fast_settings: tuple[str, ...] = ()  # "MODEL=SETTING", e.g. "tsm_resnet50=bf16+cl"
+
+    def fast_setting(self, model: str) -> str | None:
+        """The fast-path setting `model` runs with ("fp32", "bf16+cl", ...), None if undecided."""
+        for item in self.fast_settings:
+            name, _, label = item.partition("=")
+            if name == model:
+                return label
+        return None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -155,6 +171,20 @@ def _check_models(cfg: ScalingConfig) -> None:
             check_trainable(name, frames=cfg.frames, size=cfg.size, batch=cfg.batch)
         except ValueError as err:
             raise ConfigError(f"--models: {err}") from None
+    from vidscale.train.fast_path import Candidate
+
+    for item in cfg.fast_settings:
+        name, _, label = item.partition("=")
+        if name not in cfg.models:
+            raise ConfigError(
+                f"--fast-settings: {item!r} names no model of --models (MODEL=SETTING)"
+            )
+        try:
+            Candidate.from_label(label)
+        except ValueError:
+            raise ConfigError(
+                f"--fast-settings: {item!r}: the setting is one of fp32, fp32+cl, bf16, bf16+cl"
+            ) from None
 
 
 def _check_numbers(cfg: ScalingConfig) -> None:
@@ -262,7 +292,55 @@ def as_argv(cfg: ScalingConfig) -> list[str]:
     ):
         argv += [flag, str(value)]
     argv += ["--hooks", *cfg.hooks, "--strategies", *cfg.strategies]
+    if cfg.fast_settings:
+        argv += ["--fast-settings", *cfg.fast_settings]
     return argv if cfg.fast_path else [*argv, "--no-fast-path"]
+
+
+def decide_fast_settings(cfg: ScalingConfig) -> ScalingConfig:
+    """`cfg` with the fast-path setting of every model not yet given one: training's probe
+    (in a child process) at one process's batch, clip shape and `cfg.threads`, with host memory
+    retained on CPU as the workers do. Prints each decision."""
+    import functools
+
+    import torch
+
+    from vidscale.models.registry import ModelConfig, build_model
+    from vidscale.train.fast_path import candidates
+    from vidscale.train.fast_path_isolation import probe_isolated
+    from vidscale.train.fast_path_probe import FastPathDecision, ProbeShape
+    from vidscale.train.fast_path_rule import choose
+
+    if not cfg.fast_path:
+        return cfg
+    device = torch.device(_device_type(cfg))
+    settings = list(cfg.fast_settings)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(cfg.threads)  # the child probes with this process's threads
+    try:
+        for name in cfg.models:
+            if cfg.fast_setting(name) is not None:
+                continue
+            shape = ProbeShape(cfg.batch, 3, cfg.frames, cfg.size, cfg.num_classes)
+            model = ModelConfig(name=name, num_classes=cfg.num_classes, frames=cfg.frames)
+            measured = probe_isolated(
+                functools.partial(build_model, model),
+                candidates(device, bf16=None, channels_last=None),
+                device=device,
+                shape=shape,
+                host_memory=device.type == "cpu",
+            )
+            decision = FastPathDecision.measured_by(
+                choose(measured.samples),
+                samples=measured.samples,
+                shape=shape,
+                failed=measured.failed,
+            )
+            print(f"bench scaling: {name}: {decision.describe()}", flush=True)
+            settings.append(f"{name}={decision.candidate.label}")
+    finally:
+        torch.set_num_threads(threads)
+    return replace(cfg, fast_settings=tuple(settings))
 
 
 def launch(cfg: ScalingConfig, procs: int, work_dir: Path) -> list[dict[str, Any]]:
@@ -323,6 +401,8 @@ def bench_scaling(
 
     earlier = read_baseline(baseline, cfg) if baseline is not None else []
     if torchrun_world() is not None:
+        if baseline is not None and not cfg.fast_settings:  # the baseline's arithmetic
+            cfg = replace(cfg, fast_settings=baseline_fast_settings(baseline))
         from vidscale.bench.scaling_worker import measure_world
 
         measured = measure_world(cfg)
@@ -330,6 +410,7 @@ def bench_scaling(
             return None
     else:
         measured = []
+        cfg = decide_fast_settings(cfg)  # one setting per model for every process count
         with tempfile.TemporaryDirectory(prefix="vidscale-scaling-") as tmp:
             for procs in cfg.procs:
                 measured += launch(cfg, procs, Path(tmp))
@@ -343,6 +424,13 @@ def bench_scaling(
 
 
 _SAME_SETTINGS = ("batch", "frames", "size", "num_classes", "threads", "device", "fast_path")
+
+
+def baseline_fast_settings(path: Path) -> tuple[str, ...]:
+    """The fast-path settings an earlier run measured with (none in a JSON from before they
+    were recorded). `read_baseline` has checked that the file reads."""
+    settings = json.loads(path.read_text())["settings"]
+    return tuple(str(item) for item in settings.get("fast_settings", ()))
 
 
 def read_baseline(path: Path, cfg: ScalingConfig) -> list[dict[str, Any]]:

@@ -29,6 +29,7 @@ measures that).
 
 from __future__ import annotations
 
+import functools
 import gc
 import time
 from collections.abc import Callable, Iterator
@@ -54,7 +55,8 @@ from vidscale.distributed.strategy import build_strategy
 from vidscale.models.registry import ModelConfig, build_model
 from vidscale.optim.factory import OptimConfig, build_optimizer
 from vidscale.schedules.lr import scaled_lr
-from vidscale.train.fast_path import apply_to_model, resolve_fast_path
+from vidscale.train.fast_path import Candidate, apply_to_model, resolve_fast_path
+from vidscale.train.fast_path_probe import ProbeShape, decide
 from vidscale.train.host_memory import retain_freed_host_memory
 from vidscale.train.loop import train_step
 
@@ -159,9 +161,16 @@ class _Run:
     params: int
 
 
-def _build(cfg: ScalingConfig, env: DistEnv, name: str, variant: Variant) -> _Run:
+def _build(
+    cfg: ScalingConfig, env: DistEnv, name: str, variant: Variant, setting: Candidate
+) -> _Run:
     fast = resolve_fast_path(
-        env.device, enabled=cfg.fast_path, amp="auto", channels_last="auto", compile=False
+        env.device,
+        enabled=cfg.fast_path,
+        amp="auto",
+        channels_last="auto",
+        compile=False,
+        auto=setting,
     )
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank
     model_cfg = ModelConfig(name=name, num_classes=cfg.num_classes, frames=cfg.frames)
@@ -210,10 +219,39 @@ def _build(cfg: ScalingConfig, env: DistEnv, name: str, variant: Variant) -> _Ru
     )
 
 
-def measure(cfg: ScalingConfig, env: DistEnv, name: str, variant: Variant) -> dict[str, Any]:
+def fast_setting(cfg: ScalingConfig, env: DistEnv, name: str) -> Candidate:
+    """The fast-path setting `name` runs with: as `cfg.fast_settings` gives it (the launcher
+    probed it once for every process count), else decided in this world as training decides
+    (a collective: the probe on every rank, rank 0's choice; not cached)."""
+    given = cfg.fast_setting(name)
+    if given is not None or not cfg.fast_path:
+        return Candidate.from_label(given or "fp32")
+    decision = decide(
+        env.device,
+        enabled=True,
+        amp="auto",
+        channels_last="auto",
+        build=functools.partial(
+            build_model, ModelConfig(name=name, num_classes=cfg.num_classes, frames=cfg.frames)
+        ),
+        shape=ProbeShape(cfg.batch, 3, cfg.frames, cfg.size, cfg.num_classes),
+        key_fields={"model": name, "processes": env.local_world_size},
+        cache=None,
+        checkpoint=None,
+        is_main=env.is_main,
+        host_memory=env.device.type == "cpu",
+    )
+    if env.is_main:
+        print(f"bench scaling: {name}: {decision.describe()}", flush=True)
+    return decision.candidate
+
+
+def measure(
+    cfg: ScalingConfig, env: DistEnv, name: str, variant: Variant, setting: Candidate
+) -> dict[str, Any]:
     """Train `warmup + steps` steps of model `name` under `variant` on this rank; return its
     measured steps (`StepSamples` as a dict) with the model's size."""
-    run = _build(cfg, env, name, variant)
+    run = _build(cfg, env, name, variant, setting)
     lr = scaled_lr(OptimConfig().lr_per_8_clips, cfg.batch * env.world_size)
     samples = StepSamples.empty(env.rank)
     run.strategy.take_traffic()
@@ -271,11 +309,12 @@ def measure_world(cfg: ScalingConfig) -> list[dict[str, Any]] | None:
     measurements: list[dict[str, Any]] = []
     with fail_together(env):
         for name in cfg.models:
+            setting = fast_setting(cfg, env, name)
             for variant in variants(cfg, procs=env.world_size):
                 if env.is_main:
                     print(f"bench scaling: {name}, {variant.label}, {env.world_size} process(es)")
                 load_before = load_average()
-                result = measure(cfg, env, name, variant)
+                result = measure(cfg, env, name, variant, setting)
                 gc.collect()  # the model, its optimizer and DDP's buffers before the next
                 ranks = all_gather_object(result["samples"])
                 barrier()

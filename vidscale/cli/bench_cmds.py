@@ -295,6 +295,14 @@ def _add_bench_scaling(bench_sub: argparse._SubParsersAction) -> None:
     p.add_argument("--bucket-cap-mb", type=_above(0), default=None, help="DDP buckets (25)")
     p.add_argument("--no-fast-path", action="store_true", help="fp32, default memory layout")
     p.add_argument(
+        "--fast-settings",
+        nargs="+",
+        default=None,
+        metavar="MODEL=SETTING",
+        help="the fast path per model (fp32, fp32+cl, bf16, bf16+cl); default: training's "
+        "probe decides once, or the --baseline's",
+    )
+    p.add_argument(
         "--baseline",
         type=Path,
         default=None,
