@@ -10,6 +10,9 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -216,6 +219,31 @@ def test_bytes_per_step_are_the_models_gradients_and_half_in_bf16(measured: tupl
     stats = [t for m in bn for t in (m.running_mean, m.running_var) if t is not None]
     averaged = 2 * _bytes(params) + _bytes(stats)
     assert rows[(2, "aavg k=2")]["comm_bytes_per_step"] == averaged / K
+
+
+@pytest.mark.slow
+def test_under_a_users_torchrun_the_baseline_gives_rows_and_arithmetic(
+    measured: tuple, tmp_path: Path
+) -> None:
+    """A world the user launched measures its size only; `--baseline` adds the earlier run's
+    one-process rows, and its fast-path settings are reused (no probe in the world)."""
+    report, _, out = measured
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+        "-m", "vidscale", "bench", "scaling", "--models", MODEL, "--frames", "8", "--size",
+        "32", "--batch", str(BATCH), "--steps", str(STEPS), "--warmup", "1", "--threads", "1",
+        "--hooks", "none", "--strategies", "ddp", "--baseline", str(out / "scaling.json"),
+        "--out-json", str(tmp_path / "world.json"), "--plot", str(tmp_path / "world.png"),
+    ]  # fmt: skip
+    env = os.environ | {"OMP_NUM_THREADS": "1"}
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    world = json.loads((tmp_path / "world.json").read_text())
+    assert world["settings"]["fast_settings"] == report["settings"]["fast_settings"]
+    assert "auto chose" not in done.stdout  # nothing probed: the baseline's setting
+    assert list(_rows(world)) == [(1, "1 process"), (2, "ddp")]
+    assert _rows(world)[(1, "1 process")]["ranks"] == _rows(report)[(1, "1 process")]["ranks"]
+    assert {r["fast_path"] for r in world["runs"]} == {r["fast_path"] for r in report["runs"]}
 
 
 @pytest.mark.parametrize(
