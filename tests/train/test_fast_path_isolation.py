@@ -18,6 +18,7 @@ import torch
 from tests.distributed.multiproc import run_ranks
 from tests.train.test_fast_path_probe import SHAPE, TinyClipNet
 from vidscale.distributed.env import DistEnv
+from vidscale.train import fast_path_isolation as isolation
 from vidscale.train.fast_path import Candidate
 from vidscale.train.fast_path_isolation import HangLimits, ProbeFailed, probe_isolated
 from vidscale.train.fast_path_probe import ProbeSettings, decide
@@ -78,6 +79,17 @@ def test_a_child_times_every_candidate_as_the_in_process_probe_does() -> None:
     result = isolated(TinyClipNet)
     assert list(result.samples) == ["fp32", "fp32+cl"] and result.failed == {}
     assert all(len(s) == QUICK.repeats and min(s) > 0 for s in result.samples.values())
+
+
+def test_a_long_probe_says_how_far_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(isolation, "PROGRESS_EVERY_S", 0.0)  # every turn, here
+    lines: list[str] = []
+    probe_isolated(
+        TinyClipNet, [FP32, FP32_CL], device=CPU, shape=SHAPE, settings=QUICK, progress=lines.append
+    )
+    turns = 2 * (QUICK.warmup + QUICK.repeats)
+    assert len(lines) == turns and lines[0].startswith(f"fast path: probe turn 1/{turns} (fp32), ")
+    assert lines[-1].startswith(f"fast path: probe turn {turns}/{turns} (")
 
 
 def test_a_setting_that_hangs_is_left_out_and_the_probe_completes() -> None:

@@ -60,6 +60,7 @@ class HangLimits:
 
 
 LIMITS = HangLimits()
+PROGRESS_EVERY_S = 30.0  # a probe of a small model (the demo's: 10 s) says nothing
 
 
 class ProbeFailed(RuntimeError):
@@ -101,13 +102,15 @@ def probe_isolated(
     settings: ProbeSettings = PROBE,
     host_memory: bool = False,
     limits: HangLimits = LIMITS,
+    progress: Callable[[str], None] | None = None,
 ) -> IsolatedProbe:
     """`probe` in a child process, run again without each candidate that hangs, crashes or
     raises there. `build` must pickle (a class, a module-level function, or a
     `functools.partial` of one): the child is a fresh interpreter. The child trains as this
     process will: its threads (`torch.get_num_threads()`), `host_memory` (glibc retention, on
     CPU) and the device options. Raises `ProbeFailed` when the reference candidate (the first
-    of `to_time`) fails."""
+    of `to_time`) fails. `progress` gets a line at most every `PROGRESS_EVERY_S` seconds while
+    a probe runs long (a large model on a CPU steps for seconds: 4 settings x 12 steps)."""
     remaining = list(to_time)
     failed: dict[str, str] = {}
     while True:
@@ -122,6 +125,7 @@ def probe_isolated(
                 host_memory,
             ),
             limits,
+            _Progress(progress, turns=len(remaining) * (settings.warmup + settings.repeats)),
         )
         if not isinstance(outcome, _Failure):
             return IsolatedProbe(outcome, failed)
@@ -132,7 +136,30 @@ def probe_isolated(
         remaining = [c for c in remaining if c.label != outcome.label]
 
 
-def _run_child(job: _Job, limits: HangLimits) -> dict[str, list[float]] | _Failure:
+@dataclass
+class _Progress:
+    """Turns begun out of `turns`, told to `say` at most every `PROGRESS_EVERY_S`."""
+
+    say: Callable[[str], None] | None
+    turns: int
+    begun: int = 0
+    started: float = field(default_factory=time.monotonic)
+    told: float = field(default_factory=time.monotonic)
+
+    def turn(self, label: str) -> None:
+        self.begun += 1
+        now = time.monotonic()
+        if self.say is not None and now - self.told >= PROGRESS_EVERY_S:
+            self.told = now
+            self.say(
+                f"fast path: probe turn {self.begun}/{self.turns} ({label}), "
+                f"{now - self.started:.0f} s"
+            )
+
+
+def _run_child(
+    job: _Job, limits: HangLimits, progress: _Progress
+) -> dict[str, list[float]] | _Failure:
     ctx = multiprocessing.get_context("spawn")
     receiver, sender = ctx.Pipe(duplex=False)
     child = ctx.Process(target=_child_main, args=(sender, job), name="vidscale-fast-path-probe")
@@ -140,7 +167,7 @@ def _run_child(job: _Job, limits: HangLimits) -> dict[str, list[float]] | _Failu
     child.start()
     sender.close()  # the child's end: EOF here once the child is gone
     try:
-        return _follow(child, receiver, limits)
+        return _follow(child, receiver, limits, progress)
     finally:
         receiver.close()
         if child.is_alive():
@@ -149,7 +176,10 @@ def _run_child(job: _Job, limits: HangLimits) -> dict[str, list[float]] | _Failu
 
 
 def _follow(
-    child: multiprocessing.process.BaseProcess, receiver: Connection, limits: HangLimits
+    child: multiprocessing.process.BaseProcess,
+    receiver: Connection,
+    limits: HangLimits,
+    progress: _Progress,
 ) -> dict[str, list[float]] | _Failure:
     """Read the child's messages until its samples, a failure, or a turn over its limit."""
     label, started, longest = "", time.monotonic(), 0.0
@@ -171,6 +201,7 @@ def _follow(
             if label:
                 longest = max(longest, now - started)
             label, started = payload, now
+            progress.turn(label)
         elif kind == "samples":
             return dict(payload)
         else:  # "raised"

@@ -239,6 +239,7 @@ def _probe_all_ranks(
     settings: ProbeSettings,
     host_memory: bool,
     limits: HangLimits,
+    progress: Callable[[str], None] | None = None,
 ) -> FastPathDecision:
     """Every rank probes, each in a child process (`probe_isolated`); a candidate that failed
     on any rank is left out on all, the samples of the others are pooled (rounds stay aligned:
@@ -256,6 +257,7 @@ def _probe_all_ranks(
             settings=settings,
             host_memory=host_memory,
             limits=limits,
+            progress=progress,
         )
     except ProbeFailed as err:
         mine = str(err)
@@ -386,6 +388,7 @@ def _cached_or_probed(
         settings=settings,
         host_memory=host_memory,
         limits=limits,
+        progress=log if is_main else None,
     )
     for label, what in decision.failed.items():
         log(f"warning: fast path: {label} left out of the probe ({what})")
