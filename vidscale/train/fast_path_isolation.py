@@ -166,12 +166,16 @@ def _run_child(
     child.daemon = True  # multiprocessing ends it if this process exits normally first
     child.start()
     sender.close()  # the child's end: EOF here once the child is gone
+    outcome: dict[str, list[float]] | _Failure | None = None
     try:
-        return _follow(child, receiver, limits, progress)
+        outcome = _follow(child, receiver, limits, progress)
+        return outcome
     finally:
         receiver.close()
+        if isinstance(outcome, dict):
+            child.join(timeout=10)  # it sent its samples and is leaving
         if child.is_alive():
-            child.kill()
+            child.kill()  # hung, or this process is being interrupted
         child.join()
 
 
