@@ -63,8 +63,10 @@ LIMITS = HangLimits()
 PROGRESS_EVERY_S = 30.0  # a probe of a small model (the demo's: 10 s) says nothing
 
 
-class ProbeFailed(RuntimeError):
-    """The reference setting itself failed in the probe (the model cannot train as asked)."""
+class ProbeFailed(ValueError):
+    """The reference setting itself failed in the probe: the model cannot train at the run's
+    shape and batch on this machine (a `ValueError`, so the command line reports it in one
+    line)."""
 
 
 @dataclass(frozen=True)
@@ -217,9 +219,11 @@ def _exit_text(code: int | None) -> str:
         return "no exit status"
     if code < 0:
         try:
-            return f"killed by {signal.Signals(-code).name}"
+            name = signal.Signals(-code).name
         except ValueError:
             return f"killed by signal {-code}"
+        # The kernel's out-of-memory killer sends SIGKILL.
+        return f"killed by {name}" + (" (out of memory?)" if name == "SIGKILL" else "")
     return f"exit status {code} without a result"
 
 

@@ -6,13 +6,15 @@ demo's shape (16 clips of 8x32² per process) took 0.358 s per bf16 + channels-l
 conversions remain. At 224² the same CPU runs TSM-ResNet-50 2.3x faster in bf16. So "auto" is
 measured, per device and per shape:
 
-- **Probe** (`probe`): a few forward + backward passes (no optimizer step) of a copy of the run's
-  model, at its per-process batch and clip shape, for every candidate setting (`fast_path.
-  candidates`: fp32, fp32 + channels-last, bf16, bf16 + channels-last; only the axes left at
-  "auto", bf16 only where the device has bf16 units), interleaved round-robin after a warm-up
-  round, each sample right after an untimed call (`bench.timing.time_round_robin`). The copy is
-  built and fed under a forked RNG, so the run's weights, optimizer and random streams are
-  exactly those of a run without the probe.
+- **Probe** (`probe`, run in a child process by `fast_path_isolation`, so that a setting that
+  hangs or crashes there is left out instead of ending the run): a few forward + backward
+  passes (no optimizer step) of a copy of the run's model, at its per-process batch and clip
+  shape, for every candidate setting (`fast_path.candidates`: fp32, fp32 + channels-last,
+  bf16, bf16 + channels-last; only the axes left at "auto", bf16 only where the device has
+  bf16 units), interleaved round-robin after a warm-up round, each sample right after an
+  untimed call (`bench.timing.time_round_robin`). The run's weights, optimizer and random
+  streams are exactly those of a run without the probe (another process; in-process, the
+  copy is built and fed under a forked RNG).
 - **Rule** (`fast_path_rule.choose`, a pure function of the samples): per round, a candidate's
   speedup over another is the other's time over its own; it beats the other when the median of
   these per-round ratios exceeds 1 by more than their noise (interquartile range over median,
