@@ -48,8 +48,8 @@ from vidscale.distributed.env import DistEnv, group_store
 
 PEER_FAILED_EXIT_CODE = 1
 DEFAULT_POLL_S = 0.5
-# The failure polls' share of one store's capacity (torch's TCPStore serves thousands of small
-# reads a second; the launch's rendezvous and barriers need the rest).
+# A ceiling on the failure polls' reads of the one store all ranks share (a single server that
+# the launch's rendezvous and barriers also use); its real capacity is not measured here.
 STORE_READS_PER_S = 200.0
 # A store answers in milliseconds; one that has not answered for this long is gone.
 _STORE_OP_TIMEOUT_S = 30.0
