@@ -66,7 +66,6 @@ from vidscale.train.fast_path import (
     apply_to_model,
     candidates,
     resolve_fast_path,
-    set_device_options,
     set_tf32,
 )
 from vidscale.train.fast_path_isolation import probe_isolated
@@ -76,7 +75,6 @@ from vidscale.train.fast_path_probe import (
     ProbeSettings,
     ProbeShape,
 )
-from vidscale.train.fast_path_rule import choose
 from vidscale.train.host_memory import set_host_memory_retention
 
 Mode = Literal["fp32", "fast"]
@@ -235,11 +233,8 @@ def check_trainable(name: str, *, frames: int, size: int, batch: int) -> None:
 
 def auto_choice(name: str, *, cfg: BenchConfig, device: torch.device) -> FastPathDecision:
     """What training's "auto" chooses for `name` at `cfg`'s batch and clip shape on `device`:
-    the trainer's probe, run here with the fast rows' process settings (retained host memory on
-    CPU, TF32 and cudnn autotuning on CUDA), `cfg.probe_repeats` timed rounds."""
-    if device.type == "cpu":
-        set_host_memory_retention(True)
-    set_device_options(device)
+    the trainer's probe, in a child process with the fast rows' settings (retained host memory
+    on CPU, TF32 and cudnn autotuning on CUDA), `cfg.probe_repeats` timed rounds."""
     shape = ProbeShape(cfg.batch, 3, cfg.clip_frames(name), cfg.size, cfg.num_classes)
     settings = ProbeSettings(repeats=cfg.probe_repeats)
     load = hardware.load_average()
@@ -251,13 +246,7 @@ def auto_choice(name: str, *, cfg: BenchConfig, device: torch.device) -> FastPat
         settings=settings,
         host_memory=device.type == "cpu",
     )
-    return FastPathDecision.measured_by(
-        choose(measured.samples),
-        samples=measured.samples,
-        shape=shape,
-        load_average=load,
-        failed=measured.failed,
-    )
+    return FastPathDecision.from_probe(measured, shape=shape, load_average=load)
 
 
 def _subject(

@@ -41,11 +41,15 @@ import sys
 import tempfile
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from vidscale.atomic import atomic_write_text
 from vidscale.config import ConfigError
 from vidscale.distributed.comm_hooks import HookName
+
+if TYPE_CHECKING:  # torch-heavy: imported where used, so the CLI starts without them
+    from vidscale.models.registry import ModelConfig
+    from vidscale.train.fast_path_timing import ProbeShape
 
 Strategy = Literal["ddp", "aavg"]
 HOOKS: tuple[HookName, ...] = ("none", "fp16", "bf16", "powersgd")
@@ -87,6 +91,18 @@ class ScalingConfig:
             if name == model:
                 return label
         return None
+
+    def model_config(self, name: str) -> ModelConfig:
+        """The model every process trains (and the probe times)."""
+        from vidscale.models.registry import ModelConfig
+
+        return ModelConfig(name=name, num_classes=self.num_classes, frames=self.frames)
+
+    def probe_shape(self) -> ProbeShape:
+        """One process's batch and clip shape, as the fast-path probe takes it."""
+        from vidscale.train.fast_path_timing import ProbeShape
+
+        return ProbeShape(self.batch, 3, self.frames, self.size, self.num_classes)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -305,11 +321,10 @@ def decide_fast_settings(cfg: ScalingConfig) -> ScalingConfig:
 
     import torch
 
-    from vidscale.models.registry import ModelConfig, build_model
+    from vidscale.models.registry import build_model
     from vidscale.train.fast_path import candidates
     from vidscale.train.fast_path_isolation import probe_isolated
-    from vidscale.train.fast_path_probe import FastPathDecision, ProbeShape
-    from vidscale.train.fast_path_rule import choose
+    from vidscale.train.fast_path_probe import FastPathDecision
 
     if not cfg.fast_path:
         return cfg
@@ -321,21 +336,14 @@ def decide_fast_settings(cfg: ScalingConfig) -> ScalingConfig:
         for name in cfg.models:
             if cfg.fast_setting(name) is not None:
                 continue
-            shape = ProbeShape(cfg.batch, 3, cfg.frames, cfg.size, cfg.num_classes)
-            model = ModelConfig(name=name, num_classes=cfg.num_classes, frames=cfg.frames)
             measured = probe_isolated(
-                functools.partial(build_model, model),
+                functools.partial(build_model, cfg.model_config(name)),
                 candidates(device, bf16=None, channels_last=None),
                 device=device,
-                shape=shape,
+                shape=cfg.probe_shape(),
                 host_memory=device.type == "cpu",
             )
-            decision = FastPathDecision.measured_by(
-                choose(measured.samples),
-                samples=measured.samples,
-                shape=shape,
-                failed=measured.failed,
-            )
+            decision = FastPathDecision.from_probe(measured, shape=cfg.probe_shape())
             print(f"bench scaling: {name}: {decision.describe()}", flush=True)
             settings.append(f"{name}={decision.candidate.label}")
     finally:

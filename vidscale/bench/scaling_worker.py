@@ -52,11 +52,11 @@ from vidscale.distributed.env import DistEnv, init_distributed
 from vidscale.distributed.failure import fail_together
 from vidscale.distributed.parallel import DataParallel
 from vidscale.distributed.strategy import build_strategy
-from vidscale.models.registry import ModelConfig, build_model
+from vidscale.models.registry import build_model
 from vidscale.optim.factory import OptimConfig, build_optimizer
 from vidscale.schedules.lr import scaled_lr
 from vidscale.train.fast_path import Candidate, apply_to_model, resolve_fast_path
-from vidscale.train.fast_path_probe import ProbeShape, decide
+from vidscale.train.fast_path_probe import decide
 from vidscale.train.host_memory import retain_freed_host_memory
 from vidscale.train.loop import train_step
 
@@ -173,8 +173,7 @@ def _build(
         auto=setting,
     )
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank
-    model_cfg = ModelConfig(name=name, num_classes=cfg.num_classes, frames=cfg.frames)
-    model = apply_to_model(build_model(model_cfg).to(env.device), fast)
+    model = apply_to_model(build_model(cfg.model_config(name)).to(env.device), fast)
     optimizer = build_optimizer(model, OptimConfig(), lr=0.0)
     comm = CommConfig(
         hook=variant.hook,
@@ -231,10 +230,8 @@ def fast_setting(cfg: ScalingConfig, env: DistEnv, name: str) -> Candidate:
         enabled=True,
         amp="auto",
         channels_last="auto",
-        build=functools.partial(
-            build_model, ModelConfig(name=name, num_classes=cfg.num_classes, frames=cfg.frames)
-        ),
-        shape=ProbeShape(cfg.batch, 3, cfg.frames, cfg.size, cfg.num_classes),
+        build=functools.partial(build_model, cfg.model_config(name)),
+        shape=cfg.probe_shape(),
         key_fields={"model": name, "processes": env.local_world_size},
         cache=None,
         checkpoint=None,

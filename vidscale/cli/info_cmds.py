@@ -78,6 +78,17 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_run_size(p: argparse.ArgumentParser) -> None:
+    """--world-size and --dataset-size: the run a recipe or schedule is resolved for."""
+    p.add_argument("--world-size", type=_at_least(1), default=1, help="processes the run would use")
+    p.add_argument(
+        "--dataset-size",
+        type=_at_least(1),
+        default=240_000,
+        help="training videos (default: about Kinetics-400's training split)",
+    )
+
+
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """The `info`, `models`, `recipes` and `schedule` sub-commands, in `vidscale --help` order."""
     p = sub.add_parser("info", help="parameters and multiply-accumulates of a model")
@@ -95,25 +106,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("recipes", help="list named recipes with their resolved batch and LR")
     p.add_argument("filter", nargs="?", default="", help="only names containing this")
-    p.add_argument("--world-size", type=_at_least(1), default=1, help="processes the run would use")
-    p.add_argument(
-        "--dataset-size",
-        type=_at_least(1),
-        default=240_000,
-        help="training videos (default: about Kinetics-400's training split)",
-    )
+    _add_run_size(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_recipes)
 
     p = sub.add_parser("schedule", help="a recipe's run epoch by epoch (multigrid stages, LR)")
     p.add_argument("recipe", help="named recipe (see `vidscale recipes`)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--world-size", type=_at_least(1), default=1, help="processes the run would use")
-    p.add_argument(
-        "--dataset-size",
-        type=_at_least(1),
-        default=240_000,
-        help="training videos (default: about Kinetics-400's training split)",
-    )
+    _add_run_size(p)
     p.add_argument("--csv", type=Path, default=None, help="also write the per-epoch table here")
     p.set_defaults(fn=cmd_schedule)

@@ -170,6 +170,19 @@ class FastPathDecision:
             failed=dict(failed or {}),
         )
 
+    @classmethod
+    def from_probe(
+        cls, measured: IsolatedProbe, *, shape: ProbeShape, load_average: float | None = None
+    ) -> FastPathDecision:
+        """The decision `choose` makes from a probe's samples, naming what it left out."""
+        return cls.measured_by(
+            choose(measured.samples),
+            samples=measured.samples,
+            shape=shape,
+            load_average=load_average,
+            failed=measured.failed,
+        )
+
     def numbers(self) -> str:
         """The probe's medians, e.g. "fp32 0.35 s; bf16+cl 0.364 s = 0.96x (noise 1%, faster
         in 0/10)": seconds per step, then the speedup over the reference."""
@@ -276,9 +289,8 @@ def _probe_all_ranks(
         for label, seconds in result.samples.items():
             if label in pooled:
                 pooled[label].extend(seconds)
-    choice = choose(pooled)
-    return FastPathDecision.measured_by(
-        choice, samples=pooled, shape=shape, load_average=load, failed=failed
+    return FastPathDecision.from_probe(
+        IsolatedProbe(pooled, failed), shape=shape, load_average=load
     )
 
 
