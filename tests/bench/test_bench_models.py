@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -69,7 +70,9 @@ def test_bench_models_measures_every_model_in_both_modes(tmp_path: Path) -> None
             assert "auto_choice" not in r and auto_cell(r) == "-"
             continue
         chosen = Candidate(r["bf16"], r["channels_last"]).label
-        assert r["auto_choice"] == chosen and set(r["auto_probe"]) == labels
+        assert r["auto_choice"] == chosen
+        # 2 probe rounds cannot show a gain: everything but fp32 stops after the first.
+        assert set(r["auto_probe"]) == {"fp32"} and set(r["auto_dropped"]) == labels - {"fp32"}
         assert r["auto_speedup"] == r["auto_probe"][chosen]["speedup"]
         assert auto_cell(r).startswith(chosen) and auto_cell(r) in text
         assert r["train_fast_vs_fp32"] > 0 and r["train_fast_vs_fp32_noise"] >= 0
@@ -83,6 +86,22 @@ def test_round_robin_rotates_the_order_and_times_every_call() -> None:
     assert order == list("abcbcacababc")
     assert {k: len(v) for k, v in times.items()} == {"a": 3, "b": 3, "c": 3}
     assert all(t >= 0 for v in times.values() for t in v)
+
+
+def test_a_dropped_call_is_timed_no_more_and_the_last_one_left_stops() -> None:
+    order: list[str] = []
+    calls = {k: (lambda k=k: order.append(k)) for k in "abc"}
+    seen: list[list[str]] = []
+
+    def drop(so_far: Mapping[str, Sequence[float]]) -> list[str]:
+        seen.append(list(so_far))
+        return {1: ["c"], 2: ["b"]}.get(len(so_far["a"]), [])
+
+    times = time_round_robin(calls, warmup=1, repeats=5, drop=drop).seconds
+    # Warm-up abc, round 1 bca, then c dropped: round 2 over [a, b] starts at 2 mod 2.
+    assert order == list("abcbca") + list("ab")
+    assert seen == [["a", "b", "c"], ["a", "b"]]  # not asked after the warm-up round
+    assert {k: len(v) for k, v in times.items()} == {"a": 2, "b": 2, "c": 1}
 
 
 def test_settle_calls_run_untimed_right_before_the_timed_ones() -> None:

@@ -5,6 +5,8 @@ test_fast_path_rule.py)."""
 from __future__ import annotations
 
 import json
+import os
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -29,7 +31,8 @@ from vidscale.train.fast_path_rule import choose
 
 CPU = torch.device("cpu")
 SHAPE = ProbeShape(batch=2, channels=3, frames=2, crop=16, num_classes=4)
-QUICK = ProbeSettings(warmup=1, repeats=3, settle=0)
+# Every candidate in every round (3 rounds alone could not leave fp32: all else would stop).
+QUICK = ProbeSettings(warmup=1, repeats=3, settle=0, drop_hopeless=False)
 
 
 class TinyClipNet(nn.Module):
@@ -44,6 +47,24 @@ class TinyClipNet(nn.Module):
 
     def forward(self, clips: torch.Tensor) -> torch.Tensor:
         return self.head(self.drop(self.conv(clips).relu().mean((2, 3, 4))))
+
+
+class SlowerOnOneSide(TinyClipNet):
+    """Sleeps 30 ms per forward in channels-last, or in the default layout on rank 0 when
+    `ranks_differ`: a setting that loses (or, on rank 0, wins) every round, for certain."""
+
+    ranks_differ = False
+
+    def forward(self, clips: torch.Tensor) -> torch.Tensor:
+        cl = self.conv.weight.is_contiguous(memory_format=torch.channels_last_3d)
+        slow_side = not cl if self.ranks_differ and os.environ.get("RANK") == "0" else cl
+        if slow_side:
+            time.sleep(0.03)
+        return super().forward(clips)
+
+
+class SlowerOnRankOne(SlowerOnOneSide):
+    ranks_differ = True
 
 
 def never_built() -> nn.Module:
@@ -84,8 +105,9 @@ def test_a_real_probe_times_every_candidate_and_leaves_the_rng_alone() -> None:
     torch.manual_seed(123)
     before = torch.get_rng_state()
     to_time = candidates(CPU, bf16=None, channels_last=None)
-    samples = probe(TinyClipNet, to_time, device=CPU, shape=SHAPE, settings=QUICK)
-    assert torch.equal(torch.get_rng_state(), before)
+    timed = probe(TinyClipNet, to_time, device=CPU, shape=SHAPE, settings=QUICK)
+    samples = timed.samples
+    assert torch.equal(torch.get_rng_state(), before) and timed.dropped == {}
     assert list(samples) == [c.label for c in to_time]
     assert all(len(s) == QUICK.repeats and min(s) > 0 for s in samples.values())
     choice = choose(samples)
@@ -95,6 +117,47 @@ def test_a_real_probe_times_every_candidate_and_leaves_the_rng_alone() -> None:
     assert choose(decision.samples).chosen == decision.candidate.label  # the record replays
     assert FastPathDecision.from_record(json.loads(json.dumps(decision.record()))) == decision
     assert "auto chose" in decision.describe() and "fp32" in decision.describe()
+
+
+def test_a_setting_that_loses_its_first_round_is_timed_no_more(tmp_path: Path) -> None:
+    """5 rounds on one process need 5 wins: channels-last loses round 1 and the probe stops."""
+    five = ProbeSettings(warmup=1, repeats=5, settle=0)
+    cl_auto = candidates(CPU, bf16=False, channels_last=None)
+    timed = probe(SlowerOnOneSide, cl_auto, device=CPU, shape=SHAPE, settings=five)
+    assert {k: len(v) for k, v in timed.samples.items()} == {"fp32": 1}
+    assert timed.dropped["fp32+cl"].endswith(
+        "stopped after 1 of 5 rounds: not faster than fp32 in 1/1, needs 5"
+    )
+    decision = decide(
+        CPU,
+        enabled=True,
+        amp="off",
+        channels_last="auto",
+        build=SlowerOnOneSide,
+        shape=SHAPE,
+        key_fields={"model": "slower-in-cl"},
+        cache=tmp_path / "cache.json",
+        checkpoint=None,
+        is_main=True,
+        settings=five,
+    )
+    assert decision.candidate.label == "fp32" and decision.rounds == 1
+    assert list(decision.samples) == ["fp32"] and list(decision.dropped) == ["fp32+cl"]
+    assert "; fp32+cl 0." in decision.describe() and "stopped after 1 of 5" in decision.describe()
+    cached = decide(
+        CPU,
+        enabled=True,
+        amp="off",
+        channels_last="auto",
+        build=never_built,
+        shape=SHAPE,
+        key_fields={"model": "slower-in-cl"},
+        cache=tmp_path / "cache.json",
+        checkpoint=None,
+        is_main=True,
+        settings=five,
+    )
+    assert cached.source == "cache" and cached.dropped == decision.dropped
 
 
 def test_the_cache_is_hit_by_the_same_key_only(tmp_path: Path) -> None:
@@ -190,3 +253,32 @@ def test_two_ranks_probe_together_and_use_one_decision(tmp_path: Path) -> None:
     assert c0 == c1 and c0["source"] == "cache"  # rank 0's hit, broadcast
     assert (c0["bf16"], c0["channels_last"]) == (r0["bf16"], r0["channels_last"])
     assert not other.exists()
+
+
+def decide_slower(env: DistEnv, build: str) -> dict[str, Any]:
+    return decide(
+        env.device,
+        enabled=True,
+        amp="off",
+        channels_last="auto",
+        build={"cl": SlowerOnOneSide, "rank 1": SlowerOnRankOne}[build],
+        shape=SHAPE,
+        key_fields={"model": build, "processes": env.local_world_size},
+        cache=None,
+        checkpoint=None,
+        is_main=env.is_main,
+        settings=ProbeSettings(warmup=1, repeats=5, settle=0),
+    ).record()
+
+
+def test_two_ranks_stop_timing_what_their_rounds_rule_out_of_the_pooled_choice() -> None:
+    # 10 pooled rounds need 9 wins: each rank stops channels-last at its second lost round.
+    r0, r1 = run_ranks(decide_slower, 2, "cl", timeout=120)
+    assert r0 == r1 and r0["samples"].keys() == {"fp32"} and r0["rounds"] == 4
+    assert "stopped after 2 of 10 rounds" in r0["dropped"]["fp32+cl"]
+    # Rank 0 finds channels-last faster in all its 5 rounds, rank 1 rules it out after 2: it
+    # cannot reach 9 of 10 in the pool, so it is out on both, and fp32's 5 + 2 rounds decide.
+    d0, d1 = run_ranks(decide_slower, 2, "rank 1", timeout=120)
+    assert d0 == d1 and (d0["bf16"], d0["channels_last"]) == (False, False)
+    assert d0["samples"].keys() == {"fp32"} and d0["rounds"] == 7
+    assert "fp32+cl" in d0["dropped"]

@@ -3,9 +3,11 @@ that favour a candidate in a few rounds not, drift cancelled, ties to exact arit
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
-from vidscale.train.fast_path_rule import choose, rounds_needed
+from vidscale.train.fast_path_rule import choose, hopeless, rounds_needed
 
 
 def test_a_clear_win_is_taken_and_a_slower_fast_path_is_not() -> None:
@@ -84,3 +86,68 @@ def test_the_rule_refuses_samples_it_cannot_compare() -> None:
         choose({"fp32": [1.0], "bf16": [0.0]})
     with pytest.raises(ValueError, match="not a fast-path setting"):
         choose({"fp32": [1.0], "fp16": [1.0]})
+
+
+# -- stopping early: `hopeless` ------------------------------------------------------------------
+
+
+def test_one_round_lost_rules_a_candidate_out_of_five_and_two_out_of_ten() -> None:
+    fp32, slower = [1.0, 1.0], [1.1, 0.9]  # lost round 1, won round 2
+    alone = hopeless({"fp32": fp32[:1], "bf16": slower[:1]}, total_rounds=5)
+    assert list(alone) == ["bf16"]
+    assert alone["bf16"] == (
+        "0.91x fp32, stopped after 1 of 5 rounds: not faster than fp32 in 1/1, needs 5"
+    )
+    # Two ranks pool 10 rounds, 9 needed: one lost round leaves it in, a second does not.
+    assert hopeless({"fp32": fp32, "bf16": slower}, total_rounds=10) == {}
+    assert list(hopeless({"fp32": fp32 * 2, "bf16": slower * 2}, total_rounds=10)) == ["bf16"]
+    # Faster in every round so far: never ruled out, however few rounds are left.
+    assert hopeless({"fp32": fp32, "bf16": [0.5, 0.5]}, total_rounds=5) == {}
+
+
+def test_the_reference_is_never_ruled_out_and_too_few_rounds_rule_out_the_rest() -> None:
+    assert hopeless({"fp32": [9.0], "fp32+cl": [1.0]}, total_rounds=5) == {}
+    few = hopeless({"fp32": [1.0], "fp32+cl": [0.1], "bf16": [0.1]}, total_rounds=4)
+    assert list(few) == ["fp32+cl", "bf16"] and "so few cannot show a gain" in few["bf16"]
+
+
+def test_a_bf16_candidate_stays_while_an_fp32_one_it_beats_can_still_be_taken() -> None:
+    # 10 rounds in all. bf16 lost both rounds to fp32 (out against fp32), but fp32+cl, which
+    # lost only one round to fp32, may still be taken, and bf16 lost just one round to it.
+    samples = {"fp32": [1.0, 1.0], "fp32+cl": [1.2, 0.5], "bf16": [1.1, 1.05]}
+    assert hopeless(samples, total_rounds=10) == {}
+    # fp32+cl loses a second round: it is out, and with it bf16's last way in.
+    worse = {"fp32": [1.0] * 3, "fp32+cl": [1.2, 0.5, 1.3], "bf16": [1.1, 1.05, 1.2]}
+    out = hopeless(worse, total_rounds=10)
+    assert list(out) == ["fp32+cl", "bf16"]
+    assert "not faster than fp32 in 3/3, needs 9" in out["bf16"]
+
+
+def test_what_is_ruled_out_is_never_chosen_and_leaving_it_out_changes_nothing() -> None:
+    """Random timings (each candidate a random speed with per-round noise and contention
+    bursts): at every round, whatever `hopeless` rules out is not what `choose` takes from all
+    the rounds, and `choose` without the ruled-out candidates takes the same setting."""
+    rng = random.Random(7)
+    labels = ["fp32", "fp32+cl", "bf16", "bf16+cl"]
+    checked = taken = 0
+    for _ in range(400):
+        rounds = rng.choice([5, 10])
+        speed = {label: rng.uniform(0.8, 1.25) for label in labels}
+        samples = {
+            label: [
+                rng.uniform(0.97, 1.03) * rng.choice([1.0, 1.0, 1.0, 1.3]) / speed[label]
+                for _ in range(rounds)
+            ]
+            for label in labels
+        }
+        chosen = choose(samples).chosen
+        taken += chosen != "fp32"
+        out: dict[str, str] = {}
+        for r in range(1, rounds + 1):
+            live = {k: v[:r] for k, v in samples.items() if k not in out}
+            out |= hopeless(live, total_rounds=rounds)
+            assert chosen not in out
+            checked += len(out)
+        rest = {k: v for k, v in samples.items() if k not in out}
+        assert choose(rest).chosen == chosen
+    assert checked > 1000 and taken > 50  # both outcomes were exercised

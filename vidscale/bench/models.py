@@ -123,7 +123,8 @@ class BenchConfig:
     def quick() -> BenchConfig:
         """Tiny settings for a smoke test: 64-pixel clips (I3D 3x3x3 keeps 2x2 pixels at
         res5, so BatchNorm still sees several values at batch 1), one timed round, a small
-        peak matmul, a 2-round probe (so "auto" stays fp32)."""
+        peak matmul, a 2-round probe (so "auto" stays fp32, and the other settings are timed
+        for one round only)."""
         return BenchConfig(
             size=64,
             num_classes=10,
@@ -449,6 +450,7 @@ def _row(
         row["auto_reason"] = s.auto.reason
         row["auto_probe"] = s.auto.measured
         row["auto_left_out"] = s.auto.failed  # settings that hung, crashed or raised
+        row["auto_dropped"] = s.auto.dropped  # settings the probe's first rounds ruled out
     # The paper's training cost convention: backward ≈ 2x forward, so a step is 3x the forward.
     for kind, flops_per_clip in (("train", 3 * info.flops), ("infer", info.flops)):
         key = f"{kind}:{s.name}:{s.mode}"

@@ -76,7 +76,8 @@ def _faults(row: dict[str, Any]) -> str:
 
 def auto_cell(row: dict[str, Any]) -> str:
     """What "auto" chose and the probe's speedup over fp32: "bf16+cl 1.42x"; for fp32, the
-    best rival it kept out: "fp32 (bf16 0.84x)"; "-" for rows without a probe (fp32 rows)."""
+    best rival it kept out: "fp32 (bf16 0.84x)", or how many its first rounds ruled out: "fp32
+    (3 ruled out)"; "-" for rows without a probe (fp32 rows)."""
     if "auto_choice" not in row:
         return "-"
     chosen, probe = row["auto_choice"], row["auto_probe"]
@@ -84,7 +85,8 @@ def auto_cell(row: dict[str, Any]) -> str:
         return f"{chosen} {row['auto_speedup']:.2f}x"
     rivals = {k: v for k, v in probe.items() if k != "fp32"}
     if not rivals:
-        return "fp32"
+        dropped = len(row.get("auto_dropped", {}))
+        return f"fp32 ({dropped} ruled out)" if dropped else "fp32"
     best = max(rivals, key=lambda k: rivals[k]["speedup"])
     return f"fp32 ({best} {rivals[best]['speedup']:.2f}x)"
 

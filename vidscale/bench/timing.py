@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import NamedTuple
 
 from vidscale.bench import hardware
@@ -34,6 +34,7 @@ def time_round_robin(
     faults: Callable[[], float] = hardware.minor_page_faults,
     on_round: Callable[[int], None] | None = None,
     on_turn: Callable[[str], None] | None = None,
+    drop: Callable[[Mapping[str, Sequence[float]]], Collection[str]] | None = None,
 ) -> RoundRobinSamples:
     """`repeats` samples of every callable after `warmup` untimed rounds.
 
@@ -42,6 +43,10 @@ def time_round_robin(
     none always runs first (after the pause between rounds) or always after the same neighbour.
     `on_round(r)` is called after round r, `on_turn(key)` before each callable's turn (its
     settle and timed calls), outside the timed region.
+
+    `drop`, if given, is shown the samples of the callables still timed after every timed round
+    and returns those to time no more: their samples end where they were dropped (shorter lists
+    than the others'), and the timing stops when a drop leaves fewer than two to compare.
     """
     keys = list(calls)
     seconds: dict[str, list[float]] = {k: [] for k in keys}
@@ -63,6 +68,11 @@ def time_round_robin(
                 page_faults[key].append((faults() - f0) / steps)
         if on_round is not None:
             on_round(r)
+        if drop is not None and r >= warmup:
+            dropped = set(drop({k: seconds[k] for k in keys}))
+            keys = [k for k in keys if k not in dropped]
+            if dropped and len(keys) < 2:
+                break  # nothing left to compare the survivor with
     return RoundRobinSamples(seconds, page_faults)
 
 

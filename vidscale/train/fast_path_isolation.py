@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from vidscale.train.fast_path import Candidate, set_device_options
-from vidscale.train.fast_path_timing import PROBE, ProbeSettings, ProbeShape, probe
+from vidscale.train.fast_path_timing import PROBE, ProbeSettings, ProbeShape, Timed, probe
 from vidscale.train.host_memory import set_host_memory_retention
 
 
@@ -71,11 +71,13 @@ class ProbeFailed(ValueError):
 
 @dataclass(frozen=True)
 class IsolatedProbe:
-    """Per-round seconds of the candidates that completed (`probe`'s samples), and what
-    happened to each one left out (label -> e.g. "hung: its turn did not end in 150 s")."""
+    """Per-round seconds of the candidates timed in every round (`probe`'s samples), what
+    happened to each one left out (label -> e.g. "hung: its turn did not end in 150 s"), and
+    why each one ruled out by its first rounds was not timed on (`Timed.dropped`)."""
 
     samples: dict[str, list[float]]
     failed: dict[str, str] = field(default_factory=dict)
+    dropped: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,7 @@ class _Job:
     settings: ProbeSettings
     threads: int
     host_memory: bool
+    ranks: int
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,7 @@ def probe_isolated(
     shape: ProbeShape,
     settings: ProbeSettings = PROBE,
     host_memory: bool = False,
+    ranks: int = 1,
     limits: HangLimits = LIMITS,
     progress: Callable[[str], None] | None = None,
 ) -> IsolatedProbe:
@@ -110,8 +114,8 @@ def probe_isolated(
     raises there. `build` must pickle (a class, a module-level function, or a
     `functools.partial` of one): the child is a fresh interpreter. The child trains as this
     process will: its threads (`torch.get_num_threads()`), `host_memory` (glibc retention, on
-    CPU) and the device options. Raises `ProbeFailed` when the reference candidate (the first
-    of `to_time`) fails. `progress` gets a line at most every `PROGRESS_EVERY_S` seconds while
+    CPU) and the device options; `ranks`: how many processes' samples will be pooled (`probe`).
+    Raises `ProbeFailed` when the reference candidate (the first of `to_time`) fails. `progress` gets a line at most every `PROGRESS_EVERY_S` seconds while
     a probe runs long (a large model on a CPU steps for seconds: 4 settings x 12 steps)."""
     remaining = list(to_time)
     failed: dict[str, str] = {}
@@ -125,12 +129,13 @@ def probe_isolated(
                 settings,
                 torch.get_num_threads(),
                 host_memory,
+                ranks,
             ),
             limits,
             _Progress(progress, turns=len(remaining) * (settings.warmup + settings.repeats)),
         )
         if not isinstance(outcome, _Failure):
-            return IsolatedProbe(outcome, failed)
+            return IsolatedProbe(outcome.samples, failed, outcome.dropped)
         if outcome.label in ("", remaining[0].label):
             where = f" at {outcome.label}" if outcome.label else ""
             raise ProbeFailed(f"the fast-path probe failed{where} ({outcome.what})")
@@ -154,27 +159,25 @@ class _Progress:
         if self.say is not None and now - self.told >= PROGRESS_EVERY_S:
             self.told = now
             self.say(
-                f"fast path: probe turn {self.begun}/{self.turns} ({label}), "
+                f"fast path: probe turn {self.begun} of at most {self.turns} ({label}), "
                 f"{now - self.started:.0f} s"
             )
 
 
-def _run_child(
-    job: _Job, limits: HangLimits, progress: _Progress
-) -> dict[str, list[float]] | _Failure:
+def _run_child(job: _Job, limits: HangLimits, progress: _Progress) -> Timed | _Failure:
     ctx = multiprocessing.get_context("spawn")
     receiver, sender = ctx.Pipe(duplex=False)
     child = ctx.Process(target=_child_main, args=(sender, job), name="vidscale-fast-path-probe")
     child.daemon = True  # multiprocessing ends it if this process exits normally first
     child.start()
     sender.close()  # the child's end: EOF here once the child is gone
-    outcome: dict[str, list[float]] | _Failure | None = None
+    outcome: Timed | _Failure | None = None
     try:
         outcome = _follow(child, receiver, limits, progress)
         return outcome
     finally:
         receiver.close()
-        if isinstance(outcome, dict):
+        if isinstance(outcome, Timed):
             child.join(timeout=10)  # it sent its samples and is leaving
         if child.is_alive():
             child.kill()  # hung, or this process is being interrupted
@@ -186,7 +189,7 @@ def _follow(
     receiver: Connection,
     limits: HangLimits,
     progress: _Progress,
-) -> dict[str, list[float]] | _Failure:
+) -> Timed | _Failure:
     """Read the child's messages until its samples, a failure, or a turn over its limit."""
     label, started, longest = "", time.monotonic(), 0.0
     while True:
@@ -209,7 +212,7 @@ def _follow(
             label, started = payload, now
             progress.turn(label)
         elif kind == "samples":
-            return dict(payload)
+            return Timed(*payload)
         else:  # "raised"
             return _Failure(label, f"raised {payload}")
 
@@ -246,15 +249,16 @@ def _child_main(sender: Connection, job: _Job) -> None:
     set_device_options(device)
     message: tuple[str, Any]
     try:
-        samples = probe(
+        timed = probe(
             job.build,
             job.to_time,
             device=device,
             shape=job.shape,
             settings=job.settings,
+            ranks=job.ranks,
             on_turn=lambda label: sender.send(("turn", label)),
         )
-        message = ("samples", samples)
+        message = ("samples", (timed.samples, timed.dropped))
     except Exception as err:  # reported to the parent, which names the candidate
         message = ("raised", f"{type(err).__name__}: {err}")
     sender.send(message)

@@ -12,7 +12,10 @@ measured, per device and per shape:
   shape, for every candidate setting (`fast_path.candidates`: fp32, fp32 + channels-last,
   bf16, bf16 + channels-last; only the axes left at "auto", bf16 only where the device has
   bf16 units), interleaved round-robin after a warm-up round, each sample right after an
-  untimed call (`bench.timing.time_round_robin`). The run's weights, optimizer and random
+  untimed call (`bench.timing.time_round_robin`); a candidate whose first rounds already rule
+  it out of the rule below is timed no more (`fast_path_rule.hopeless`: at the demo's shape,
+  the three settings slower than fp32 stop after one or two rounds and the probe takes half
+  the time). The run's weights, optimizer and random
   streams are exactly those of a run without the probe (another process; in-process, the
   copy is built and fed under a forked RNG).
 - **Rule** (`fast_path_rule.choose`, a pure function of the samples): per round, a candidate's
@@ -47,7 +50,7 @@ import torch
 from torch import nn
 
 from vidscale.bench import hardware
-from vidscale.distributed.collectives import all_gather_object, broadcast_object
+from vidscale.distributed.collectives import all_gather_object, broadcast_object, world_size
 from vidscale.train.fast_path import (
     Candidate,
     candidates,
@@ -103,7 +106,8 @@ class FastPathDecision:
     `rounds` counts the samples per candidate over all ranks; `load_average` is rank 0's
     1-minute load average when the probe started (above the core count, other work shared the
     cores, and the noise shows it); `failed` names the candidates left out because they hung,
-    crashed or raised in the probe (`fast_path_isolation`), on any rank, with what happened.
+    crashed or raised in the probe (`fast_path_isolation`), on any rank, with what happened;
+    `dropped` those its first rounds ruled out on any rank (`fast_path_rule.hopeless`), why.
     """
 
     bf16: bool
@@ -116,6 +120,7 @@ class FastPathDecision:
     rounds: int = 0
     load_average: float | None = None
     failed: dict[str, str] = field(default_factory=dict)
+    dropped: dict[str, str] = field(default_factory=dict)
 
     @property
     def candidate(self) -> Candidate:
@@ -143,6 +148,7 @@ class FastPathDecision:
             rounds=int(record.get("rounds", 0)),
             load_average=record.get("load_average"),
             failed={str(k): str(v) for k, v in record.get("failed", {}).items()},
+            dropped={str(k): str(v) for k, v in record.get("dropped", {}).items()},
         )
 
     @classmethod
@@ -155,6 +161,7 @@ class FastPathDecision:
         load_average: float | None = None,
         source: Source = "probe",
         failed: Mapping[str, str] | None = None,
+        dropped: Mapping[str, str] | None = None,
     ) -> FastPathDecision:
         chosen = Candidate.from_label(choice.chosen)
         return cls(
@@ -168,6 +175,7 @@ class FastPathDecision:
             rounds=len(samples[choice.chosen]),
             load_average=load_average,
             failed=dict(failed or {}),
+            dropped=dict(dropped or {}),
         )
 
     @classmethod
@@ -181,6 +189,7 @@ class FastPathDecision:
             shape=shape,
             load_average=load_average,
             failed=measured.failed,
+            dropped=measured.dropped,
         )
 
     def numbers(self) -> str:
@@ -204,7 +213,9 @@ class FastPathDecision:
         shape = "x".join(map(str, self.shape))
         where = "probe" if self.source == "probe" else "cached probe"
         load = "" if self.load_average is None else f", load average {self.load_average:.1f}"
-        left_out = "".join(f"; left out {k}: {v}" for k, v in self.failed.items())
+        left_out = "".join(f"; left out {k}: {v}" for k, v in self.failed.items()) + "".join(
+            f"; {k} {v}" for k, v in self.dropped.items()
+        )
         return (
             f"auto chose {label} ({where} at {shape}, {self.rounds} rounds{load}): "
             f"{self.numbers()}; {self.reason}{left_out}"
@@ -259,7 +270,9 @@ def _probe_all_ranks(
     """Every rank probes, each in a child process (`probe_isolated`); a candidate that failed
     on any rank is left out on all, the samples of the others are pooled (rounds stay aligned:
     each rank's rounds follow the previous rank's in every candidate's list) and chosen from.
-    The reference failing on any rank raises `ProbeFailed` on every rank."""
+    A candidate one rank stopped timing (`probe`: its rounds there already rule it out of the
+    pooled choice) is dropped on all. The reference failing on any rank raises `ProbeFailed`
+    on every rank."""
     set_device_options(device)  # the fp32 candidate is TF32 on CUDA, as training runs it
     load = hardware.load_average()
     mine: IsolatedProbe | str
@@ -271,6 +284,7 @@ def _probe_all_ranks(
             shape=shape,
             settings=settings,
             host_memory=host_memory,
+            ranks=world_size(),
             limits=limits,
             progress=progress,
         )
@@ -282,15 +296,21 @@ def _probe_all_ranks(
             raise ProbeFailed(f"rank {rank}: {result}" if len(everyone) > 1 else result)
     probes = [r for r in everyone if isinstance(r, IsolatedProbe)]
     failed = {label: what for p in reversed(probes) for label, what in p.failed.items()}
+    dropped = {
+        label: what
+        for p in reversed(probes)
+        for label, what in p.dropped.items()
+        if label not in failed
+    }
     pooled: dict[str, list[float]] = {
-        c.label: [] for c in settings_to_time if c.label not in failed
+        c.label: [] for c in settings_to_time if c.label not in failed | dropped
     }
     for result in probes:
         for label, seconds in result.samples.items():
             if label in pooled:
                 pooled[label].extend(seconds)
     return FastPathDecision.from_probe(
-        IsolatedProbe(pooled, failed), shape=shape, load_average=load
+        IsolatedProbe(pooled, failed, dropped), shape=shape, load_average=load
     )
 
 
@@ -431,7 +451,8 @@ def probe_key(
         "clips": shape.text(),
         "classes": shape.num_classes,
         "candidates": ",".join(c.label for c in candidates),
-        "probe": f"w{settings.warmup}r{settings.repeats}s{settings.settle}",
+        "probe": f"w{settings.warmup}r{settings.repeats}s{settings.settle}"
+        + ("" if settings.drop_hopeless else " all"),
         "rule": f"{RULE}/{MIN_GAIN}/{SIGN_TEST_ALPHA}",  # another rule measures again
         **run,
     }

@@ -123,3 +123,51 @@ def choose(samples: Mapping[str, Sequence[float]], *, min_gain: float = MIN_GAIN
             f"{m.noise:.0%}, faster in {m.faster_rounds}/{rounds} rounds); ties go to {reference}"
         )
     return Choice(chosen, reference, measured, "; ".join(reasons) or "the only candidate")
+
+
+def hopeless(samples: Mapping[str, Sequence[float]], *, total_rounds: int) -> dict[str, str]:
+    """The candidates `choose` can no longer take, whatever the rounds still to come: label ->
+    why. For stopping a probe early: a setting slower in its first rounds is not timed on.
+
+    `samples`: per-round seconds of the candidates still timed, rounds aligned, all with the
+    same number r of rounds so far; `total_rounds`: how many rounds `choose` will see in all
+    (the probe's rounds times the ranks pooled). A candidate X can be taken only by beating the
+    setting chosen before its pass: the reference, or, for a bf16 X, an fp32 candidate that can
+    still beat the reference. Beating C needs X faster than C in `rounds_needed(total_rounds)`
+    rounds, so once X was not faster than C in more rounds than total_rounds allows to spare,
+    for every such C, it cannot be taken. Fewer than 5 rounds in all: nothing can leave the
+    reference, so everything else is hopeless. The reference never is.
+    """
+    _check_samples(samples)
+    kinds = {label: Candidate.from_label(label) for label in samples}
+    reference = reference_of(samples)
+    needed = rounds_needed(total_rounds)
+    spare = -1 if needed is None else total_rounds - needed
+
+    def lost(a: str, b: str) -> int:  # rounds in which a was not faster than b
+        return sum(ta >= tb for ta, tb in zip(samples[a], samples[b], strict=True))
+
+    out: dict[str, str] = {}
+    for bf16 in (False, True):
+        rivals = [reference] + [
+            label
+            for label in samples
+            if bf16 and not kinds[label].bf16 and label != reference and label not in out
+        ]
+        for label in samples:
+            if kinds[label].bf16 is not bf16 or label == reference:
+                continue
+            losses = {c: lost(label, c) for c in rivals}
+            if all(n > spare for n in losses.values()):
+                rounds = len(samples[label])
+                speedup = _versus(samples[label], samples[reference]).speedup
+                against = ", ".join(f"{c} in {n}/{rounds}" for c, n in losses.items())
+                out[label] = (
+                    f"{speedup:.2f}x {reference}, stopped after {rounds} of {total_rounds} "
+                    + (
+                        f"rounds: not faster than {against}, needs {needed}"
+                        if needed is not None
+                        else "rounds: so few cannot show a gain"
+                    )
+                )
+    return out

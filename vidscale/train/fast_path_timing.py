@@ -1,15 +1,16 @@
 """The fast path's probe, timed in this process: a few training steps of each candidate setting.
 
 `probe` gives per-round seconds per candidate (interleaved, `bench.timing.time_round_robin`) for
-`fast_path_rule.choose`; `fast_path_probe.decide` runs it in a child process
+`fast_path_rule.choose`, and stops timing a candidate as soon as its rounds so far rule it out
+(`fast_path_rule.hopeless`); `fast_path_probe.decide` runs it in a child process
 (`fast_path_isolation`), so that a setting that hangs or crashes cannot take the run with it.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -17,15 +18,19 @@ from torch import nn
 from vidscale.bench import hardware
 from vidscale.bench.timing import time_round_robin
 from vidscale.train.fast_path import Candidate, FastPath, apply_to_model
+from vidscale.train.fast_path_rule import hopeless
 
 
 @dataclass(frozen=True)
 class ProbeSettings:
-    """Untimed warm-up rounds, timed rounds, and untimed calls before each timed one."""
+    """Untimed warm-up rounds, timed rounds, and untimed calls before each timed one.
+    `drop_hopeless`: stop timing a candidate once `choose` cannot take it (off: every
+    candidate is timed in every round, for a table of all of them)."""
 
     warmup: int = 1
     repeats: int = 5
     settle: int = 1
+    drop_hopeless: bool = True
 
 
 PROBE = ProbeSettings()
@@ -49,6 +54,15 @@ class ProbeShape:
         return "x".join(str(n) for n in self.clips)
 
 
+@dataclass(frozen=True)
+class Timed:
+    """A probe's per-round seconds of the candidates timed in every round (rounds aligned), and
+    why each other candidate was not timed on (label -> `fast_path_rule.hopeless`'s reason)."""
+
+    samples: dict[str, list[float]]
+    dropped: dict[str, str] = field(default_factory=dict)
+
+
 def _step(
     model: nn.Module, fast: FastPath, clips: torch.Tensor, labels: torch.Tensor
 ) -> Callable[[], None]:
@@ -70,9 +84,14 @@ def probe(
     device: torch.device,
     shape: ProbeShape,
     settings: ProbeSettings = PROBE,
+    ranks: int = 1,
     on_turn: Callable[[str], None] | None = None,
-) -> dict[str, list[float]]:
+) -> Timed:
     """Seconds per training step (forward, loss, backward) of each candidate, per timed round.
+
+    With `settings.drop_hopeless`, a candidate is timed no more once its rounds so far rule it
+    out of `choose` over the `settings.repeats` x `ranks` rounds its samples will be pooled
+    into (every rank probes, `fast_path_probe`); the probe ends when only one is left.
 
     `build()` gives a fresh model on the CPU; it is built, fed random clips and stepped under a
     forked RNG (CPU and `device`), so the caller's random streams are left exactly as they were.
@@ -97,6 +116,12 @@ def probe(
         for c in settings_to_time:
             fast = FastPath(device, c.bf16, c.channels_last, compile=False)
             calls[c.label] = _step(models[c.channels_last], fast, clips, labels)
+        dropped: dict[str, str] = {}
+
+        def drop(so_far: Mapping[str, Sequence[float]]) -> list[str]:
+            dropped.update(hopeless(so_far, total_rounds=settings.repeats * ranks))
+            return list(dropped)
+
         samples = time_round_robin(
             calls,
             warmup=settings.warmup,
@@ -104,8 +129,10 @@ def probe(
             settle=settings.settle,
             sync=lambda: hardware.synchronize(device),
             on_turn=on_turn,
+            drop=drop if settings.drop_hopeless and len(calls) > 1 else None,
         ).seconds
     del models, calls, clips, labels
     if device.type == "cuda":
         torch.cuda.empty_cache()  # the probe's copies are not the run's: hand the memory back
-    return samples
+    kept = {label: seconds for label, seconds in samples.items() if label not in dropped}
+    return Timed(kept, dropped)
