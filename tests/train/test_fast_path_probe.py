@@ -143,7 +143,10 @@ def test_a_setting_that_loses_its_first_round_is_timed_no_more(tmp_path: Path) -
     )
     assert decision.candidate.label == "fp32" and decision.rounds == 1
     assert list(decision.samples) == ["fp32"] and list(decision.dropped) == ["fp32+cl"]
-    assert "; fp32+cl 0." in decision.describe() and "stopped after 1 of 5" in decision.describe()
+    described = decision.describe()
+    assert "every other setting was ruled out in its first rounds; fp32+cl 0." in described
+    assert "stopped after 1 of 5" in described
+    assert decision.seconds is not None and f" in {decision.seconds:.0f} s" in described
     cached = decide(
         CPU,
         enabled=True,

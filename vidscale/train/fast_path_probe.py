@@ -41,6 +41,7 @@ measured, per device and per shape:
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,7 +108,8 @@ class FastPathDecision:
     1-minute load average when the probe started (above the core count, other work shared the
     cores, and the noise shows it); `failed` names the candidates left out because they hung,
     crashed or raised in the probe (`fast_path_isolation`), on any rank, with what happened;
-    `dropped` those its first rounds ruled out on any rank (`fast_path_rule.hopeless`), why.
+    `dropped` those its first rounds ruled out on any rank (`fast_path_rule.hopeless`), why;
+    `seconds` how long the run waited for the probe (rank 0, until every rank had finished).
     """
 
     bf16: bool
@@ -121,6 +123,7 @@ class FastPathDecision:
     load_average: float | None = None
     failed: dict[str, str] = field(default_factory=dict)
     dropped: dict[str, str] = field(default_factory=dict)
+    seconds: float | None = None
 
     @property
     def candidate(self) -> Candidate:
@@ -149,6 +152,7 @@ class FastPathDecision:
             load_average=record.get("load_average"),
             failed={str(k): str(v) for k, v in record.get("failed", {}).items()},
             dropped={str(k): str(v) for k, v in record.get("dropped", {}).items()},
+            seconds=record.get("seconds"),
         )
 
     @classmethod
@@ -164,11 +168,14 @@ class FastPathDecision:
         dropped: Mapping[str, str] | None = None,
     ) -> FastPathDecision:
         chosen = Candidate.from_label(choice.chosen)
+        reason = choice.reason
+        if dropped and len(samples) == 1:  # `choose` saw only the survivor
+            reason = "every other setting was ruled out in its first rounds"
         return cls(
             bf16=chosen.bf16,
             channels_last=chosen.channels_last,
             source=source,
-            reason=choice.reason,
+            reason=reason,
             shape=shape.clips,
             measured={k: dataclasses.asdict(m) for k, m in choice.measured.items()},
             samples={k: list(v) for k, v in samples.items()},
@@ -212,12 +219,13 @@ class FastPathDecision:
             return f"{label}, {self.reason}"
         shape = "x".join(map(str, self.shape))
         where = "probe" if self.source == "probe" else "cached probe"
+        took = "" if self.seconds is None else f" in {self.seconds:.0f} s"
         load = "" if self.load_average is None else f", load average {self.load_average:.1f}"
         left_out = "".join(f"; left out {k}: {v}" for k, v in self.failed.items()) + "".join(
             f"; {k} {v}" for k, v in self.dropped.items()
         )
         return (
-            f"auto chose {label} ({where} at {shape}, {self.rounds} rounds{load}): "
+            f"auto chose {label} ({where} at {shape}, {self.rounds} rounds{took}{load}): "
             f"{self.numbers()}; {self.reason}{left_out}"
         )
 
@@ -274,7 +282,7 @@ def _probe_all_ranks(
     pooled choice) is dropped on all. The reference failing on any rank raises `ProbeFailed`
     on every rank."""
     set_device_options(device)  # the fp32 candidate is TF32 on CUDA, as training runs it
-    load = hardware.load_average()
+    load, started = hardware.load_average(), time.monotonic()
     mine: IsolatedProbe | str
     try:
         mine = probe_isolated(
@@ -309,9 +317,10 @@ def _probe_all_ranks(
         for label, seconds in result.samples.items():
             if label in pooled:
                 pooled[label].extend(seconds)
-    return FastPathDecision.from_probe(
+    decision = FastPathDecision.from_probe(
         IsolatedProbe(pooled, failed, dropped), shape=shape, load_average=load
     )
+    return dataclasses.replace(decision, seconds=time.monotonic() - started)
 
 
 def decide(
