@@ -45,6 +45,7 @@ from vidscale.train.fast_path_probe import (
     decide,
     settled,
 )
+from vidscale.train.host_memory import retain_freed_host_memory
 from vidscale.train.init_from import describe, initialise_from
 from vidscale.train.plan import Phase
 from vidscale.train.run_ref import resolve_path
@@ -162,6 +163,16 @@ def set_threads(cfg: RunConfig, env: DistEnv) -> None:
         return
     threads = cfg.train.threads or max(1, (os.cpu_count() or 1) // env.local_world_size)
     torch.set_num_threads(threads)
+
+
+def retain_host_memory(cfg: RunConfig, env: DistEnv) -> bool:
+    """Keep freed host memory mapped for reuse where the run's CPU fast path asks for it
+    (`host_memory`: CPU steps otherwise page-fault their activation buffers back in every
+    step); True when it is in effect. Call it before the model and the loader workers
+    allocate, and before the fast-path probe, which must time steps as training runs them."""
+    t = cfg.train
+    wanted = env.device.type == "cpu" and t.fast_path and t.retain_host_memory
+    return wanted and retain_freed_host_memory()
 
 
 def fast_path(cfg: RunConfig, env: DistEnv, *, decision: FastPathDecision | None) -> FastPath:

@@ -115,8 +115,9 @@ def probe_isolated(
     `functools.partial` of one): the child is a fresh interpreter. The child trains as this
     process will: its threads (`torch.get_num_threads()`), `host_memory` (glibc retention, on
     CPU) and the device options; `ranks`: how many processes' samples will be pooled (`probe`).
-    Raises `ProbeFailed` when the reference candidate (the first of `to_time`) fails. `progress` gets a line at most every `PROGRESS_EVERY_S` seconds while
-    a probe runs long (a large model on a CPU steps for seconds: 4 settings x 12 steps)."""
+    Raises `ProbeFailed` when the reference candidate (the first of `to_time`) fails.
+    `progress` gets a line at most every `PROGRESS_EVERY_S` seconds while a probe runs long (a
+    large model on a CPU steps for seconds: up to 4 settings x 12 steps)."""
     remaining = list(to_time)
     failed: dict[str, str] = {}
     while True:

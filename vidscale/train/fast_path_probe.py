@@ -13,11 +13,10 @@ measured, per device and per shape:
   bf16, bf16 + channels-last; only the axes left at "auto", bf16 only where the device has
   bf16 units), interleaved round-robin after a warm-up round, each sample right after an
   untimed call (`bench.timing.time_round_robin`); a candidate whose first rounds already rule
-  it out of the rule below is timed no more (`fast_path_rule.hopeless`: at the demo's shape,
-  the three settings slower than fp32 stop after one or two rounds and the probe takes half
-  the time). The run's weights, optimizer and random
-  streams are exactly those of a run without the probe (another process; in-process, the
-  copy is built and fed under a forked RNG).
+  it out of the rule below is timed no more (`fast_path_rule.hopeless`), so settings clearly
+  slower than fp32 cost a round or two, not five. The run's weights, optimizer and random
+  streams are exactly those of a run without the probe (another process; in-process, the copy
+  is built and fed under a forked RNG).
 - **Rule** (`fast_path_rule.choose`, a pure function of the samples): per round, a candidate's
   speedup over another is the other's time over its own; it beats the other when the median of
   these per-round ratios exceeds 1 by more than their noise (interquartile range over median,

@@ -52,7 +52,6 @@ from vidscale.train.checkpoint import (
 )
 from vidscale.train.evaluate import EvalResult, Stream, evaluate, topk_hits
 from vidscale.train.fast_path_probe import RECORD_KEY
-from vidscale.train.host_memory import retain_freed_host_memory
 from vidscale.train.metrics import MetricsLog, plot_run, progress, read_metrics
 from vidscale.train.phase_switch import PhaseSwitch
 from vidscale.train.plan import Phase, make_timeline
@@ -169,48 +168,19 @@ class Trainer:
         self.cfg, self.run_dir, self.env, self.splits = cfg, run_dir, env, splits
         self.signals = signals or StopSignals()
         builders.set_threads(cfg, env)
-        # Before the model and the loader workers allocate (see `host_memory`: CPU steps
-        # otherwise page-fault their activation buffers back in every step), and before the
-        # fast-path probe, which must time steps as training runs them.
-        self.host_memory_retained = (
-            env.device.type == "cpu"
-            and cfg.train.fast_path
-            and cfg.train.retain_host_memory
-            and retain_freed_host_memory()
-        )
+        self.host_memory_retained = builders.retain_host_memory(cfg, env)
         start = find_start(cfg, run_dir, env, mode=resume, train_size=len(splits.train))
         self.resumed_from, state = start.path, start.state
-        # "auto" measured at the base shape, or the resumed run's recorded choice; the same
-        # on every rank, and leaving every random stream untouched.
-        self.fast_choice = builders.decide_fast_path(
-            cfg, env, checkpoint=state, micro_batch=start.plan.micro_batch
-        )
-        self.fast = builders.fast_path(cfg, env, decision=self.fast_choice)
-        torch.manual_seed(cfg.train.seed)  # the same initial weights on every rank and run
-        self.model = builders.build_model(cfg, env, self.fast, fresh=state is None)
-        if self.fast.compile:
-            self.model.compile()  # in place: state_dict keys and DDP's no_sync stay as they are
-        self.optimizer = build_optimizer(self.model, cfg.optim, lr=0.0)
-        self.strategy = build_strategy(env, cfg.comm, name=cfg.dist.strategy, aavg=cfg.aavg)
-        self.ddp_model = self.strategy.wrap(self.model, self.optimizer)
+        self._build_model(state, micro_batch=start.plan.micro_batch)
         # The plan the run was started with (what checkpoints record and resume checks), and
         # the one it follows now: the same unless the batch size adapted.
         self.start_plan, self.progress = start.plan, start.progress
-        self.adaptive = AdaptiveBatch.from_config(
-            cfg, world_size=env.world_size, global_batch=start.plan.global_batch
-        )
-        if state is not None and start.exact and "adaptive_batch" in state:
-            self.adaptive.load_state_dict(state["adaptive_batch"])
-        self.plan = plan_for_batch(cfg, self.start_plan, global_batch=self.adaptive.global_batch)
-        self.timeline = make_timeline(cfg, self.plan)
-        self.phase_switch = PhaseSwitch(self.model, env)
-        self.phase_switch.enter(self.timeline.phase_at(self.progress.epoch))
+        self._build_schedule(state if start.exact else None)
         self.train_data = builders.build_train_data(
             cfg, env, splits.train, micro_batch=self.plan.micro_batch
         )
         self.val_loader = builders.build_eval_loader(cfg, env, splits.val)
         self.prepare = builders.model_input(cfg)
-        self.autocast = self.fast.autocast()
         self.counters = RunCounters()
         self.totals = EpochTotals()
         self.traffic_since_log = Traffic()
@@ -227,6 +197,40 @@ class Trainer:
             run_dir, enabled=env.is_main, resumed_at=self.progress.step if state else None
         )
         self._mark = time.perf_counter()
+
+    def _build_model(self, state: dict[str, Any] | None, *, micro_batch: int) -> None:
+        """The fast path, the model (fresh weights only without a checkpoint to load), its
+        optimizer and the gradient strategy that wraps it."""
+        cfg, env = self.cfg, self.env
+        # "auto" measured at the base shape, or the resumed run's recorded choice; the same
+        # on every rank, and leaving every random stream untouched.
+        self.fast_choice = builders.decide_fast_path(
+            cfg, env, checkpoint=state, micro_batch=micro_batch
+        )
+        self.fast = builders.fast_path(cfg, env, decision=self.fast_choice)
+        self.autocast = self.fast.autocast()
+        torch.manual_seed(cfg.train.seed)  # the same initial weights on every rank and run
+        self.model = builders.build_model(cfg, env, self.fast, fresh=state is None)
+        if self.fast.compile:
+            self.model.compile()  # in place: state_dict keys and DDP's no_sync stay as they are
+        self.optimizer = build_optimizer(self.model, cfg.optim, lr=0.0)
+        self.strategy = build_strategy(env, cfg.comm, name=cfg.dist.strategy, aavg=cfg.aavg)
+        self.ddp_model = self.strategy.wrap(self.model, self.optimizer)
+
+    def _build_schedule(self, exact_state: dict[str, Any] | None) -> None:
+        """The batch size now (adapted from the start plan's, restored from `exact_state`, a
+        checkpoint resumed exactly), the plan and phase timeline it gives, and the phase the
+        model enters at the current epoch."""
+        cfg, env = self.cfg, self.env
+        self.adaptive = AdaptiveBatch.from_config(
+            cfg, world_size=env.world_size, global_batch=self.start_plan.global_batch
+        )
+        if exact_state is not None and "adaptive_batch" in exact_state:
+            self.adaptive.load_state_dict(exact_state["adaptive_batch"])
+        self.plan = plan_for_batch(cfg, self.start_plan, global_batch=self.adaptive.global_batch)
+        self.timeline = make_timeline(cfg, self.plan)
+        self.phase_switch = PhaseSwitch(self.model, env)
+        self.phase_switch.enter(self.timeline.phase_at(self.progress.epoch))
 
     # -- start and checkpoints ---------------------------------------------------------------
     def _load(self, state: dict[str, Any], *, exact: bool) -> None:
