@@ -83,6 +83,9 @@ class ScalingConfig:
     bucket_cap_mb: float = 25.0
     seed: int = 0
     fast_settings: tuple[str, ...] = ()  # "MODEL=SETTING", e.g. "tsm_resnet50=bf16+cl"
+    data: str = ""  # "": random clips held in memory; else a dataset read as training reads it
+    source: Literal["videos", "shards", "stream"] = "videos"
+    layout: str = "generic"
 
     def fast_setting(self, model: str) -> str | None:
         """The fast-path setting `model` runs with ("fp32", "bf16+cl", ...), None if undecided."""
@@ -215,6 +218,10 @@ def _check_numbers(cfg: ScalingConfig) -> None:
         (bool(cfg.models), "--models: name at least one model"),
         (bool(cfg.strategies), "--strategies: name at least one strategy"),
         (cfg.bucket_cap_mb > 0, f"--bucket-cap-mb: must be > 0, got {cfg.bucket_cap_mb}"),
+        (
+            cfg.source in ("videos", "shards", "stream"),
+            f"--source: must be videos, shards or stream, got {cfg.source!r}",
+        ),
     ]
     for ok, message in checks:
         if not ok:
@@ -273,7 +280,12 @@ def resolve(cfg: ScalingConfig, *, world: int | None = None) -> ScalingConfig:
             file=sys.stderr,
         )
     _check_models(cfg)
-    return replace(cfg, procs=procs, threads=threads, device=device_type)  # type: ignore[arg-type]
+    cfg = replace(cfg, procs=procs, threads=threads, device=device_type)  # type: ignore[arg-type]
+    if cfg.data:  # the data decide the class count, and must fill a batch per process
+        from vidscale.bench.scaling_data import classes_of
+
+        cfg = replace(cfg, num_classes=classes_of(cfg))
+    return cfg
 
 
 def _default_procs(device_type: str, devices: int, cores: int) -> tuple[int, ...]:
@@ -310,6 +322,8 @@ def as_argv(cfg: ScalingConfig) -> list[str]:
     argv += ["--hooks", *cfg.hooks, "--strategies", *cfg.strategies]
     if cfg.fast_settings:
         argv += ["--fast-settings", *cfg.fast_settings]
+    if cfg.data:
+        argv += ["--data", cfg.data, "--source", cfg.source, "--layout", cfg.layout]
     return argv if cfg.fast_path else [*argv, "--no-fast-path"]
 
 

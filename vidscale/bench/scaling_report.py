@@ -147,7 +147,12 @@ def format_table(report: dict[str, Any]) -> str:
     head = (
         f"bench scaling: {s['frames']} frames x {s['size']}², batch {s['batch']} per process, "
         f"{s['threads']} thread(s) per process, {s['device']}, {s['steps']} steps after "
-        f"{s['warmup']} warm-up (times: ms per step, mean over steps and ranks)"
+        f"{s['warmup']} warm-up (times: ms per step, mean over steps and ranks); data: "
+        + (
+            f"{s['data']} ({s['source']}, {s['workers']} loader worker(s) per process)"
+            if s.get("data")
+            else "random clips in memory"
+        )
     )
     columns = (
         f"{'model':<20} {'variant':<14} {'procs':>5} {'clips/s':>8} {'speed-up':>8} "

@@ -24,7 +24,8 @@ gradient hook, or AAVG), and runs the loop's own `train_step` on batches from a 
 optimizer and the loop's per-step agreement (one all-reduce of five numbers, which also waits
 for the slowest rank). The data are random uint8 clips held in memory (`RandomClips`), so a
 step costs what the model and the network cost, not what decoding costs (`bench data-wait`
-measures that).
+measures that); with `data` set, the trainer's own loader reads a dataset
+(`scaling_data.real_batches`), and the data wait is real.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from vidscale.bench.hardware import load_average, synchronize
 from vidscale.bench.scaling import ScalingConfig, Variant, variants
+from vidscale.bench.scaling_data import real_batches
 from vidscale.data.dataset import collate
 from vidscale.data.inputs import ModelInput
 from vidscale.distributed.aavg import AAVGConfig
@@ -189,6 +191,20 @@ def _build(
     wrapped = strategy.wrap(model, optimizer)
     wrapped.train()
     trainable = [p for p in model.parameters() if p.requires_grad]
+    return _Run(
+        model=wrapped,
+        optimizer=optimizer,
+        strategy=strategy,
+        batches=real_batches(cfg, env, name) if cfg.data else _random_batches(cfg, env),
+        autocast=fast.autocast(),
+        fast_path=fast.describe(),
+        forward_sync=ForwardSyncTimer(wrapped, env.device),
+        grad_bytes=sum(p.numel() * p.element_size() for p in trainable),
+        params=sum(p.numel() for p in trainable),
+    )
+
+
+def _random_batches(cfg: ScalingConfig, env: DistEnv) -> Iterator[dict[str, Any]]:
     data = RandomClips(
         length=(cfg.warmup + cfg.steps) * cfg.batch,
         pool=cfg.batch,
@@ -205,17 +221,7 @@ def _build(
         pin_memory=env.device.type == "cuda",
         prefetch_factor=4 if cfg.workers > 0 else None,
     )
-    return _Run(
-        model=wrapped,
-        optimizer=optimizer,
-        strategy=strategy,
-        batches=iter(loader),
-        autocast=fast.autocast(),
-        fast_path=fast.describe(),
-        forward_sync=ForwardSyncTimer(wrapped, env.device),
-        grad_bytes=sum(p.numel() * p.element_size() for p in trainable),
-        params=sum(p.numel() for p in trainable),
-    )
+    return iter(loader)
 
 
 def fast_setting(cfg: ScalingConfig, env: DistEnv, name: str) -> Candidate:

@@ -308,6 +308,24 @@ def _add_bench_scaling(bench_sub: argparse._SubParsersAction) -> None:
         default=None,
         help="an earlier JSON whose 1-process rows to compare with (under torchrun)",
     )
+    p.add_argument(
+        "--data",
+        default=None,
+        help="a dataset every process reads its training clips from, as `vidscale train` "
+        "does (its classes set --num-classes); default: random clips in memory",
+    )
+    p.add_argument(
+        "--source",
+        choices=["videos", "shards", "stream"],
+        default=None,
+        help="with --data: decode its videos, or read a prepared directory (videos)",
+    )
+    p.add_argument(
+        "--layout",
+        choices=["generic", "kinetics", "ucf101", "hmdb51", "ssv2"],
+        default=None,
+        help="with --data and --source videos: the dataset's layout (generic)",
+    )
     p.add_argument("--out-json", type=Path, default=Path("bench_scaling.json"))
     p.add_argument("--plot", type=Path, default=Path("bench_scaling.png"))
     p.add_argument("--worker-out", type=Path, default=None, help=argparse.SUPPRESS)
