@@ -16,6 +16,7 @@ from vidscale.bench.scaling import ScalingConfig, resolve
 from vidscale.bench.scaling_data import real_batches
 from vidscale.cli import main
 from vidscale.data.annotations import read_class_names
+from vidscale.data.prepare import prepare_from_layout
 from vidscale.data.synthetic import write_synthetic_dataset
 from vidscale.distributed.env import DistEnv
 
@@ -31,10 +32,22 @@ def videos(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def test_the_data_set_the_classes_and_every_epoch_reads_the_split_once(videos: Path) -> None:
-    cfg = resolve(
-        ScalingConfig(models=(MODEL,), data=str(videos), frames=8, size=32, batch=4, device="cpu")
+@pytest.fixture(scope="module")
+def shards(videos: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("scaling_shards")
+    prepare_from_layout("generic", videos, out, workers=1, progress=False, short_side=0)
+    return out
+
+
+@pytest.mark.parametrize("source", ["videos", "shards", "stream"])
+def test_the_data_set_the_classes_and_every_epoch_reads_the_split_once(
+    source: str, videos: Path, shards: Path
+) -> None:
+    root = videos if source == "videos" else shards
+    given = ScalingConfig(
+        models=(MODEL,), data=str(root), source=source, frames=8, size=32, batch=4, device="cpu"
     )
+    cfg = resolve(given)
     assert cfg.num_classes == len(read_class_names(videos / "classes.txt")) == 8
     batches = real_batches(cfg, ONE_PROCESS, MODEL)
     first_epoch = [next(batches) for _ in range(4)]  # 16 training videos, 4 per batch
