@@ -81,6 +81,7 @@ def decide_tiny(
     batch: int = 2,
     build: Callable[[], nn.Module] = TinyClipNet,
     log: Callable[[str], None] = lambda _: None,
+    settings: ProbeSettings = QUICK,
 ) -> FastPathDecision:
     return decide(
         CPU,
@@ -93,7 +94,7 @@ def decide_tiny(
         cache=cache,
         checkpoint=checkpoint,
         is_main=True,
-        settings=QUICK,
+        settings=settings,
         log=log,
     )
 
@@ -128,38 +129,14 @@ def test_a_setting_that_loses_its_first_round_is_timed_no_more(tmp_path: Path) -
     assert timed.dropped["fp32+cl"].endswith(
         "stopped after 1 of 5 rounds: not faster than fp32 in 1/1, needs 5"
     )
-    decision = decide(
-        CPU,
-        enabled=True,
-        amp="off",
-        channels_last="auto",
-        build=SlowerOnOneSide,
-        shape=SHAPE,
-        key_fields={"model": "slower-in-cl"},
-        cache=tmp_path / "cache.json",
-        checkpoint=None,
-        is_main=True,
-        settings=five,
-    )
+    decision = decide_tiny(tmp_path / "cache.json", amp="off", build=SlowerOnOneSide, settings=five)
     assert decision.candidate.label == "fp32" and decision.rounds == 1
     assert list(decision.samples) == ["fp32"] and list(decision.dropped) == ["fp32+cl"]
     described = decision.describe()
     assert "every other setting was ruled out in its first rounds; fp32+cl 0." in described
     assert "stopped after 1 of 5" in described
     assert decision.seconds is not None and f" in {decision.seconds:.0f} s" in described
-    cached = decide(
-        CPU,
-        enabled=True,
-        amp="off",
-        channels_last="auto",
-        build=never_built,
-        shape=SHAPE,
-        key_fields={"model": "slower-in-cl"},
-        cache=tmp_path / "cache.json",
-        checkpoint=None,
-        is_main=True,
-        settings=five,
-    )
+    cached = decide_tiny(tmp_path / "cache.json", amp="off", build=never_built, settings=five)
     assert cached.source == "cache" and cached.dropped == decision.dropped
 
 
