@@ -63,6 +63,7 @@ def cmd_aavg_study(args: argparse.Namespace) -> int:
 
 def cmd_multigrid_study(args: argparse.Namespace) -> int:
     from vidscale.train.multigrid_study import MultigridStudySpec, multigrid_study
+    from vidscale.train.sweep import parse_list
 
     spec = MultigridStudySpec(
         recipe=args.recipe,
@@ -70,6 +71,8 @@ def cmd_multigrid_study(args: argparse.Namespace) -> int:
         overrides=_with_data_root(args),
         nproc=args.nproc,
         margin=args.margin,
+        variants=parse_list(args.variants, str),
+        seeds=parse_list(args.seeds, int) if args.seeds else (),
     )
     multigrid_study(spec, plot_only=args.plot_only)
     return 0
@@ -142,6 +145,16 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--nproc", type=_at_least(1), default=2, help="processes (torchrun if > 1)")
     p.add_argument(
         "--margin", type=float, default=1.0, help="points below the baseline's final accuracy"
+    )
+    p.add_argument(
+        "--variants",
+        default="baseline,long,short,both",
+        help="which runs (comma-separated; the baseline is always one)",
+    )
+    p.add_argument(
+        "--seeds",
+        default="",
+        help="e.g. 0,1,2: every variant once per seed (OUT/seed-N/...), reported as mean and sd",
     )
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--plot-only", action="store_true", help="rebuild study.json/png from runs")
