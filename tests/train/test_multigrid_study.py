@@ -108,6 +108,9 @@ def test_the_seed_summary_averages_each_variant_against_the_mean_baseline() -> N
     assert long["final_minus_baseline"] == pytest.approx(-2.5)
     assert long["x_faster"] == pytest.approx(105.0 / 85.0)
     assert (long["reached_target"], long["seeds"]) == (1, 2)
+    # A variant not (yet) finished in one seed is averaged over the seeds that have it.
+    by_seed[2] = [row("baseline", 91.0, 105.0, 80.0)]
+    assert [s["seeds"] for s in summarize_seeds(by_seed)] == [3, 2]
 
 
 def test_time_to_target_is_the_first_evaluation_at_the_baselines_accuracy() -> None:

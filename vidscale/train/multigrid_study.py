@@ -227,10 +227,10 @@ def summarize_seeds(by_seed: dict[int, list[dict[str, Any]]]) -> list[dict[str, 
     """Per variant over the seeds (rows already carry `seconds_to_target` against their own
     seed's baseline): mean and sample standard deviation of the final and best accuracy, mean
     training seconds, the speed-up of the means, and how many seeds reached the target."""
-    variants = [r["run"] for r in next(iter(by_seed.values()))]
-    runs = {
-        v: [next(r for r in rows if r["run"] == v) for rows in by_seed.values()] for v in variants
-    }
+    # A variant missing from a seed (--plot-only before it finished) is averaged over the
+    # seeds that have it; `seeds` says how many.
+    variants = list(dict.fromkeys(r["run"] for rows in by_seed.values() for r in rows))
+    runs = {v: [r for rows in by_seed.values() for r in rows if r["run"] == v] for v in variants}
     base_seconds = statistics.fmean(r["train_seconds"] for r in runs["baseline"])
     base_final = statistics.fmean(r["final_val_top1"] for r in runs["baseline"])
     summary = []
