@@ -67,3 +67,31 @@ def test_bf16_weight_gradient_of_a_one_pixel_input_is_finite_and_repeatable(
         seen.append(grad.clone())
         ours.zero_grad(set_to_none=True)
     assert all(torch.equal(seen[0], g) for g in seen[1:])
+    # And right: within bf16 rounding of the float64 gradient of the bf16-rounded operands
+    # (CPUs without AMX returned finite garbage here from a 1 x 1 temporal convolution).
+    ref = (Conv3d if three_d else Conv2d)(
+        16, 32, 3, stride=(1, 2, 2) if three_d else 2, padding=1, bias=False
+    ).double()
+    with torch.no_grad():
+        ref.weight.copy_(ours.weight.bfloat16().double())
+    ref(x.bfloat16().double()).square().sum().backward()
+    expected = ref.weight.grad
+    assert expected is not None
+    error = (seen[0].double() - expected).norm() / expected.norm()
+    assert error < 0.02
+
+
+def test_a_temporally_strided_3d_convolution_of_one_pixel_matches_torch_in_float64() -> None:
+    torch.manual_seed(0)
+    ours = Conv3d(8, 12, (3, 3, 3), stride=(2, 2, 2), padding=(1, 1, 1), bias=True).double()
+    ref = nn.Conv3d(8, 12, (3, 3, 3), stride=(2, 2, 2), padding=(1, 1, 1), bias=True).double()
+    ref.load_state_dict(ours.state_dict())
+    x = torch.randn((3, 8, 5, 1, 1), dtype=torch.float64)
+    results = []
+    for conv in (ours, ref):
+        xx = x.clone().requires_grad_()
+        y = conv(xx)
+        y.square().sum().backward()
+        results.append((y.detach(), xx.grad, conv.weight.grad, conv.bias.grad))
+    for a, b in zip(*results, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)

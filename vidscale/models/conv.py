@@ -6,9 +6,12 @@ that only the kernel's centre tap reaches. The CPU bfloat16 kernels of torch 2.1
 of a stride-2 3 x 3 convolution of a 1 x 1 input reads uninitialised memory (NaN or 1e33 where
 the other taps' gradients are 0), so one such step ruins a model. Multigrid's coarsest crops hit
 it: a 16^2 crop through a ResNet reaches res5's strided convolution at 1 x 1. These modules
-compute that case as the convolution with the centre tap alone (stride 1 spatially): the same
-output and the same gradients, the other taps' gradients exactly 0, on every device and dtype.
-Every other input takes the module's usual path.
+compute that case with the centre tap alone, as a matrix product (over the channels, and for 3D
+over the channels x temporal taps of the unfolded clip): the same output and the same
+gradients, the other taps' gradients exactly 0, on every device and dtype. A matrix product
+rather than a 1 x 1 convolution, because the bf16 convolution kernels on CPUs without AMX also
+return garbage weight gradients for a temporal convolution of 1 x 1 pixels (seen on an AMD EPYC
+host). Every other input takes the module's usual path.
 """
 
 from __future__ import annotations
@@ -33,8 +36,8 @@ class Conv2d(nn.Conv2d):
         k, s = self.kernel_size, self.stride
         plain = self.groups == 1 and self.dilation == (1, 1)
         if input.shape[-2:] == (1, 1) and plain and _centre_only(k, s, self.padding):
-            centre = self.weight[:, :, k[0] // 2 : k[0] // 2 + 1, k[1] // 2 : k[1] // 2 + 1]
-            return F.conv2d(input, centre, self.bias)
+            centre = self.weight[:, :, k[0] // 2, k[1] // 2]  # (out, in)
+            return F.linear(input.flatten(1), centre, self.bias)[..., None, None]
         return super().forward(input)
 
 
@@ -48,7 +51,12 @@ class Conv3d(nn.Conv3d):
         spatial_special = _centre_only((kh, kw), (sh, sw), self.padding[1:])  # type: ignore[index]
         plain = self.groups == 1 and self.dilation == (1, 1, 1)
         if input.shape[-2:] == (1, 1) and plain and spatial_special:
-            centre = self.weight[:, :, :, kh // 2 : kh // 2 + 1, kw // 2 : kw // 2 + 1]
+            centre = self.weight[:, :, :, kh // 2, kw // 2]  # (out, in, kt)
+            out_channels, in_channels, kt = centre.shape
             pt = int(self.padding[0])  # type: ignore[index, arg-type]
-            return F.conv3d(input, centre, self.bias, stride=(st, 1, 1), padding=(pt, 0, 0))
+            clip = F.pad(input[..., 0, 0], (pt, pt))  # (n, in, t + 2 pt)
+            windows = clip.unfold(2, kt, st)  # (n, in, t_out, kt)
+            windows = windows.permute(0, 2, 1, 3).reshape(len(input), -1, in_channels * kt)
+            out = F.linear(windows, centre.reshape(out_channels, in_channels * kt), self.bias)
+            return out.transpose(1, 2)[..., None, None]  # (n, out, t_out, 1, 1)
         return super().forward(input)
