@@ -43,7 +43,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _entry(rank: int, world: int, port: int, fn: Callable[..., Any], args: tuple, q: Any) -> None:
+def _entry(
+    rank: int, world: int, port: int, device: str, fn: Callable[..., Any], args: tuple, q: Any
+) -> None:
     os.environ.update(
         RANK=str(rank),
         LOCAL_RANK=str(rank),
@@ -58,7 +60,8 @@ def _entry(rank: int, world: int, port: int, fn: Callable[..., Any], args: tuple
     from vidscale.distributed.env import init_distributed, shutdown
 
     try:
-        env = init_distributed("cpu", timeout_s=120)
+        # gloo also on CUDA: several ranks may share one GPU, which NCCL refuses.
+        env = init_distributed(device, timeout_s=120, backend="gloo")  # type: ignore[arg-type]
         # Plain pickle copies tensors by value (a tensor sent through the torch queue lives in
         # shared memory that disappears when this process exits).
         q.put((rank, "ok", pickle.dumps(fn(env, *args))))
@@ -82,8 +85,13 @@ def _check_importable(fn: Callable[..., Any]) -> None:
         )
 
 
-def run_ranks(fn: Callable[..., Any], world: int, *args: Any, timeout: float = 180) -> list[Any]:
+def run_ranks(
+    fn: Callable[..., Any], world: int, *args: Any, timeout: float = 180, device: str = "cpu"
+) -> list[Any]:
     """Call `fn(env, *args)` on `world` fresh processes; return their results in rank order.
+
+    `device` "cuda" puts rank r on GPU r mod the GPUs there are (all on one GPU if one), still
+    joined over gloo.
 
     Fails (AssertionError) with a rank's traceback if `fn` raised there, as soon as a rank dies
     without a result, after `timeout` seconds without all results, and if a rank exits with a
@@ -93,7 +101,8 @@ def run_ranks(fn: Callable[..., Any], world: int, *args: Any, timeout: float = 1
     q = _CONTEXT.Queue()
     port = free_port()
     procs = [
-        _CONTEXT.Process(target=_entry, args=(r, world, port, fn, args, q)) for r in range(world)
+        _CONTEXT.Process(target=_entry, args=(r, world, port, device, fn, args, q))
+        for r in range(world)
     ]
     for p in procs:
         p.start()

@@ -17,6 +17,7 @@ from tests.train.test_resilience import dies_after, losses, records
 from vidscale.config import RunConfig, apply_overrides
 from vidscale.data.prepare import prepare_from_layout
 from vidscale.data.synthetic import write_synthetic_dataset
+from vidscale.distributed.sync_batchnorm import GroupSyncBatchNorm
 from vidscale.models.batchnorm import SubBatchNorm2d
 from vidscale.recipes import get_recipe
 from vidscale.train import loop
@@ -93,10 +94,12 @@ def multigrid_run(env: Any, root: str, run: str, cut_after: int, *extra: str) ->
         )
     )
     sub_bn: list[int] = []
+    sync_bn: list[int] = []
     real_step = loop.train_step
 
     def step_counting_sub_bn(*args: Any, **kwargs: Any) -> Any:
         sub_bn.append(sum(isinstance(m, SubBatchNorm2d) for m in trainer.model.modules()))
+        sync_bn.append(sum(isinstance(m, GroupSyncBatchNorm) for m in trainer.model.modules()))
         return real_step(*args, **kwargs)
 
     loop.train_step = step_counting_sub_bn  # type: ignore[assignment]
@@ -108,6 +111,7 @@ def multigrid_run(env: Any, root: str, run: str, cut_after: int, *extra: str) ->
         "losses": losses(Path(run)),
         "shapes": shapes,
         "sub_bn": sub_bn,
+        "sync_bn": sync_bn,
         "summary": summary,
         "phases": [(r["epoch"], r["bn_mode"]) for r in records(Path(run), "phase")],
         "final": [t.detach().clone() for t in trainer.model.state_dict().values()],
@@ -147,6 +151,31 @@ def test_two_ranks_follow_the_schedule_in_lock_step_and_resume_exactly(
         assert cut[0]["summary"]["val_top1_history"] == summary["val_top1_history"]
         for a, b in zip(cut[0]["final"], full[0]["final"], strict=True):
             assert torch.equal(a, b)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_ranks_synchronise_batchnorm_where_the_batch_shrinks(
+    demo64: Path, tmp_path: Path
+) -> None:
+    """BN over 4 clips: the first phase (8 clips per process) runs sub-batch BN in 2 groups, the
+    second (2 clips per process) BN synchronised over both processes (2 ranks sharing one GPU
+    over gloo where there is one); a run killed inside the synchronised phase continues it."""
+    extra = "multigrid.bn_base_size=4"
+    full = run_ranks(
+        multigrid_run, 2, str(demo64), str(tmp_path / "full"), 0, extra, device="cuda", timeout=500
+    )
+    assert full[0]["shapes"] == full[1]["shapes"] == SHAPES
+    assert full[0]["phases"] == [(0, "sub_batchnorm"), (2, "sync_batchnorm")]
+    assert full[0]["sync_bn"][:6] == [0] * 6 and set(full[0]["sync_bn"][6:]) == {20}
+    assert full[0]["sub_bn"][6:] == [0] * 6 and full[0]["sub_bn"][0] == 20
+    for a, b in zip(full[0]["final"], full[1]["final"], strict=True):
+        assert torch.equal(a, b)
+    cut = run_ranks(
+        multigrid_run, 2, str(demo64), str(tmp_path / "cut"), 9, extra, device="cuda", timeout=500
+    )
+    # cudnn's autotuned kernels may differ between processes: equal up to rounding.
+    assert cut[0]["losses"] == pytest.approx(full[0]["losses"], rel=1e-3)
+    assert cut[0]["summary"]["train_steps"] == 12 and cut[0]["phases"][-1] == (2, "sync_batchnorm")
 
 
 def test_a_streamed_dataset_follows_the_schedule_and_resumes_exactly(

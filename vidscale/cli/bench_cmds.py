@@ -1,4 +1,4 @@
-"""`vidscale bench data`, `data-wait`, `models`, `flow` and `scaling`: the benchmarks (each
+"""`vidscale bench data`, `data-wait`, `models`, `flow`, `scaling` and `multigrid`: the benchmarks (each
 prints a table and writes JSON). Their parsers and commands."""
 
 from __future__ import annotations
@@ -99,6 +99,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     _add_bench_models(bench_sub)
     _add_bench_flow(bench_sub)
     _add_bench_scaling(bench_sub)
+    _add_bench_multigrid(bench_sub)
 
 
 # -- bench models ------------------------------------------------------------------------------
@@ -330,3 +331,61 @@ def _add_bench_scaling(bench_sub: argparse._SubParsersAction) -> None:
     p.add_argument("--plot", type=Path, default=Path("bench_scaling.png"))
     p.add_argument("--worker-out", type=Path, default=None, help=argparse.SUPPRESS)
     p.set_defaults(fn=cmd_bench_scaling)
+
+
+# -- bench multigrid ---------------------------------------------------------------------------
+
+
+def cmd_bench_multigrid(args: argparse.Namespace) -> int:
+    from vidscale.bench.multigrid import MultigridBenchConfig, bench_multigrid
+    from vidscale.config import apply_overrides, validate
+    from vidscale.recipes import get_recipe
+    from vidscale.train.fast_path import Candidate
+
+    _check_parent("--out-json", args.out_json)
+    _check_device(args.device)
+    cfg = apply_overrides(get_recipe(args.recipe), args.overrides)
+    validate(cfg)
+    bench = MultigridBenchConfig(
+        world_size=args.world_size,
+        dataset_size=args.dataset_size,
+        variants=tuple(v for v in args.variants.split(",") if v),
+        warmup=args.warmup,
+        repeats=args.repeats,
+        steps=args.steps,
+    )
+    try:
+        bench.validate()
+        setting = None if args.fast_setting == "auto" else Candidate.from_label(args.fast_setting)
+    except ValueError as err:
+        raise ConfigError(f"bench multigrid: {err}") from err
+    bench_multigrid(
+        args.recipe, cfg, bench, device=args.device, setting=setting, out_json=args.out_json
+    )
+    return 0
+
+
+def _add_bench_multigrid(bench_sub: argparse._SubParsersAction) -> None:
+    p = bench_sub.add_parser(
+        "multigrid",
+        help="multigrid's compute-time saving on this device: every shape of its plans timed",
+    )
+    p.add_argument("recipe", help="named recipe (see `vidscale recipes`)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--world-size", type=_at_least(1), default=1, help="processes the run would use")
+    p.add_argument(
+        "--dataset-size", type=_at_least(1), default=240_000, help="training videos (Kinetics-400)"
+    )
+    p.add_argument("--variants", default="long,short,both", help="besides the baseline")
+    p.add_argument(
+        "--fast-setting",
+        choices=["auto", "fp32", "fp32+cl", "bf16", "bf16+cl"],
+        default="auto",
+        help="auto: what training's probe chooses at the base shape",
+    )
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    p.add_argument("--warmup", type=_at_least(0), default=1, help="untimed rounds")
+    p.add_argument("--repeats", type=_at_least(1), default=5, help="timed rounds")
+    p.add_argument("--steps", type=_at_least(1), default=2, help="calls per sample")
+    p.add_argument("--out-json", type=Path, default=Path("bench_multigrid.json"))
+    p.set_defaults(fn=cmd_bench_multigrid)

@@ -60,10 +60,16 @@ class DistConfig:
     # How the ranks share training (`vidscale.distributed.strategy`): ddp all-reduces gradients
     # every step; aavg runs local steps and averages the replicas every `aavg.k` steps.
     strategy: Literal["ddp", "aavg"] = "ddp"
+    # The process group's backend: auto = NCCL for CUDA processes, gloo on CPU. gloo also
+    # runs CUDA processes (slower collectives), e.g. several processes sharing one GPU, which
+    # NCCL refuses.
+    backend: Literal["auto", "nccl", "gloo"] = "auto"
 
     def validate(self) -> None:
         if self.strategy not in ("ddp", "aavg"):
             raise ValueError(f"strategy must be 'ddp' or 'aavg', got {self.strategy!r}")
+        if self.backend not in ("auto", "nccl", "gloo"):
+            raise ValueError(f"backend must be 'auto', 'nccl' or 'gloo', got {self.backend!r}")
         if not (self.timeout_s > 0 and math.isfinite(self.timeout_s)):
             raise ValueError(f"timeout_s must be a finite number > 0, got {self.timeout_s}")
 
@@ -132,10 +138,14 @@ def _pick_device(preference: Literal["auto", "cpu", "cuda"], local_rank: int) ->
 
 
 def init_distributed(
-    device: Literal["auto", "cpu", "cuda"] = "auto", *, timeout_s: float = DEFAULT_TIMEOUT_S
+    device: Literal["auto", "cpu", "cuda"] = "auto",
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    backend: Literal["auto", "nccl", "gloo"] = "auto",
 ) -> DistEnv:
     """Join the default process group when launched as several processes; no-op on one.
 
+    `backend` "auto" is NCCL for a CUDA device and gloo on CPU; "nccl" needs a CUDA device.
     Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT. Every
     launch of the group (a torchrun restart included) gets keys of its own in the store (see
     the module docstring). Raises TimeoutError if the other ranks do not arrive within
@@ -147,7 +157,10 @@ def init_distributed(
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world_size)))
     dev = _pick_device(device, local_rank)
-    backend = "nccl" if dev.type == "cuda" else "gloo"
+    if backend == "nccl" and dev.type != "cuda":
+        raise RuntimeError("dist.backend=nccl needs CUDA devices, and this process has none")
+    if backend == "auto":
+        backend = "nccl" if dev.type == "cuda" else "gloo"
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
     if world_size > 1 and not dist.is_initialized():

@@ -599,7 +599,7 @@ def train(cfg: RunConfig, *, run_dir: Path, resume: ResumeMode = "auto") -> dict
     Raises `Preempted` after checkpointing on a stop signal, `Diverged` when steps stay
     non-finite.
     """
-    env = init_distributed(cfg.train.device, timeout_s=cfg.dist.timeout_s)
+    env = init_distributed(cfg.train.device, timeout_s=cfg.dist.timeout_s, backend=cfg.dist.backend)
     signals = StopSignals()
     # A rank that fails stops the others in seconds (not at the collective timeout); a stop or
     # a divergence is agreed by all ranks, so it is no failure of one.

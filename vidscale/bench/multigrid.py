@@ -1,0 +1,306 @@
+"""`vidscale bench multigrid`: what multigrid's schedule saves in compute time on this device.
+
+Wu et al. 2020 (§4, Table 1) state multigrid's saving in iterations and FLOPs; what a device
+gains in time depends on how well it runs the small shapes and the large batches of the long and
+short cycles. This measures it: the recipe's run is planned as `vidscale schedule` plans it
+(`train.plan.make_timeline`: every phase, its short-cycle shapes, its steps) for the baseline
+(no multigrid) and for the long cycle, the short cycle and both; every distinct per-device shape
+(frames x crop^2 x clips) of those plans is timed on this device as a training forward and
+backward of the recipe's model, round-robin (`bench.timing`), and the optimizer step once; a
+plan's compute time is then sum over its micro-batches of the shape's time plus its optimizer
+steps. The ratio to the baseline is multigrid's measured speed-up in compute, beside the
+theoretical savings (iterations; FLOPs as clips x frames x crop^2, as the paper counts them) and
+the model's own multiply-accumulates at each shape.
+
+What it leaves out, by design: data loading (the shapes are random tensors on the device) and
+gradient communication (one device; a multigrid plan all-reduces once per step, so fewer steps
+also means fewer all-reduces: `vidscale plan` models that side). The model, optimizer and fast
+path are the trainer's (`train.fast_path`: "auto" runs the trainer's probe at the base shape
+unless a setting is given).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from vidscale.bench import hardware
+from vidscale.bench.flops import count_macs
+from vidscale.bench.timing import spread, time_round_robin
+from vidscale.config import RunConfig
+from vidscale.distributed.env import DistEnv
+from vidscale.models.registry import build_model
+from vidscale.train import builders
+from vidscale.train.builders import decide_fast_path
+from vidscale.train.fast_path import Candidate, FastPath, apply_to_model, resolve_fast_path
+from vidscale.train.plan import Shape, Timeline, make_plan, make_timeline
+
+VARIANTS = {"baseline": (False, False), "long": (True, False), "short": (False, True)}
+VARIANTS["both"] = (True, True)
+
+
+@dataclass(frozen=True)
+class MultigridBenchConfig:
+    """The run to plan (`world_size` processes, `dataset_size` training videos), the variants
+    to compare with the baseline, and the timing: `warmup` untimed and `repeats` timed rounds,
+    each sample the mean of `steps` calls."""
+
+    world_size: int = 1
+    dataset_size: int = 240_000
+    variants: tuple[str, ...] = ("long", "short", "both")
+    warmup: int = 1
+    repeats: int = 5
+    steps: int = 2
+
+    def validate(self) -> None:
+        unknown = [v for v in self.variants if v not in VARIANTS or v == "baseline"]
+        if unknown or not self.variants:
+            raise ValueError(
+                f"--variants: {','.join(unknown) or 'none given'}; choose from long, short, both"
+            )
+        if min(self.world_size, self.dataset_size, self.repeats, self.steps) < 1:
+            raise ValueError("world size, dataset size, repeats and steps must be >= 1")
+
+
+def variant_config(cfg: RunConfig, variant: str) -> RunConfig:
+    """`cfg` with multigrid's cycles as `variant` names them (baseline: neither)."""
+    long, short = VARIANTS[variant]
+    return replace(cfg, multigrid=replace(cfg.multigrid, long_cycle=long, short_cycle=short))
+
+
+def micro_batch_counts(timeline: Timeline) -> Counter[Shape]:
+    """Micro-batches per shape over the whole run: every step of every phase, its short-cycle
+    shape, `accumulate` times."""
+    counts: Counter[Shape] = Counter()
+    for phase in timeline.phases:
+        cycle, rest = divmod(phase.steps_per_epoch, len(phase.shapes))
+        for i, shape in enumerate(phase.shapes):
+            steps = cycle + (1 if i < rest else 0)
+            counts[shape] += steps * phase.epochs * phase.accumulate
+    return counts
+
+
+def plan_variants(
+    cfg: RunConfig, bench: MultigridBenchConfig
+) -> dict[str, tuple[Timeline, Counter[Shape]]]:
+    """Each variant's timeline (the baseline first) and its micro-batches per shape."""
+    out = {}
+    for name in ("baseline", *bench.variants):
+        variant = variant_config(cfg, name)
+        plan = make_plan(variant, world_size=bench.world_size, train_size=bench.dataset_size)
+        timeline = make_timeline(variant, plan)
+        out[name] = (timeline, micro_batch_counts(timeline))
+    return out
+
+
+def _fast_path(
+    cfg: RunConfig, device: torch.device, setting: Candidate | None, *, micro_batch: int
+) -> FastPath:
+    """`setting` if given, else what the trainer's "auto" decides for one process at the base
+    shape (its cached decision on this machine, or its probe)."""
+    if setting is not None:
+        t = cfg.train
+        return resolve_fast_path(
+            device,
+            enabled=t.fast_path,
+            amp=t.amp,
+            channels_last=t.channels_last,
+            compile=False,
+            auto=setting,
+        )
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    env = DistEnv(0, 0, 1, 1, device, backend)
+    decision = decide_fast_path(cfg, env, checkpoint=None, micro_batch=micro_batch)
+    return builders.fast_path(
+        replace(cfg, train=replace(cfg.train, compile=False)), env, decision=decision
+    )
+
+
+def _shape_calls(
+    cfg: RunConfig, shapes: Sequence[Shape], *, fast: FastPath, device: torch.device
+) -> tuple[dict[str, Callable[[], None]], Callable[[], None]]:
+    """One forward + backward per shape (gradients accumulate, as in an accumulated step) and
+    the optimizer step, on one model in training mode."""
+    torch.manual_seed(cfg.train.seed)
+    model = apply_to_model(build_model(cfg.model).to(device), fast)
+    model.train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-6, momentum=0.9, weight_decay=1e-4)
+    classes = cfg.model.num_classes
+    calls: dict[str, Callable[[], None]] = {}
+    for shape in shapes:
+        clips = torch.randn(
+            shape.micro_batch,
+            cfg.model.in_channels,
+            shape.frames,
+            shape.crop,
+            shape.crop,
+            device=device,
+        )
+        labels = torch.randint(classes, (shape.micro_batch,), device=device)
+        calls[shape_key(shape)] = _forward_backward(model, clips, labels, fast)
+
+    def step() -> None:
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=False)
+
+    return calls, step
+
+
+def _forward_backward(
+    model: nn.Module, clips: torch.Tensor, labels: torch.Tensor, fast: FastPath
+) -> Callable[[], None]:
+    autocast = fast.autocast()
+
+    def run() -> None:
+        with autocast():
+            logits = model(clips)
+        nn.functional.cross_entropy(logits.float(), labels).backward()
+
+    return run
+
+
+def shape_key(shape: Shape) -> str:
+    return f"{shape.frames}x{shape.crop}^2x{shape.micro_batch}"
+
+
+def bench_multigrid(
+    recipe: str,
+    cfg: RunConfig,
+    bench: MultigridBenchConfig,
+    *,
+    device: str | torch.device = "auto",
+    setting: Candidate | None = None,
+    out_json: Path | None = None,
+    echo: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Time every shape of the variants' plans on `device` and sum them per plan; returns (and
+    writes to `out_json`) the per-shape rows, the per-variant rows and the device."""
+    bench.validate()
+    if cfg.model.num_classes == 0:  # "take it from the data": there is none here
+        cfg = replace(cfg, model=replace(cfg.model, num_classes=400))
+    dev = hardware.resolve_device(device)
+    plans = plan_variants(cfg, bench)
+    shapes = sorted({s for _, counts in plans.values() for s in counts}, key=_size_order)
+    base = plans["baseline"][0].phases[0].shapes[0]
+    fast = _fast_path(cfg, dev, setting, micro_batch=base.micro_batch)
+    echo(f"{recipe}: {len(shapes)} shapes on {hardware.device_name(dev)}, {fast.describe()}")
+    calls, step = _shape_calls(cfg, shapes, fast=fast, device=dev)
+    calls["optimizer step"] = step
+    samples = time_round_robin(
+        calls,
+        warmup=bench.warmup,
+        repeats=bench.repeats,
+        steps=bench.steps,
+        sync=lambda: hardware.synchronize(dev),
+        on_round=lambda r: echo(f"  round {r + 1}/{bench.warmup + bench.repeats}"),
+    )
+    seconds = {k: statistics.median(v) for k, v in samples.seconds.items()}
+    shape_rows = [_shape_row(cfg, s, seconds, samples.seconds, plans) for s in shapes]
+    variant_rows = [
+        _variant_row(name, timeline, counts, seconds) for name, (timeline, counts) in plans.items()
+    ]
+    baseline_s = variant_rows[0]["compute_s"]
+    for row in variant_rows:
+        row["measured_speedup"] = baseline_s / row["compute_s"]
+    result = {
+        "recipe": recipe,
+        "model": cfg.model.name,
+        "config": asdict(bench),
+        "device": hardware.describe(dev),
+        "fast_path": fast.candidate.label,
+        "optimizer_step_s": seconds["optimizer step"],
+        "shapes": shape_rows,
+        "variants": variant_rows,
+    }
+    echo(format_report(result))
+    if out_json is not None:
+        out_json.write_text(json.dumps(result, indent=2) + "\n")
+        echo(f"wrote {out_json}")
+    return result
+
+
+def _size_order(shape: Shape) -> tuple[int, int, int]:
+    return (shape.frames * shape.crop * shape.crop, shape.frames, shape.micro_batch)
+
+
+def _shape_row(
+    cfg: RunConfig,
+    shape: Shape,
+    seconds: dict[str, float],
+    samples: dict[str, list[float]],
+    plans: dict[str, tuple[Timeline, Counter[Shape]]],
+) -> dict[str, Any]:
+    key = shape_key(shape)
+    with torch.device("meta"):
+        model = build_model(replace(cfg.model, pretrained=None))
+    macs = count_macs(
+        model, input_shape=(1, cfg.model.in_channels, shape.frames, shape.crop, shape.crop)
+    )
+    return {
+        "shape": key,
+        "frames": shape.frames,
+        "crop": shape.crop,
+        "clips": shape.micro_batch,
+        "gmacs_per_clip": macs / 1e9,
+        "seconds": seconds[key],
+        "spread": spread(samples[key]),
+        "clips_per_s": shape.micro_batch / seconds[key],
+        "micro_batches": {name: counts[shape] for name, (_, counts) in plans.items()},
+    }
+
+
+def _variant_row(
+    name: str, timeline: Timeline, counts: Counter[Shape], seconds: dict[str, float]
+) -> dict[str, Any]:
+    forward_backward = sum(n * seconds[shape_key(s)] for s, n in counts.items())
+    steps = timeline.total_steps
+    schedule = timeline.multigrid
+    return {
+        "variant": name,
+        "steps": steps,
+        "micro_batches": sum(counts.values()),
+        "clips": sum(n * s.micro_batch for s, n in counts.items()),
+        "compute_s": forward_backward + steps * seconds["optimizer step"],
+        "theoretical_iteration_saving": 1.0 if schedule is None else schedule.iteration_saving(),
+        "theoretical_flop_saving": 1.0 if schedule is None else schedule.flop_saving(),
+    }
+
+
+def format_report(result: dict[str, Any]) -> str:
+    """The shapes table, then the variants table, as printed."""
+    names = [v["variant"] for v in result["variants"]]
+    lines = [
+        f"{'shape (T x S^2 x clips)':>24s} {'GMACs/clip':>10s} {'s/micro-batch':>13s} "
+        f"{'spread':>6s} {'clips/s':>8s}  " + " ".join(f"{n:>9s}" for n in names)
+    ]
+    for r in result["shapes"]:
+        counts = " ".join(f"{r['micro_batches'][n]:9d}" for n in names)
+        lines.append(
+            f"{r['shape']:>24s} {r['gmacs_per_clip']:10.2f} {r['seconds']:13.4f} "
+            f"{r['spread']:6.1%} {r['clips_per_s']:8.1f}  {counts}"
+        )
+    lines.append(f"optimizer step: {result['optimizer_step_s']:.4f} s")
+    lines.append("")
+    lines.append(
+        f"{'variant':>9s} {'steps':>9s} {'compute':>10s} {'measured x':>10s} "
+        f"{'iterations x':>12s} {'FLOPs x':>8s}"
+    )
+    for v in result["variants"]:
+        lines.append(
+            f"{v['variant']:>9s} {v['steps']:9,d} {_duration(v['compute_s']):>10s} "
+            f"{v['measured_speedup']:10.2f} {v['theoretical_iteration_saving']:12.2f} "
+            f"{v['theoretical_flop_saving']:8.2f}"
+        )
+    return "\n".join(lines)
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 3600:.2f} h" if seconds >= 3600 else f"{seconds:.1f} s"
