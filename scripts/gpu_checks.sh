@@ -14,10 +14,9 @@ PY=${PYTHON:-python3}
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
 
 echo "== CUDA tests: synchronised BN, multigrid with a synchronised-BN phase"
-timeout 240 "$PY" -m pytest -q -p no:cacheprovider -rs \
-  tests/distributed/test_sync_batchnorm.py \
-  tests/train/test_multigrid.py::test_cuda_ranks_synchronise_batchnorm_where_the_batch_shrinks \
-  2>&1 | tee "$OUT/tests.log"
+TESTS=${TESTS:-tests/distributed/test_sync_batchnorm.py tests/train/test_multigrid.py::test_cuda_ranks_synchronise_batchnorm_where_the_batch_shrinks}
+# shellcheck disable=SC2086
+timeout 240 "$PY" -m pytest -q -p no:cacheprovider -rs $TESTS 2>&1 | tee "$OUT/tests.log"
 
 echo "== bench multigrid: SlowFast-R50 8x8, PySlowFast's K400 schedule"
 timeout 200 "$PY" -m vidscale bench multigrid slowfast_r50_k400_8x8_multigrid_b64_e239 \

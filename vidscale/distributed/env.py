@@ -183,7 +183,9 @@ def init_distributed(
             rank=rank,
             world_size=world_size,
             timeout=timeout,
-            device_id=dev if dev.type == "cuda" else None,
+            # NCCL only: a group bound to a device makes its subgroups by splitting it, which
+            # gloo cannot (torch 2.11: no perform_nocolor_split), so gloo stays unbound.
+            device_id=dev if backend == "nccl" else None,
         )
         _group_store = GroupStore(host, port, namespace, agent_store, hosted_here, timeout_s)
     return DistEnv(rank, local_rank, world_size, local_world, dev, backend)

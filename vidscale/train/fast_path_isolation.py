@@ -245,7 +245,7 @@ def _child_main(sender: Connection, job: _Job) -> None:
     device = torch.device(job.device)
     if device.type == "cpu":
         set_host_memory_retention(job.host_memory)
-    if device.type == "cuda":
+    if device.type == "cuda" and device.index is not None:  # "cuda" alone: the current one
         torch.cuda.set_device(device)
     set_device_options(device)
     message: tuple[str, Any]
