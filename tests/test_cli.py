@@ -90,6 +90,7 @@ class Bad:
 
 
 DEMO = "demo_tsm_r18_8f_b32_e20"
+NCCL_ON_CPU = ("--set", "dist.backend=nccl", "--set", "train.device=cpu")
 # One or more cases per command, each run as its own process.
 BAD = [
     Bad(("eval", "{tmp}/no/such/run"), "has no config.json"),
@@ -127,6 +128,15 @@ MORE_BAD = [
     Bad(("bench", "data", "--rounds", "0"), "--rounds"),
     Bad(("bench", "data-wait", "--model", "nope"), "nope"),
     Bad(("bench", "models", "--quick", "--out-json", "{text}/b.json"), "--out-json"),
+    Bad(("bench", "multigrid", "nope"), "unknown recipe 'nope'"),
+    Bad(("bench", "multigrid", DEMO, "--variants", "long,fast"), "fast"),
+    Bad(("bench", "multigrid", DEMO, "--set", "multigrid.epoch_factor=0"), "epoch_factor"),
+    Bad(("bench", "multigrid", DEMO, "--fast-setting", "fp16"), "--fast-setting"),
+    Bad(("train", "--recipe", DEMO, "--out", "{tmp}/t5", "--set", "dist.backend=mpi"), "backend"),
+    Bad(
+        (*("train", "--recipe", DEMO, "--data", "{empty}", "--out", "{tmp}/t6"), *NCCL_ON_CPU),
+        "dist.backend=nccl needs CUDA devices",
+    ),
     Bad((), "command"),
 ]
 

@@ -10,7 +10,7 @@ backward of the recipe's model, round-robin (`bench.timing`), and the optimizer 
 plan's compute time is then sum over its micro-batches of the shape's time plus its optimizer
 steps. The ratio to the baseline is multigrid's measured speed-up in compute, beside the
 theoretical savings (iterations; FLOPs as clips x frames x crop^2, as the paper counts them) and
-the model's own multiply-accumulates at each shape.
+the saving in the model's own multiply-accumulates, counted at each shape.
 
 What it leaves out, by design: data loading (the shapes are random tensors on the device) and
 gradient communication (one device; a multigrid plan all-reduces once per step, so fewer steps
@@ -204,12 +204,15 @@ def bench_multigrid(
     )
     seconds = {k: statistics.median(v) for k, v in samples.seconds.items()}
     shape_rows = [_shape_row(cfg, s, seconds, samples.seconds, plans) for s in shapes]
+    gmacs = {r["shape"]: r["gmacs_per_clip"] for r in shape_rows}
     variant_rows = [
-        _variant_row(name, timeline, counts, seconds) for name, (timeline, counts) in plans.items()
+        _variant_row(name, timeline, counts, seconds, gmacs)
+        for name, (timeline, counts) in plans.items()
     ]
-    baseline_s = variant_rows[0]["compute_s"]
+    baseline = variant_rows[0]
     for row in variant_rows:
-        row["measured_speedup"] = baseline_s / row["compute_s"]
+        row["measured_speedup"] = baseline["compute_s"] / row["compute_s"]
+        row["model_mac_saving"] = baseline["gmacs"] / row["gmacs"]
     result = {
         "recipe": recipe,
         "model": cfg.model.name,
@@ -258,7 +261,11 @@ def _shape_row(
 
 
 def _variant_row(
-    name: str, timeline: Timeline, counts: Counter[Shape], seconds: dict[str, float]
+    name: str,
+    timeline: Timeline,
+    counts: Counter[Shape],
+    seconds: dict[str, float],
+    gmacs: dict[str, float],
 ) -> dict[str, Any]:
     forward_backward = sum(n * seconds[shape_key(s)] for s, n in counts.items())
     steps = timeline.total_steps
@@ -268,6 +275,8 @@ def _variant_row(
         "steps": steps,
         "micro_batches": sum(counts.values()),
         "clips": sum(n * s.micro_batch for s, n in counts.items()),
+        # The model's forward multiply-accumulates over the run, at each clip's shape.
+        "gmacs": sum(n * s.micro_batch * gmacs[shape_key(s)] for s, n in counts.items()),
         "compute_s": forward_backward + steps * seconds["optimizer step"],
         "theoretical_iteration_saving": 1.0 if schedule is None else schedule.iteration_saving(),
         "theoretical_flop_saving": 1.0 if schedule is None else schedule.flop_saving(),
@@ -291,13 +300,13 @@ def format_report(result: dict[str, Any]) -> str:
     lines.append("")
     lines.append(
         f"{'variant':>9s} {'steps':>9s} {'compute':>10s} {'measured x':>10s} "
-        f"{'iterations x':>12s} {'FLOPs x':>8s}"
+        f"{'iterations x':>12s} {'FLOPs x':>8s} {'model MACs x':>12s}"
     )
     for v in result["variants"]:
         lines.append(
             f"{v['variant']:>9s} {v['steps']:9,d} {_duration(v['compute_s']):>10s} "
             f"{v['measured_speedup']:10.2f} {v['theoretical_iteration_saving']:12.2f} "
-            f"{v['theoretical_flop_saving']:8.2f}"
+            f"{v['theoretical_flop_saving']:8.2f} {v['model_mac_saving']:12.2f}"
         )
     return "\n".join(lines)
 

@@ -130,7 +130,7 @@ def group_store() -> GroupStore | None:
 
 def _pick_device(preference: Literal["auto", "cpu", "cuda"], local_rank: int) -> torch.device:
     if preference == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("train.device=cuda but no CUDA device is available")
+        raise ValueError("train.device=cuda but no CUDA device is available")
     if preference in ("auto", "cuda") and torch.cuda.is_available():
         count = torch.cuda.device_count()
         return torch.device("cuda", local_rank % count)
@@ -148,7 +148,8 @@ def init_distributed(
     `backend` "auto" is NCCL for a CUDA device and gloo on CPU; "nccl" needs a CUDA device.
     Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT. Every
     launch of the group (a torchrun restart included) gets keys of its own in the store (see
-    the module docstring). Raises TimeoutError if the other ranks do not arrive within
+    the module docstring). Raises ValueError for a device or backend this process cannot have
+    (no CUDA), TimeoutError if the other ranks do not arrive within
     `timeout_s`, which is also the timeout of every collective.
     """
     global _group_store
@@ -158,7 +159,7 @@ def init_distributed(
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world_size)))
     dev = _pick_device(device, local_rank)
     if backend == "nccl" and dev.type != "cuda":
-        raise RuntimeError("dist.backend=nccl needs CUDA devices, and this process has none")
+        raise ValueError("dist.backend=nccl needs CUDA devices, and this process has none")
     if backend == "auto":
         backend = "nccl" if dev.type == "cuda" else "gloo"
     if dev.type == "cuda":

@@ -1,0 +1,100 @@
+"""`vidscale bench multigrid`: the plans it times are the trainer's, every micro-batch is counted
+once, and a plan's compute time is the sum of its shapes' measured times."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from vidscale.bench.multigrid import (
+    MultigridBenchConfig,
+    bench_multigrid,
+    micro_batch_counts,
+    plan_variants,
+    shape_key,
+)
+from vidscale.config import apply_overrides
+from vidscale.recipes import get_recipe
+from vidscale.train.fast_path import Candidate
+from vidscale.train.plan import Shape, make_plan, make_timeline
+
+K400 = "slowfast_r50_k400_8x8_multigrid_b64_e239"
+
+
+def test_every_step_of_every_phase_is_counted_once() -> None:
+    cfg = get_recipe(K400)
+    plans = plan_variants(cfg, MultigridBenchConfig())
+    assert list(plans) == ["baseline", "long", "short", "both"]
+    for timeline, counts in plans.values():
+        accumulate = timeline.phases[0].accumulate
+        assert sum(counts.values()) == timeline.total_steps * accumulate
+    # The baseline is the recipe without multigrid: one shape, 8 clips per device, 239 epochs.
+    baseline, base_counts = plans["baseline"]
+    assert [shape_key(s) for s in base_counts] == ["32x224^2x8"]
+    assert baseline.total_steps == 239 * (240_000 // 64)
+    # Both cycles: the trainer's own plan of the recipe, and PySlowFast's 3.42x fewer iterations.
+    both, counts = plans["both"]
+    own = make_timeline(cfg, make_plan(cfg, world_size=1, train_size=240_000))
+    assert both.phases == own.phases
+    assert both.multigrid is not None
+    assert both.multigrid.iteration_saving() == pytest.approx(3.42, abs=0.005)
+    assert {s.frames * s.crop**2 * s.micro_batch for s in counts} <= {
+        32 * 224**2 * 8,
+        8 * 158**2 * 64,
+        16 * 158**2 * 32,
+        32 * 158**2 * 16,
+    }
+
+
+def test_counts_equal_a_step_by_step_walk_of_the_run() -> None:
+    """Epochs whose steps end in the middle of a short cycle included (768 videos)."""
+    cfg = get_recipe("demo_tsm_r18_8f_multigrid_b32_e20")
+    timeline = make_timeline(cfg, make_plan(cfg, world_size=2, train_size=768))
+    assert any(p.steps_per_epoch % len(p.shapes) for p in timeline.phases)
+    walked: Counter[Shape] = Counter()
+    for epoch in range(timeline.epochs):
+        phase = timeline.phase_at(epoch)
+        for step in range(phase.steps_per_epoch):
+            walked[phase.shape_at(step)] += phase.accumulate
+    assert micro_batch_counts(timeline) == walked
+
+
+def test_bench_sums_the_measured_shapes(tmp_path: Path) -> None:
+    cfg = apply_overrides(
+        get_recipe("demo_tsm_r18_8f_multigrid_b32_e20"),
+        ["train.epochs=2", "data.batch_size=4", "optim.simulate_world_size=0"],
+    )
+    bench = MultigridBenchConfig(dataset_size=256, variants=("both",), warmup=0, repeats=1, steps=1)
+    lines: list[str] = []
+    out = tmp_path / "b.json"
+    result = bench_multigrid(
+        "demo",
+        cfg,
+        bench,
+        device="cpu",
+        setting=Candidate(False, False),
+        out_json=out,
+        echo=lines.append,
+    )
+    assert json.loads(out.read_text()) == json.loads(json.dumps(result))
+    seconds = {r["shape"]: r["seconds"] for r in result["shapes"]}
+    for v in result["variants"]:
+        counted = sum(r["micro_batches"][v["variant"]] * r["seconds"] for r in result["shapes"])
+        assert v["compute_s"] == pytest.approx(counted + v["steps"] * result["optimizer_step_s"])
+        assert v["micro_batches"] == sum(r["micro_batches"][v["variant"]] for r in result["shapes"])
+    base, both = result["variants"]
+    assert base["measured_speedup"] == 1.0 and base["model_mac_saving"] == 1.0
+    assert both["steps"] < base["steps"] and both["model_mac_saving"] > 1.0
+    assert both["measured_speedup"] == pytest.approx(base["compute_s"] / both["compute_s"])
+    assert all(s > 0 for s in seconds.values())
+    assert (result["fast_path"] == "fp32" and "model MACs x" in lines[-2]) or "wrote" in lines[-1]
+
+
+def test_bad_variants_are_refused() -> None:
+    with pytest.raises(ValueError, match="choose from long, short, both"):
+        MultigridBenchConfig(variants=("baseline",)).validate()
+    with pytest.raises(ValueError, match="none given"):
+        MultigridBenchConfig(variants=()).validate()
