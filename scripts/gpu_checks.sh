@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu_out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-PY=${PYTHON:-python3}
+# The project's venv where scripts/setup.sh made one (it keeps the host's CUDA torch), else python3.
+if [ -x .venv/bin/python ]; then PY=${PYTHON:-.venv/bin/python}; else PY=${PYTHON:-python3}; fi
 
 "$PY" -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name(0))"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
