@@ -14,7 +14,9 @@ the saving in the model's own multiply-accumulates, counted at each shape.
 
 What it leaves out, by design: data loading (the shapes are random tensors on the device) and
 gradient communication (one device; a multigrid plan all-reduces once per step, so fewer steps
-also means fewer all-reduces: `vidscale plan` models that side). The model, optimizer and fast
+also means fewer all-reduces: `vidscale plan` models that side). Every shape runs
+plain BN: a phase's sub-batch BN (a regrouping of the same statistics) or synchronised BN (a
+small all-gather per layer) is not applied. The model, optimizer and fast
 path are the trainer's (`train.fast_path`: "auto" runs the trainer's probe at the base shape
 unless a setting is given).
 """
