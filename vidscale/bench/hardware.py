@@ -23,10 +23,9 @@ DEFAULT_PEAK_SIZE = {"cpu": 2048, "cuda": 8192}
 
 def resolve_device(name: str | torch.device) -> torch.device:
     """ "auto" is CUDA when available, else the CPU; anything else is passed to torch.device."""
-    device = name if isinstance(name, torch.device) else None
     if name == "auto":
-        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = device or torch.device(name)
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(name)
     if device.type == "cuda" and device.index is None:
         # An index, so that every consumer (a probe's child process too) names the same GPU.
         device = torch.device("cuda", torch.cuda.current_device())

@@ -35,18 +35,22 @@ import torch
 from torch import nn
 
 from vidscale.bench import hardware
-from vidscale.bench.flops import count_macs
+from vidscale.bench.flops import model_info
 from vidscale.bench.timing import spread, time_round_robin
 from vidscale.config import RunConfig
 from vidscale.distributed.env import DistEnv
 from vidscale.models.registry import build_model
-from vidscale.train import builders
 from vidscale.train.builders import decide_fast_path
 from vidscale.train.fast_path import Candidate, FastPath, apply_to_model, resolve_fast_path
 from vidscale.train.plan import Shape, Timeline, make_plan, make_timeline
 
-VARIANTS = {"baseline": (False, False), "long": (True, False), "short": (False, True)}
-VARIANTS["both"] = (True, True)
+# (long cycle, short cycle) of each variant.
+VARIANTS = {
+    "baseline": (False, False),
+    "long": (True, False),
+    "short": (False, True),
+    "both": (True, True),
+}
 
 
 @dataclass(frozen=True)
@@ -108,21 +112,17 @@ def _fast_path(
 ) -> FastPath:
     """`setting` if given, else what the trainer's "auto" decides for one process at the base
     shape (its cached decision on this machine, or its probe)."""
-    if setting is not None:
-        t = cfg.train
-        return resolve_fast_path(
-            device,
-            enabled=t.fast_path,
-            amp=t.amp,
-            channels_last=t.channels_last,
-            compile=False,
-            auto=setting,
-        )
-    backend = "nccl" if device.type == "cuda" else "gloo"
-    env = DistEnv(0, 0, 1, 1, device, backend)
-    decision = decide_fast_path(cfg, env, checkpoint=None, micro_batch=micro_batch)
-    return builders.fast_path(
-        replace(cfg, train=replace(cfg.train, compile=False)), env, decision=decision
+    if setting is None:
+        env = DistEnv(0, 0, 1, 1, device, "nccl" if device.type == "cuda" else "gloo")
+        setting = decide_fast_path(cfg, env, checkpoint=None, micro_batch=micro_batch).candidate
+    t = cfg.train
+    return resolve_fast_path(
+        device,
+        enabled=t.fast_path,
+        amp=t.amp,
+        channels_last=t.channels_last,
+        compile=False,
+        auto=setting,
     )
 
 
@@ -244,11 +244,7 @@ def _shape_row(
     plans: dict[str, tuple[Timeline, Counter[Shape]]],
 ) -> dict[str, Any]:
     key = shape_key(shape)
-    with torch.device("meta"):
-        model = build_model(replace(cfg.model, pretrained=None))
-    macs = count_macs(
-        model, input_shape=(1, cfg.model.in_channels, shape.frames, shape.crop, shape.crop)
-    )
+    macs = model_info(cfg.model, frames=shape.frames, size=shape.crop).macs
     return {
         "shape": key,
         "frames": shape.frames,

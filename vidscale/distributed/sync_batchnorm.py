@@ -32,7 +32,7 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from vidscale.distributed.env import DistEnv
-from vidscale.models.batchnorm import SubBatchNorm2d, SubBatchNorm3d
+from vidscale.models.batchnorm import SubBatchNorm2d, SubBatchNorm3d, share_tensors
 
 _subgroups: dict[int, dist.ProcessGroup] = {}  # group size -> this process's group, kept
 
@@ -75,14 +75,6 @@ def _sync_children(model: nn.Module) -> list[tuple[nn.Module, str, _BatchNorm]]:
     ]
 
 
-def _share(new: _BatchNorm, old: _BatchNorm) -> _BatchNorm:
-    """`new` holding `old`'s Parameters and running buffers (the same objects), in its mode."""
-    new.weight, new.bias = old.weight, old.bias
-    new.running_mean, new.running_var = old.running_mean, old.running_var
-    new.num_batches_tracked = old.num_batches_tracked
-    return new.train(old.training)
-
-
 def _converted(bn: _BatchNorm, size: int) -> _BatchNorm:
     if isinstance(bn, SubBatchNorm2d | SubBatchNorm3d):
         raise ValueError(
@@ -93,11 +85,11 @@ def _converted(bn: _BatchNorm, size: int) -> _BatchNorm:
     args = (bn.num_features, bn.eps, bn.momentum, bn.affine, bn.track_running_stats)
     if size == 1:
         plain = bn.plain if isinstance(bn, GroupSyncBatchNorm) else type(bn)
-        return _share(plain(*args, device=meta, dtype=dtype), bn)
+        return share_tensors(plain(*args, device=meta, dtype=dtype), bn)
     new = GroupSyncBatchNorm(*args, process_group=_group(size), device=meta, dtype=dtype)
     new.plain = bn.plain if isinstance(bn, GroupSyncBatchNorm) else type(bn)
     new.group_size = size
-    return _share(new, bn)
+    return share_tensors(new, bn)
 
 
 def set_batchnorm_sync(model: nn.Module, size: int) -> int:

@@ -267,6 +267,17 @@ def _splits_of(bn: _BatchNorm) -> int:
     return bn.splits if isinstance(bn, _SubBatchNorm) else 1
 
 
+def share_tensors(new: _BatchNorm, old: _BatchNorm) -> _BatchNorm:
+    """`new` holding `old`'s Parameters and running buffers, in `old`'s mode; returns `new`.
+
+    The same objects, not copies: an optimizer holds the Parameters, and the running statistics
+    keep their storage (and their values). Every in-place swap of BN layers goes through this."""
+    new.weight, new.bias = old.weight, old.bias
+    new.running_mean, new.running_var = old.running_mean, old.running_var
+    new.num_batches_tracked = old.num_batches_tracked
+    return new.train(old.training)
+
+
 def _converted(bn: _BatchNorm, splits: int) -> _BatchNorm:
     """A BN of the same kind with `splits`, sharing `bn`'s Parameters and running buffers."""
     if not bn.track_running_stats or bn.running_mean is None or bn.running_var is None:
@@ -291,11 +302,7 @@ def _converted(bn: _BatchNorm, splits: int) -> _BatchNorm:
             device=meta,
             dtype=dtype,
         )
-    # The same objects, not copies: the optimizer holds the Parameters, and the running
-    # statistics keep their storage (and their aggregated values).
-    new.weight, new.bias = bn.weight, bn.bias
-    new.running_mean, new.running_var = bn.running_mean, bn.running_var
-    new.num_batches_tracked = bn.num_batches_tracked
+    share_tensors(new, bn)
     if isinstance(new, _SubBatchNorm):
         like = bn.running_mean
         new.split_mean = torch.empty(splits * bn.num_features, dtype=like.dtype, device=like.device)
