@@ -13,5 +13,17 @@ import os
 import tempfile
 from pathlib import Path
 
+import pytest
+
+from vidscale.data.synthetic import write_synthetic_dataset
+
 _CACHE_DIR = Path(tempfile.mkdtemp(prefix="vidscale-fast-path-"))
 os.environ["VIDSCALE_FAST_PATH_CACHE"] = str(_CACHE_DIR / "fast_path.json")
+
+
+@pytest.fixture(scope="session")
+def tiny_demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny demo dataset shared by the training tests (real H.264 files, made once per session)."""
+    root = tmp_path_factory.mktemp("tiny_demo")
+    write_synthetic_dataset(root, seed=1, train_per_class=2, val_per_class=1, size=32, num_frames=8)
+    return root

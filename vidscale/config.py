@@ -75,11 +75,11 @@ class TrainConfig:
     checkpoint_every_steps: int = 0  # also save last.pt every N steps (0: epoch ends only)
     fast_path: bool = True  # master switch for amp / channels_last / compile below
     # auto: measured at start-up on this device and shape, fp32 unless bf16 / channels-last is
-    # faster beyond the noise (train/fast_path_probe.py); a resumed run keeps its recorded choice
+    # faster beyond the noise (fastpath/probe.py); a resumed run keeps its recorded choice
     amp: Literal["auto", "off", "bf16"] = "auto"
     channels_last: Literal["auto", "on", "off"] = "auto"
     # where "auto" decisions are cached: auto ($VIDSCALE_FAST_PATH_CACHE, else
-    # ~/.cache/vidscale/fast_path.json), off, or a file path (train/fast_path_cache.py)
+    # ~/.cache/vidscale/fast_path.json), off, or a file path (fastpath/cache.py)
     fast_path_cache: str = "auto"
     compile: bool = False  # torch.compile the model
     device: Literal["auto", "cpu", "cuda"] = "auto"

@@ -21,7 +21,7 @@ from vidscale.bench.models import (
     time_round_robin,
 )
 from vidscale.bench.report import auto_cell, format_auto_check, format_report, format_stage_table
-from vidscale.train.fast_path import Candidate, candidates
+from vidscale.fastpath.settings import Candidate, candidates
 
 TINY = BenchConfig(
     size=32, frames=2, num_classes=5, warmup=0, repeats=1, peak_size=64, threads=1, probe_repeats=2

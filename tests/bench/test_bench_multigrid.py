@@ -17,8 +17,8 @@ from vidscale.bench.multigrid import (
     shape_key,
 )
 from vidscale.config import apply_overrides
+from vidscale.fastpath.settings import Candidate
 from vidscale.recipes import get_recipe
-from vidscale.train.fast_path import Candidate
 from vidscale.train.plan import Shape, make_plan, make_timeline
 
 K400 = "slowfast_r50_k400_8x8_multigrid_b64_e239"

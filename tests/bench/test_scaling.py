@@ -23,8 +23,8 @@ from torch import nn
 from vidscale.bench.scaling import ScalingConfig, check_procs, resolve
 from vidscale.cli import main
 from vidscale.config import ConfigError
+from vidscale.fastpath.settings import Candidate
 from vidscale.models.registry import ModelConfig, build_model
-from vidscale.train.fast_path import Candidate
 
 MODEL, BATCH, STEPS, K = "tsm_resnet18", 2, 2, 2
 ROW_KEYS = {

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from tests.distributed.multiproc import run_ranks
-from tests.train.conftest import tiny_overrides
+from tests.tiny_run import tiny_overrides
 from vidscale.config import RunConfig, apply_overrides
 from vidscale.data.dataset import VideoClipDataset
 from vidscale.data.prepare import open_prepared, prepare_from_layout

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tests.distributed.multiproc import run_ranks
-from tests.train.conftest import tiny_overrides
+from tests.tiny_run import tiny_overrides
 from tests.train.test_resilience import dies_after, losses, records
 from vidscale.config import RunConfig, apply_overrides
 from vidscale.data.prepare import prepare_from_layout

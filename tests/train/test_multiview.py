@@ -13,7 +13,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from tests.distributed.multiproc import run_ranks
-from tests.train.conftest import tiny_overrides
+from tests.tiny_run import tiny_overrides
 from vidscale.config import apply_overrides
 from vidscale.data.dataset import VideoClipDataset, collate
 from vidscale.data.inputs import ModelInput

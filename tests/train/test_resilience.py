@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.train.conftest import tiny_overrides
+from tests.tiny_run import tiny_overrides
 from vidscale.config import ConfigError, RunConfig, apply_overrides
 from vidscale.distributed.env import init_distributed
 from vidscale.recipes import get_recipe

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.train.conftest import tiny_overrides
+from tests.tiny_run import tiny_overrides
 from vidscale.config import apply_overrides
 from vidscale.distributed.env import init_distributed
 from vidscale.recipes import get_recipe

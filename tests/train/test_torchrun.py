@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.train.conftest import tiny_overrides
+from tests.tiny_run import tiny_overrides
 
 
 def plant_corrupt_videos(root: Path) -> Path:

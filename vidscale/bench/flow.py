@@ -32,9 +32,9 @@ import numpy as np
 import torch
 
 from vidscale.atomic import atomic_write_text
-from vidscale.bench.hardware import device_name, load_average
 from vidscale.data.decode import decode_frames, probe
 from vidscale.data.flow import FLOW_METHODS, FlowEngine, FlowUnavailable, to_gray
+from vidscale.fastpath.hardware import device_name, load_average
 
 BASELINE = "dis"
 

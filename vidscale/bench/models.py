@@ -24,7 +24,7 @@ in a round, each call runs `settle` times untimed, so a sample sees what a train
 from step to step (the allocator and caches holding this model's buffers, not the previous
 model's); minor page faults per timed call are recorded to show when that failed. Modes:
 "fast" is what training runs by default (`train.amp` / `train.channels_last` = "auto"): the
-trainer's start-up probe (`train/fast_path_probe.py`) is run for each model at this batch and
+trainer's start-up probe (`fastpath/probe.py`) is run for each model at this batch and
 clip shape, and the setting it chooses (fp32 or bf16 autocast, default layout or channels-last)
 is timed, with retained host memory on CPU and TF32 on CUDA as the trainer's fast path; each
 row records the choice and the probe's numbers (`auto_*`). "fp32" is float32 in the default
@@ -51,9 +51,24 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from vidscale.bench import hardware
 from vidscale.bench.flops import ModelInfo, model_info
-from vidscale.bench.timing import RoundRobinSamples, spread, time_round_robin
+from vidscale.fastpath import hardware
+from vidscale.fastpath.host_memory import set_host_memory_retention
+from vidscale.fastpath.isolation import probe_isolated
+from vidscale.fastpath.probe import (
+    PROBE,
+    FastPathDecision,
+    ProbeSettings,
+    ProbeShape,
+)
+from vidscale.fastpath.settings import (
+    FastPath,
+    apply_to_model,
+    candidates,
+    resolve_fast_path,
+    set_tf32,
+)
+from vidscale.fastpath.timing import RoundRobinSamples, spread, time_round_robin
 from vidscale.models.registry import (
     ModelConfig,
     build_model,
@@ -61,21 +76,6 @@ from vidscale.models.registry import (
     list_models,
     stage_temporal_resolutions,
 )
-from vidscale.train.fast_path import (
-    FastPath,
-    apply_to_model,
-    candidates,
-    resolve_fast_path,
-    set_tf32,
-)
-from vidscale.train.fast_path_isolation import probe_isolated
-from vidscale.train.fast_path_probe import (
-    PROBE,
-    FastPathDecision,
-    ProbeSettings,
-    ProbeShape,
-)
-from vidscale.train.host_memory import set_host_memory_retention
 
 Mode = Literal["fp32", "fast"]
 Pass = Literal["train", "infer"]

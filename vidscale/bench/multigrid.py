@@ -6,7 +6,7 @@ short cycles. This measures it: the recipe's run is planned as `vidscale schedul
 (`train.plan.make_timeline`: every phase, its short-cycle shapes, its steps) for the baseline
 (no multigrid) and for the long cycle, the short cycle and both; every distinct per-device shape
 (frames x crop^2 x clips) of those plans is timed on this device as a training forward and
-backward of the recipe's model, round-robin (`bench.timing`), and the optimizer step once; a
+backward of the recipe's model, round-robin (`fastpath.timing`), and the optimizer step once; a
 plan's compute time is then sum over its micro-batches of the shape's time plus its optimizer
 steps. The ratio to the baseline is multigrid's measured speed-up in compute, beside the
 theoretical savings (iterations; FLOPs as clips x frames x crop^2, as the paper counts them) and
@@ -34,14 +34,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from vidscale.bench import hardware
 from vidscale.bench.flops import model_info
-from vidscale.bench.timing import spread, time_round_robin
 from vidscale.config import RunConfig
 from vidscale.distributed.env import DistEnv
+from vidscale.fastpath import hardware
+from vidscale.fastpath.settings import Candidate, FastPath, apply_to_model, resolve_fast_path
+from vidscale.fastpath.timing import spread, time_round_robin
 from vidscale.models.registry import build_model
 from vidscale.train.builders import decide_fast_path
-from vidscale.train.fast_path import Candidate, FastPath, apply_to_model, resolve_fast_path
 from vidscale.train.plan import Shape, Timeline, make_plan, make_timeline
 
 # (long cycle, short cycle) of each variant.

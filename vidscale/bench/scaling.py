@@ -20,7 +20,7 @@ measures that world size only; `--baseline` adds the one-process rows of an earl
 so that speed-up and efficiency can be computed.
 
 Arithmetic: the fast path (`train.amp` / `train.channels_last` = auto) is decided once per model
-by training's own probe (`train/fast_path_isolation.py`, in a child process) at one process's
+by training's own probe (`fastpath/isolation.py`, in a child process) at one process's
 batch, shape and threads, before any world starts, and every world runs that setting: a row's
 speed-up then compares the same arithmetic. Under a torchrun the user started, each world
 decides as training would at its size (`fast_path_probe.decide`), unless `--fast-settings`
@@ -48,8 +48,8 @@ from vidscale.config import ConfigError
 from vidscale.distributed.comm_hooks import HookName
 
 if TYPE_CHECKING:  # torch-heavy: imported where used, so the CLI starts without them
+    from vidscale.fastpath.trials import ProbeShape
     from vidscale.models.registry import ModelConfig
-    from vidscale.train.fast_path_timing import ProbeShape
 
 Strategy = Literal["ddp", "aavg"]
 HOOKS: tuple[HookName, ...] = ("none", "fp16", "bf16", "powersgd")
@@ -103,7 +103,7 @@ class ScalingConfig:
 
     def probe_shape(self) -> ProbeShape:
         """One process's batch and clip shape, as the fast-path probe takes it."""
-        from vidscale.train.fast_path_timing import ProbeShape
+        from vidscale.fastpath.trials import ProbeShape
 
         return ProbeShape(self.batch, 3, self.frames, self.size, self.num_classes)
 
@@ -190,7 +190,7 @@ def _check_models(cfg: ScalingConfig) -> None:
             check_trainable(name, frames=cfg.frames, size=cfg.size, batch=cfg.batch)
         except ValueError as err:
             raise ConfigError(f"--models: {err}") from None
-    from vidscale.train.fast_path import Candidate
+    from vidscale.fastpath.settings import Candidate
 
     for item in cfg.fast_settings:
         name, _, label = item.partition("=")
@@ -335,10 +335,10 @@ def decide_fast_settings(cfg: ScalingConfig) -> ScalingConfig:
 
     import torch
 
+    from vidscale.fastpath.isolation import probe_isolated
+    from vidscale.fastpath.probe import FastPathDecision
+    from vidscale.fastpath.settings import candidates
     from vidscale.models.registry import build_model
-    from vidscale.train.fast_path import candidates
-    from vidscale.train.fast_path_isolation import probe_isolated
-    from vidscale.train.fast_path_probe import FastPathDecision
 
     if not cfg.fast_path:
         return cfg

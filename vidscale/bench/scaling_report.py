@@ -16,8 +16,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from vidscale.bench.hardware import describe, resolve_device
 from vidscale.bench.scaling import ScalingConfig
+from vidscale.fastpath.hardware import describe, resolve_device
 
 # The measured series of each rank, per step; `compute_s` is derived from them.
 SERIES = (

@@ -41,7 +41,6 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from vidscale.bench.hardware import load_average, synchronize
 from vidscale.bench.scaling import ScalingConfig, Variant, variants
 from vidscale.bench.scaling_data import real_batches
 from vidscale.data.dataset import collate
@@ -54,12 +53,13 @@ from vidscale.distributed.env import DistEnv, init_distributed
 from vidscale.distributed.failure import fail_together
 from vidscale.distributed.parallel import DataParallel
 from vidscale.distributed.strategy import build_strategy
+from vidscale.fastpath.hardware import load_average, synchronize
+from vidscale.fastpath.host_memory import retain_freed_host_memory
+from vidscale.fastpath.probe import decide
+from vidscale.fastpath.settings import Candidate, apply_to_model, resolve_fast_path
 from vidscale.models.registry import build_model
 from vidscale.optim.factory import OptimConfig, build_optimizer
 from vidscale.schedules.lr import scaled_lr
-from vidscale.train.fast_path import Candidate, apply_to_model, resolve_fast_path
-from vidscale.train.fast_path_probe import decide
-from vidscale.train.host_memory import retain_freed_host_memory
 from vidscale.train.loop import train_step
 
 
@@ -308,7 +308,7 @@ def measure_world(cfg: ScalingConfig) -> list[dict[str, Any]] | None:
     env = init_distributed(cfg.device)
     torch.set_num_threads(cfg.threads)
     if env.device.type == "cpu" and cfg.fast_path:
-        retain_freed_host_memory()  # as the trainer's CPU fast path (`train/host_memory.py`)
+        retain_freed_host_memory()  # as the trainer's CPU fast path (`fastpath/host_memory.py`)
     measurements: list[dict[str, Any]] = []
     with fail_together(env):
         for name in cfg.models:

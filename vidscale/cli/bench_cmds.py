@@ -339,8 +339,8 @@ def _add_bench_scaling(bench_sub: argparse._SubParsersAction) -> None:
 def cmd_bench_multigrid(args: argparse.Namespace) -> int:
     from vidscale.bench.multigrid import MultigridBenchConfig, bench_multigrid
     from vidscale.config import apply_overrides, validate
+    from vidscale.fastpath.settings import Candidate
     from vidscale.recipes import get_recipe
-    from vidscale.train.fast_path import Candidate
 
     _check_parent("--out-json", args.out_json)
     _check_device(args.device)

@@ -1,4 +1,4 @@
-"""`vidscale plan`: the scaling model as a capacity planner (bench/capacity.py,
+"""`vidscale plan`: the scaling model as a capacity planner (planner/capacity.py,
 docs/scaling.md). Its parser and command."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from vidscale.config import ConfigError
 
 def _plan_request(args: argparse.Namespace, gpus: int | None) -> Any:
     """The request of the flags; with --measured, the file's inputs where no flag gives them."""
-    from vidscale.bench.capacity import PlanRequest, read_measured, with_measured
+    from vidscale.planner.capacity import PlanRequest, read_measured, with_measured
 
     _check_model("--model", args.model)
     req = PlanRequest(
@@ -50,8 +50,8 @@ def _plan_request(args: argparse.Namespace, gpus: int | None) -> Any:
 
 
 def _plan_paper_figures(out: Path) -> int:
-    from vidscale.bench.paper_figures import format_paper, write_paper_figures
-    from vidscale.bench.paper_scaling import paper_report
+    from vidscale.planner.paper_figures import format_paper, write_paper_figures
+    from vidscale.planner.paper_scaling import paper_report
 
     _check_parent("--paper-figures", out / "scaling_paper.json", made=True)
     report = paper_report()
@@ -62,7 +62,8 @@ def _plan_paper_figures(out: Path) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from vidscale.bench import capacity, plan_report
+    from vidscale.planner import capacity
+    from vidscale.planner import report as plan_report
 
     if args.paper_figures is not None:
         return _plan_paper_figures(args.paper_figures)

@@ -22,7 +22,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from vidscale.train.sweep import SweepSpec, parse_list, sweep
+    from vidscale.studies.sweep import SweepSpec, parse_list, sweep
 
     try:
         batches = parse_list(args.batches, int)
@@ -42,8 +42,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_aavg_study(args: argparse.Namespace) -> int:
-    from vidscale.train.aavg_study import StudySpec, aavg_study
-    from vidscale.train.sweep import parse_list
+    from vidscale.studies.aavg import StudySpec, aavg_study
+    from vidscale.studies.sweep import parse_list
 
     try:
         ks = parse_list(args.ks, int)
@@ -62,8 +62,8 @@ def cmd_aavg_study(args: argparse.Namespace) -> int:
 
 
 def cmd_multigrid_study(args: argparse.Namespace) -> int:
-    from vidscale.train.multigrid_study import MultigridStudySpec, multigrid_study
-    from vidscale.train.sweep import parse_list
+    from vidscale.studies.multigrid import MultigridStudySpec, multigrid_study
+    from vidscale.studies.sweep import parse_list
 
     spec = MultigridStudySpec(
         recipe=args.recipe,
@@ -79,7 +79,7 @@ def cmd_multigrid_study(args: argparse.Namespace) -> int:
 
 
 def cmd_two_stream_study(args: argparse.Namespace) -> int:
-    from vidscale.train.two_stream_study import TwoStreamStudySpec, two_stream_study
+    from vidscale.studies.two_stream import TwoStreamStudySpec, two_stream_study
 
     spec = TwoStreamStudySpec(
         data=args.data,

@@ -35,17 +35,17 @@ from vidscale.data.samplers import (
 from vidscale.data.shard_dataset import ShardClipDataset, StreamingShardDataset
 from vidscale.data.sources import FlowSettings
 from vidscale.distributed.env import DistEnv
-from vidscale.models.registry import build_model as build_registered_model
-from vidscale.train.fast_path import FastPath, apply_to_model, resolve_fast_path
-from vidscale.train.fast_path_cache import cache_file
-from vidscale.train.fast_path_probe import (
+from vidscale.fastpath.cache import cache_file
+from vidscale.fastpath.host_memory import retain_freed_host_memory
+from vidscale.fastpath.probe import (
     RECORD_KEY,
     FastPathDecision,
     ProbeShape,
     decide,
     settled,
 )
-from vidscale.train.host_memory import retain_freed_host_memory
+from vidscale.fastpath.settings import FastPath, apply_to_model, resolve_fast_path
+from vidscale.models.registry import build_model as build_registered_model
 from vidscale.train.init_from import describe, initialise_from
 from vidscale.train.plan import Phase
 from vidscale.train.run_ref import resolve_path

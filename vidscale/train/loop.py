@@ -39,6 +39,7 @@ from vidscale.distributed.env import DistEnv, init_distributed
 from vidscale.distributed.failure import fail_together
 from vidscale.distributed.strategy import build_strategy
 from vidscale.distributed.traffic import Traffic
+from vidscale.fastpath.probe import RECORD_KEY
 from vidscale.optim.factory import build_optimizer
 from vidscale.train import builders
 from vidscale.train.adaptive_batch import AdaptiveBatch, plan_for_batch
@@ -51,7 +52,6 @@ from vidscale.train.checkpoint import (
     save_comm_state,
 )
 from vidscale.train.evaluate import EvalResult, Stream, evaluate, topk_hits
-from vidscale.train.fast_path_probe import RECORD_KEY
 from vidscale.train.metrics import MetricsLog, plot_run, progress, read_metrics
 from vidscale.train.phase_switch import PhaseSwitch
 from vidscale.train.plan import Phase, make_timeline

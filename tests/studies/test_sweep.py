@@ -1,0 +1,264 @@
+"""The batch-size sweep: planning, skip/resume, the report, and a tiny real sweep."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.tiny_run import tiny_overrides
+from vidscale.cli import main
+from vidscale.config import ConfigError, save_config
+from vidscale.schedules.batch_scaling import SQRT_BASE_LR, batch_scaled_lr
+from vidscale.studies import sweep as sw
+from vidscale.train.metrics import MetricsLog, read_metrics
+from vidscale.train.plan import make_plan
+from vidscale.train.summary import RunCounters, write_summary
+
+RECIPE = "demo_tsm_r18_8f_b32_e20"
+
+
+def spec(out: Path, **kw) -> sw.SweepSpec:
+    kw.setdefault("overrides", ("data.root=/nowhere",))
+    return sw.SweepSpec(recipe=RECIPE, out=out, **kw)
+
+
+# -- planning -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_plan_reaches_each_batch_by_accumulation(tmp_path: Path, nproc: int) -> None:
+    runs = sw.plan_sweep(spec(tmp_path, epochs=7, nproc=nproc))
+    assert [r.name for r in runs] == [
+        f"{o}_b{b}" for o in ("sgd", "lars", "lamb") for b in (32, 128, 768)
+    ]
+    for run in runs:
+        plan = make_plan(run.cfg, world_size=nproc, train_size=768)
+        assert plan.global_batch == run.lr.global_batch
+        assert plan.accumulate == run.lr.global_batch // (16 * nproc)  # micro-batch unchanged
+        assert plan.base_lr == pytest.approx(run.lr.peak_lr)
+        assert run.cfg.optim.name == run.lr.optimizer
+        assert run.cfg.train.epochs == 7
+        assert run.cfg.lr.warmup_epochs == 2.0 and run.cfg.lr.schedule == "cosine"
+        assert run.run_dir == tmp_path / run.name
+
+
+def test_plan_rejects_what_would_corrupt_the_study(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="optim.name"):
+        sw.plan_sweep(spec(tmp_path, overrides=("optim.name=sgd",)))
+    with pytest.raises(ConfigError, match="multiple"):
+        sw.plan_sweep(spec(tmp_path, batches=(40,)))
+    with pytest.raises(ConfigError, match="multiple"):
+        sw.plan_sweep(spec(tmp_path, batches=(48,), nproc=2))
+    with pytest.raises(ConfigError, match="optimizers"):
+        sw.plan_sweep(spec(tmp_path, optimizers=("adamw",)))
+
+
+def test_a_batch_larger_than_the_training_set_fails_before_training(
+    tiny_demo: Path, tmp_path: Path
+) -> None:
+    runs = sw.plan_sweep(spec(tmp_path, overrides=(f"data.root={tiny_demo}",), batches=(32,)))
+    with pytest.raises(ConfigError, match="cannot fill one step"):
+        sw.check_dataset_fits(runs, nproc=1)
+
+
+# -- skip / resume ------------------------------------------------------------------------------
+def test_execute_skips_done_resumes_partial_and_cleans_fresh(tmp_path: Path) -> None:
+    runs = sw.plan_sweep(spec(tmp_path, optimizers=("sgd",)))
+    done, partial, fresh = (r.run_dir for r in runs)
+    for run in runs:
+        run.run_dir.mkdir(parents=True)
+        save_config(run.cfg, run.run_dir / "config.json")
+    (done / "summary.json").write_text("{}")
+    (partial / "checkpoints").mkdir()
+    (partial / "checkpoints" / "last.pt").write_bytes(b"")
+    (partial / "metrics.jsonl").write_text('{"kind": "epoch"}\n')
+    (fresh / "metrics.jsonl").write_text('{"kind": "stale"}\n')
+    calls: list[tuple[str, bool]] = []
+
+    def launcher(run: sw.SweepRun, resume: bool) -> None:
+        calls.append((run.name, resume))
+
+    trained = sw.execute(runs, launcher)
+    assert calls == [("sgd_b128", True), ("sgd_b768", False)]
+    assert trained == ["sgd_b128", "sgd_b768"]
+    assert (partial / "metrics.jsonl").exists()  # resume keeps (and trims) its own log
+    assert not (fresh / "metrics.jsonl").exists()
+    assert [sw.run_state(d) for d in (done, partial, fresh)] == ["done", "resume", "fresh"]
+
+
+def test_execute_refuses_a_run_made_with_another_config(tmp_path: Path) -> None:
+    first = sw.plan_sweep(spec(tmp_path, optimizers=("lamb",), batches=(32,), epochs=3))[0]
+    first.run_dir.mkdir(parents=True)
+    save_config(first.cfg, first.run_dir / "config.json")
+    again = sw.plan_sweep(spec(tmp_path, optimizers=("lamb",), batches=(32,), epochs=3))
+    sw.execute(again, lambda run, resume: None)  # same config: accepted
+    longer = sw.plan_sweep(spec(tmp_path, optimizers=("lamb",), batches=(32,), epochs=4))
+    with pytest.raises(ConfigError, match=r"train\.epochs"):
+        sw.execute(longer, lambda run, resume: None)
+
+
+def test_torchrun_launcher_passes_every_override_and_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = sw.plan_sweep(spec(tmp_path, optimizers=("lars",), batches=(128,), nproc=2))[0]
+    seen: list[list[str]] = []
+
+    def record(cmd: list[str], check: bool) -> subprocess.CompletedProcess[str]:
+        seen.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(sw.subprocess, "run", record)
+    sw.torchrun_launcher(RECIPE, 2)(run, True)
+    cmd = seen[0]
+    assert cmd[cmd.index("--nproc_per_node") + 1] == "2" and "--resume" in cmd
+    sets = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--set"]
+    assert sets == list(run.overrides) and "optim.simulate_world_size=8" in sets
+    monkeypatch.setattr(
+        sw.subprocess, "run", lambda cmd, check: subprocess.CompletedProcess(cmd, 1)
+    )
+    with pytest.raises(RuntimeError, match="lars_b128"):
+        sw.torchrun_launcher(RECIPE, 2)(run, False)
+
+
+def test_config_differences_ignores_only_path_and_class_count() -> None:
+    saved = {"data": {"root": "/a", "batch_size": 16}, "model": {"num_classes": 8, "name": "x"}}
+    planned = {"data": {"root": "/b", "batch_size": 16}, "model": {"num_classes": 0, "name": "y"}}
+    assert sw.config_differences(saved, planned) == ["model.name"]
+
+
+def test_a_run_saved_before_a_config_field_existed_still_matches(tmp_path: Path) -> None:
+    """A field added to the config since a run was saved takes its default when the saved
+    config is read, so the run is recognised (and a real difference still is not)."""
+    run = sw.plan_sweep(spec(tmp_path, batches=(32,), optimizers=("sgd",)))[0]
+    run.run_dir.mkdir(parents=True)
+    saved = json.loads(json.dumps(sw.to_dict(run.cfg)))
+    del saved["data"]["train_clip"]["modality"]  # as written before the field existed
+    (run.run_dir / "config.json").write_text(json.dumps(saved))
+    sw.check_existing(run)
+    saved["data"]["batch_size"] += 1
+    (run.run_dir / "config.json").write_text(json.dumps(saved))
+    with pytest.raises(ConfigError, match="data.batch_size"):
+        sw.check_existing(run)
+
+
+# -- report from run directories written the way train() writes them ----------------------------
+def fake_run(run: sw.SweepRun, *, val: list[float], losses: list[float]) -> None:
+    """config.json, metrics.jsonl and summary.json through the writers the loop uses."""
+    run.run_dir.mkdir(parents=True, exist_ok=True)
+    cfg = run.cfg
+    save_config(cfg, run.run_dir / "config.json")
+    log = MetricsLog(run.run_dir, enabled=True)
+    steps = 768 // run.lr.global_batch
+    counters = RunCounters(steps=steps * len(val), wall_seconds=12.5 * len(val))
+    for epoch, (top1, loss) in enumerate(zip(val, losses, strict=True), 1):
+        log.write("train", step=epoch * steps, loss=loss, lr=0.1, epoch=epoch - 1)
+        log.write(
+            "epoch",
+            step=epoch * steps,
+            train_loss=loss,
+            train_top1=50.0,
+            epoch_seconds=12.5,
+            data_wait_fraction=0.01,
+            epoch=epoch,
+            lr=0.1,
+            val_top1=top1,
+            val_top5=100.0,
+            val_loss=loss,
+            val_count=192,
+        )
+        counters.add_val(top1)
+    log.close()
+    summary = RunCounters.merge([counters.as_dict()]).summary(
+        model=cfg.model.name,
+        world_size=1,
+        global_batch=run.lr.global_batch,
+        epochs=len(val),
+        num_classes=8,
+        extra={"recipe": cfg.recipe, "base_lr": run.lr.peak_lr},
+    )
+    write_summary(summary, run.run_dir / "summary.json")
+
+
+def test_report_from_finished_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    runs = sw.plan_sweep(spec(tmp_path, optimizers=("sgd", "lamb"), batches=(32, 768), epochs=3))
+    for i, run in enumerate(runs):
+        fake_run(run, val=[20.0 + i, 40.0 + i, 35.0 + i], losses=[2.0, 1.5, 1.2])
+    # An epoch logged twice (a resumed run): the last record counts, once.
+    with (runs[0].run_dir / "metrics.jsonl").open("a") as f:
+        f.write(json.dumps({"kind": "epoch", "step": 72, "epoch": 3, "train_loss": 1.1}) + "\n")
+
+    rows = sw.sweep(spec(tmp_path), plot_only=True)
+
+    doc = json.loads((tmp_path / "sweep.json").read_text())
+    assert doc["runs"] == rows
+    assert set(doc["lr_rules"]) == {"sgd", "lamb"}
+    by_name = {r["run"]: r for r in rows}
+    assert list(by_name) == ["lamb_b32", "lamb_b768", "sgd_b32", "sgd_b768"]
+    sgd = by_name["sgd_b768"]
+    assert sgd["optimizer"] == "sgd" and sgd["global_batch"] == 768
+    assert sgd["lr"] == pytest.approx(1.2)
+    assert sgd["final_val_top1"] == 36.0 and sgd["best_val_top1"] == 41.0
+    assert sgd["epoch"] == [1, 2, 3] and sgd["val_top1"] == [21.0, 41.0, 36.0]
+    assert sgd["train_steps"] == 3 and sgd["wall_seconds"] == pytest.approx(37.5)
+    assert by_name["sgd_b32"]["train_loss"] == [2.0, 1.5, 1.1]
+    assert by_name["sgd_b32"]["val_top1"] == [20.0, 40.0, None]
+    assert by_name["lamb_b768"]["lr"] == pytest.approx(SQRT_BASE_LR["lamb"] * math.sqrt(24))
+    png = (tmp_path / "sweep.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    table = capsys.readouterr().out
+    assert "lamb_b768" in table and "36.0" in table and "41.0" in table
+
+
+def test_plot_only_needs_finished_runs(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no finished runs"):
+        sw.sweep(spec(tmp_path), plot_only=True)
+
+
+def test_cli_sweep_plot_only_and_config_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = sw.plan_sweep(spec(tmp_path, optimizers=("lars",), batches=(128,), epochs=2))[0]
+    fake_run(run, val=[30.0, 55.0], losses=[2.0, 1.0])
+    assert main(["sweep", "--out", str(tmp_path), "--plot-only"]) == 0
+    assert json.loads((tmp_path / "sweep.json").read_text())["runs"][0]["run"] == "lars_b128"
+    assert main(["sweep", "--out", str(tmp_path), "--set", "train.epochs=3"]) == 2
+    assert main(["sweep", "--out", str(tmp_path), "--batches", "32,x"]) == 2
+    assert "train.epochs" in capsys.readouterr().err
+
+
+# -- a real sweep, end to end -------------------------------------------------------------------
+@pytest.mark.slow
+def test_tiny_sweep_end_to_end_then_resume_skips(
+    tiny_demo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 16 training videos, micro-batch 4: global batches 4 (4 steps) and 8 (2 steps), 1 epoch.
+    sets = (*tiny_overrides(tiny_demo), "train.log_every=1")
+    small = sw.SweepSpec(
+        recipe=RECIPE,
+        out=tmp_path / "sweep",
+        overrides=sets,
+        batches=(4, 8),
+        optimizers=("sgd", "lars"),
+        epochs=1,
+    )
+    rows = sw.sweep(small)
+
+    assert [r["run"] for r in rows] == ["sgd_b4", "sgd_b8", "lars_b4", "lars_b8"]
+    for r in rows:
+        assert r["epoch"] == [1] and r["val_top1"][0] is not None
+        assert r["final_val_top1"] == r["val_top1"][-1]
+        assert r["train_steps"] == 16 // r["global_batch"]
+        assert math.isfinite(r["train_loss"][0])
+        rule = batch_scaled_lr(r["optimizer"], r["global_batch"], recipe_lr_per_8_clips=0.0125)
+        assert r["lr"] == pytest.approx(rule.peak_lr)
+        logged = [m["lr"] for m in read_metrics(tmp_path / "sweep" / r["run"] / "metrics.jsonl")]
+        assert max(logged) <= rule.peak_lr + 1e-12
+    assert (tmp_path / "sweep" / "sweep.png").exists()
+
+    def must_not_train(run: sw.SweepRun, resume: bool) -> None:
+        raise AssertionError(f"{run.name} was finished and must be skipped")
+
+    monkeypatch.setattr(sw, "train_in_process", must_not_train)
+    assert sw.sweep(small) == rows

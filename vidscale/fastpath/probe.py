@@ -1,0 +1,467 @@
+"""`train.amp` / `train.channels_last` = "auto": decided by timing the run's model, not assumed.
+
+bf16 autocast and channels-last do not always pay. On a 2-core AMX Xeon, TSM-ResNet-18 at the
+demo's shape (16 clips of 8x32² per process) took 0.358 s per bf16 + channels-last step against
+0.253 s in fp32: small frames leave the matrix units idle while autocast's casts and the layout
+conversions remain. At 224² the same CPU runs TSM-ResNet-50 2.3x faster in bf16. So "auto" is
+measured, per device and per shape:
+
+- **Probe** (`probe`, run in a child process by `fast_path_isolation`, so that a setting that
+  hangs or crashes there is left out instead of ending the run): a few forward + backward
+  passes (no optimizer step) of a copy of the run's model, at its per-process batch and clip
+  shape, for every candidate setting (`fast_path.candidates`: fp32, fp32 + channels-last,
+  bf16, bf16 + channels-last; only the axes left at "auto", bf16 only where the device has
+  bf16 units), interleaved round-robin after a warm-up round, each sample right after an
+  untimed call (`fastpath.timing.time_round_robin`); a candidate whose first rounds already rule
+  it out of the rule below is timed no more (`fast_path_rule.hopeless`), so settings clearly
+  slower than fp32 cost a round or two, not five. The run's weights, optimizer and random
+  streams are exactly those of a run without the probe (another process; in-process, the copy
+  is built and fed under a forked RNG).
+- **Rule** (`fast_path_rule.choose`, a pure function of the samples): per round, a candidate's
+  speedup over another is the other's time over its own; it beats the other when the median of
+  these per-round ratios exceeds 1 by more than their noise (interquartile range over median,
+  the "noise" of `bench models`) and by at least 2%, and it was faster in enough rounds to pass
+  a sign test (5 of 5, 9 of 10). Ties go to the exact arithmetic: the fastest fp32 candidate
+  that beats fp32 in the default layout is taken first, and a bf16 candidate must then beat
+  that one.
+- **Ranks**: every rank probes at once (as they will train: sharing the node's cores), the
+  samples are gathered and pooled, and rank 0's choice is broadcast, so all ranks use one
+  setting (`decide` ends with that broadcast whatever the source).
+- **Cache** (`fast_path_cache`): the decision is stored under a key naming the device, torch,
+  the model, the shape, threads, processes per node and the candidates; a hit skips the probe.
+- **Resume**: a checkpoint records the decision (`RECORD_KEY`); a resumed run takes it from there
+  without measuring, so it continues with the arithmetic it started with. A checkpoint from
+  before decisions were recorded continues under the old hardware rule
+  (`fast_path.hardware_rule`).
+- **Shapes**: one decision per run, at the recipe's base shape: multigrid phases and the adaptive
+  batch keep it (the parameters' layout is fixed when the model is built).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from vidscale.distributed.collectives import all_gather_object, broadcast_object, world_size
+from vidscale.fastpath import hardware
+from vidscale.fastpath.cache import cache_key, read_cached, write_cached
+from vidscale.fastpath.isolation import (
+    LIMITS,
+    HangLimits,
+    IsolatedProbe,
+    ProbeFailed,
+    probe_isolated,
+)
+from vidscale.fastpath.rule import (
+    MIN_GAIN,
+    RULE,
+    SIGN_TEST_ALPHA,
+    Choice,
+    choose,
+    reference_of,
+)
+from vidscale.fastpath.settings import (
+    Candidate,
+    candidates,
+    hardware_rule,
+    requested,
+    set_device_options,
+)
+from vidscale.fastpath.trials import PROBE, ProbeSettings, ProbeShape, probe
+
+__all__ = [
+    "PROBE",
+    "RECORD_KEY",
+    "FastPathDecision",
+    "ProbeFailed",
+    "ProbeSettings",
+    "ProbeShape",
+    "decide",
+    "probe",
+    "probe_key",
+    "settled",
+]
+
+RECORD_KEY = "fast_path"  # the decision's record in a checkpoint
+
+Source = Literal["off", "explicit", "probe", "cache", "checkpoint", "hardware"]
+
+
+@dataclass(frozen=True)
+class FastPathDecision:
+    """The (bf16, channels_last) a run uses, where it came from, and the numbers behind it.
+
+    `source`: "off" (`train.fast_path=false`), "explicit" (both axes set), "probe" (measured
+    now), "cache" (measured before, `fast_path_cache`), "checkpoint" (recorded by the run being
+    resumed), "hardware" (a resumed checkpoint from before decisions were recorded).
+    `measured` maps each candidate's label to its `Measured` fields, computed by `choose` from
+    `samples` (seconds per round and candidate: `choose(samples)` gives the decision again);
+    `rounds` counts the samples per candidate over all ranks; `load_average` is rank 0's
+    1-minute load average when the probe started (above the core count, other work shared the
+    cores, and the noise shows it); `failed` names the candidates left out because they hung,
+    crashed or raised in the probe (`fast_path_isolation`), on any rank, with what happened;
+    `dropped` those its first rounds ruled out on any rank (`fast_path_rule.hopeless`), why;
+    `seconds` how long the run waited for the probe (rank 0, until every rank had finished).
+    """
+
+    bf16: bool
+    channels_last: bool
+    source: Source
+    reason: str = ""
+    shape: tuple[int, ...] = ()
+    measured: dict[str, dict[str, float]] = field(default_factory=dict)
+    samples: dict[str, list[float]] = field(default_factory=dict)
+    rounds: int = 0
+    load_average: float | None = None
+    failed: dict[str, str] = field(default_factory=dict)
+    dropped: dict[str, str] = field(default_factory=dict)
+    seconds: float | None = None
+
+    @property
+    def candidate(self) -> Candidate:
+        return Candidate(self.bf16, self.channels_last)
+
+    @property
+    def reference(self) -> str:
+        """The candidate the probe's speedups are relative to ("" when nothing was probed)."""
+        return reference_of(self.measured) if self.measured else ""
+
+    def record(self) -> dict[str, Any]:
+        """JSON- and `torch.load(weights_only=True)`-safe: plain types only."""
+        return dataclasses.asdict(self) | {"shape": list(self.shape)}
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> FastPathDecision:
+        return cls(
+            bf16=bool(record["bf16"]),
+            channels_last=bool(record["channels_last"]),
+            source=record["source"],
+            reason=str(record.get("reason", "")),
+            shape=tuple(int(n) for n in record.get("shape", ())),
+            measured={k: dict(v) for k, v in record.get("measured", {}).items()},
+            samples={k: [float(t) for t in v] for k, v in record.get("samples", {}).items()},
+            rounds=int(record.get("rounds", 0)),
+            load_average=record.get("load_average"),
+            failed={str(k): str(v) for k, v in record.get("failed", {}).items()},
+            dropped={str(k): str(v) for k, v in record.get("dropped", {}).items()},
+            seconds=record.get("seconds"),
+        )
+
+    @classmethod
+    def measured_by(
+        cls,
+        choice: Choice,
+        *,
+        samples: Mapping[str, Sequence[float]],
+        shape: ProbeShape,
+        load_average: float | None = None,
+        source: Source = "probe",
+        failed: Mapping[str, str] | None = None,
+        dropped: Mapping[str, str] | None = None,
+    ) -> FastPathDecision:
+        chosen = Candidate.from_label(choice.chosen)
+        reason = choice.reason
+        if dropped and len(samples) == 1:  # `choose` saw only the survivor
+            reason = "every other setting was ruled out in its first rounds"
+        return cls(
+            bf16=chosen.bf16,
+            channels_last=chosen.channels_last,
+            source=source,
+            reason=reason,
+            shape=shape.clips,
+            measured={k: dataclasses.asdict(m) for k, m in choice.measured.items()},
+            samples={k: list(v) for k, v in samples.items()},
+            rounds=len(samples[choice.chosen]),
+            load_average=load_average,
+            failed=dict(failed or {}),
+            dropped=dict(dropped or {}),
+        )
+
+    @classmethod
+    def from_probe(
+        cls, measured: IsolatedProbe, *, shape: ProbeShape, load_average: float | None = None
+    ) -> FastPathDecision:
+        """The decision `choose` makes from a probe's samples, naming what it left out."""
+        return cls.measured_by(
+            choose(measured.samples),
+            samples=measured.samples,
+            shape=shape,
+            load_average=load_average,
+            failed=measured.failed,
+            dropped=measured.dropped,
+        )
+
+    def numbers(self) -> str:
+        """The probe's medians, e.g. "fp32 0.35 s; bf16+cl 0.364 s = 0.96x (noise 1%, faster
+        in 0/10)": seconds per step, then the speedup over the reference."""
+        parts = []
+        for label, m in self.measured.items():
+            text = f"{label} {m['seconds']:.3g} s"
+            if label != self.reference:
+                rounds = f"faster in {m['faster_rounds']}/{self.rounds}"
+                text += f" = {m['speedup']:.2f}x (noise {m['noise']:.0%}, {rounds})"
+            parts.append(text)
+        return "; ".join(parts)
+
+    def describe(self) -> str:
+        label = self.candidate.label
+        if self.source in ("off", "explicit"):
+            return f"{label} ({self.reason})"
+        if self.source in ("checkpoint", "hardware"):
+            return f"{label}, {self.reason}"
+        shape = "x".join(map(str, self.shape))
+        where = "probe" if self.source == "probe" else "cached probe"
+        took = "" if self.seconds is None else f" in {self.seconds:.0f} s"
+        load = "" if self.load_average is None else f", load average {self.load_average:.1f}"
+        left_out = "".join(f"; left out {k}: {v}" for k, v in self.failed.items()) + "".join(
+            f"; {k} {v}" for k, v in self.dropped.items()
+        )
+        return (
+            f"auto chose {label} ({where} at {shape}, {self.rounds} rounds{took}{load}): "
+            f"{self.numbers()}; {self.reason}{left_out}"
+        )
+
+
+def _explicit(bf16: bool, cl: bool, *, amp: str, channels_last: str) -> FastPathDecision:
+    return FastPathDecision(
+        bf16, cl, "explicit", reason=f"train.amp={amp}, train.channels_last={channels_last}"
+    )
+
+
+def _recorded(
+    checkpoint: Mapping[str, Any], fixed: tuple[bool | None, bool | None], device: torch.device
+) -> FastPathDecision:
+    """The resumed run's own decision, explicit settings of this start winning per axis."""
+    record = checkpoint.get(RECORD_KEY)
+    if record is None:
+        rule = hardware_rule(device)
+        found = FastPathDecision(
+            rule.bf16,
+            rule.channels_last,
+            "hardware",
+            reason="the rule its checkpoint was trained with (bf16 + channels-last where the "
+            "device has bf16 units; no decision recorded)",
+        )
+    else:
+        found = FastPathDecision.from_record(record)
+        where = f"{found.source}: {found.reason}" if found.reason else found.source
+        found = dataclasses.replace(
+            found, source="checkpoint", reason=f"as the resumed run recorded it ({where})"
+        )
+    bf16, cl = fixed
+    return dataclasses.replace(
+        found,
+        bf16=found.bf16 if bf16 is None else bf16,
+        channels_last=found.channels_last if cl is None else cl,
+    )
+
+
+def _probe_all_ranks(
+    build: Callable[[], nn.Module],
+    settings_to_time: Sequence[Candidate],
+    *,
+    device: torch.device,
+    shape: ProbeShape,
+    settings: ProbeSettings,
+    host_memory: bool,
+    limits: HangLimits,
+    progress: Callable[[str], None] | None = None,
+) -> FastPathDecision:
+    """Every rank probes, each in a child process (`probe_isolated`); a candidate that failed
+    on any rank is left out on all, the samples of the others are pooled (rounds stay aligned:
+    each rank's rounds follow the previous rank's in every candidate's list) and chosen from.
+    A candidate one rank stopped timing (`probe`: its rounds there already rule it out of the
+    pooled choice) is dropped on all. The reference failing on any rank raises `ProbeFailed`
+    on every rank."""
+    set_device_options(device)  # the fp32 candidate is TF32 on CUDA, as training runs it
+    load, started = hardware.load_average(), time.monotonic()
+    mine: IsolatedProbe | str
+    try:
+        mine = probe_isolated(
+            build,
+            settings_to_time,
+            device=device,
+            shape=shape,
+            settings=settings,
+            host_memory=host_memory,
+            ranks=world_size(),
+            limits=limits,
+            progress=progress,
+        )
+    except ProbeFailed as err:
+        mine = str(err)
+    everyone = all_gather_object(mine)
+    for rank, result in enumerate(everyone):
+        if isinstance(result, str):
+            raise ProbeFailed(f"rank {rank}: {result}" if len(everyone) > 1 else result)
+    probes = [r for r in everyone if isinstance(r, IsolatedProbe)]
+    failed = {label: what for p in reversed(probes) for label, what in p.failed.items()}
+    dropped = {
+        label: what
+        for p in reversed(probes)
+        for label, what in p.dropped.items()
+        if label not in failed
+    }
+    pooled: dict[str, list[float]] = {
+        c.label: [] for c in settings_to_time if c.label not in failed | dropped
+    }
+    for result in probes:
+        for label, seconds in result.samples.items():
+            if label in pooled:
+                pooled[label].extend(seconds)
+    decision = FastPathDecision.from_probe(
+        IsolatedProbe(pooled, failed, dropped), shape=shape, load_average=load
+    )
+    return dataclasses.replace(decision, seconds=time.monotonic() - started)
+
+
+def decide(
+    device: torch.device,
+    *,
+    enabled: bool,
+    amp: str,
+    channels_last: str,
+    build: Callable[[], nn.Module],
+    shape: ProbeShape,
+    key_fields: Mapping[str, Any],
+    cache: Path | None,
+    checkpoint: Mapping[str, Any] | None,
+    is_main: bool,
+    settings: ProbeSettings = PROBE,
+    host_memory: bool = False,
+    limits: HangLimits = LIMITS,
+    log: Callable[[str], None] = lambda _: None,
+) -> FastPathDecision:
+    """The fast-path setting of a run, the same on every rank (a collective: every rank calls it).
+
+    In order: `enabled=False` is all off; both axes explicit are used as given; a resumed run
+    (`checkpoint`: the state it continues) takes its recorded decision for the "auto" axes; a
+    cache hit (read by rank 0) is reused; otherwise every rank probes (`probe`, in a child
+    process that trains as this one: `host_memory` retention on CPU, its threads; a candidate
+    that hangs past `limits`, crashes or raises there is left out, `fast_path_isolation`) and
+    rank 0 chooses from the pooled samples (`choose`) and writes the cache. `build` must pickle.
+    `key_fields` name the run's model and process layout in the cache key, beside the device,
+    torch, `shape`, threads and candidates added here. `log` receives what is worth printing
+    (rank 0's). Raises `ProbeFailed` when the reference setting fails in the probe.
+    """
+    decision = settled(
+        device, enabled=enabled, amp=amp, channels_last=channels_last, checkpoint=checkpoint
+    )
+    if decision is None:
+        fixed = requested(enabled=enabled, amp=amp, channels_last=channels_last)
+        to_time = candidates(device, bf16=fixed[0], channels_last=fixed[1])
+        key = probe_key(device, shape=shape, candidates=to_time, settings=settings, **key_fields)
+        decision = _cached_or_probed(
+            build,
+            to_time,
+            device=device,
+            shape=shape,
+            settings=settings,
+            key=key,
+            cache=cache,
+            is_main=is_main,
+            host_memory=host_memory,
+            limits=limits,
+            log=log,
+        )
+    return FastPathDecision.from_record(broadcast_object(decision.record()))
+
+
+def settled(
+    device: torch.device,
+    *,
+    enabled: bool,
+    amp: str,
+    channels_last: str,
+    checkpoint: Mapping[str, Any] | None,
+) -> FastPathDecision | None:
+    """The decision where nothing needs measuring: all off, both axes explicit, or the record
+    of the resumed `checkpoint` (the state it continues) for the "auto" axes. None when the
+    cache or a probe must decide (a fresh run with an axis at "auto")."""
+    fixed = requested(enabled=enabled, amp=amp, channels_last=channels_last)
+    to_time = candidates(device, bf16=fixed[0], channels_last=fixed[1])
+    if not enabled:
+        return FastPathDecision(False, False, "off", reason="train.fast_path=false")
+    if len(to_time) == 1:
+        only = to_time[0]
+        return _explicit(only.bf16, only.channels_last, amp=amp, channels_last=channels_last)
+    if checkpoint is not None:
+        return _recorded(checkpoint, fixed, device)
+    return None
+
+
+def _cached_or_probed(
+    build: Callable[[], nn.Module],
+    to_time: Sequence[Candidate],
+    *,
+    device: torch.device,
+    shape: ProbeShape,
+    settings: ProbeSettings,
+    key: str,
+    cache: Path | None,
+    is_main: bool,
+    host_memory: bool,
+    limits: HangLimits,
+    log: Callable[[str], None],
+) -> FastPathDecision:
+    hit = None
+    if is_main and cache is not None:
+        hit, problem = read_cached(cache, key)
+        if problem:
+            log(f"warning: fast-path cache: {problem}")
+    hit = broadcast_object(hit)
+    if hit is not None:
+        return dataclasses.replace(FastPathDecision.from_record(hit), source="cache")
+    labels = ", ".join(c.label for c in to_time)
+    rounds = f"{settings.warmup} + {settings.repeats} rounds"
+    log(f"fast path: timing {labels} at {shape.text()} ({rounds}) to decide train.amp=auto")
+    decision = _probe_all_ranks(
+        build,
+        to_time,
+        device=device,
+        shape=shape,
+        settings=settings,
+        host_memory=host_memory,
+        limits=limits,
+        progress=log if is_main else None,
+    )
+    for label, what in decision.failed.items():
+        log(f"warning: fast path: {label} left out of the probe ({what})")
+    if is_main and cache is not None:
+        problem = write_cached(cache, key, decision.record())
+        if problem:
+            log(f"warning: fast-path cache: {problem}")
+    return decision
+
+
+def probe_key(
+    device: torch.device,
+    *,
+    shape: ProbeShape,
+    candidates: Sequence[Candidate],
+    settings: ProbeSettings,
+    **run: Any,
+) -> str:
+    """The cache key of a probe: what decides its outcome (device, torch build, threads, shape,
+    candidates, how it was timed and chosen) and the run's own fields `run` (model, processes
+    per node, host-memory retention)."""
+    fields = {
+        "device": f"{device.type}:{hardware.device_name(device)}",
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "clips": shape.text(),
+        "classes": shape.num_classes,
+        "candidates": ",".join(c.label for c in candidates),
+        "probe": f"w{settings.warmup}r{settings.repeats}s{settings.settle}"
+        + ("" if settings.drop_hopeless else " all"),
+        "rule": f"{RULE}/{MIN_GAIN}/{SIGN_TEST_ALPHA}",  # another rule measures again
+        **run,
+    }
+    return cache_key(fields)

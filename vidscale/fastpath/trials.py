@@ -1,0 +1,138 @@
+"""The fast path's probe, timed in this process: a few training steps of each candidate setting.
+
+`probe` gives per-round seconds per candidate (interleaved, `fastpath.timing.time_round_robin`) for
+`fast_path_rule.choose`, and stops timing a candidate as soon as its rounds so far rule it out
+(`fast_path_rule.hopeless`); `fast_path_probe.decide` runs it in a child process
+(`fast_path_isolation`), so that a setting that hangs or crashes cannot take the run with it.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from vidscale.fastpath import hardware
+from vidscale.fastpath.rule import hopeless
+from vidscale.fastpath.settings import Candidate, FastPath, apply_to_model
+from vidscale.fastpath.timing import time_round_robin
+
+
+@dataclass(frozen=True)
+class ProbeSettings:
+    """Untimed warm-up rounds, timed rounds, and untimed calls before each timed one.
+    `drop_hopeless`: stop timing a candidate once `choose` cannot take it (off: every
+    candidate is timed in every round, for a table of all of them)."""
+
+    warmup: int = 1
+    repeats: int = 5
+    settle: int = 1
+    drop_hopeless: bool = True
+
+
+PROBE = ProbeSettings()
+
+
+@dataclass(frozen=True)
+class ProbeShape:
+    """What one process trains on: `batch` clips of `channels` x `frames` x `crop`²."""
+
+    batch: int
+    channels: int
+    frames: int
+    crop: int
+    num_classes: int
+
+    @property
+    def clips(self) -> tuple[int, int, int, int, int]:
+        return (self.batch, self.channels, self.frames, self.crop, self.crop)
+
+    def text(self) -> str:
+        return "x".join(str(n) for n in self.clips)
+
+
+@dataclass(frozen=True)
+class Timed:
+    """A probe's per-round seconds of the candidates timed in every round (rounds aligned), and
+    why each other candidate was not timed on (label -> `fast_path_rule.hopeless`'s reason)."""
+
+    samples: dict[str, list[float]]
+    dropped: dict[str, str] = field(default_factory=dict)
+
+
+def _step(
+    model: nn.Module, fast: FastPath, clips: torch.Tensor, labels: torch.Tensor
+) -> Callable[[], None]:
+    autocast = fast.autocast()
+
+    def step() -> None:
+        with autocast():  # the loop's train_step: loss and backward inside autocast
+            loss = nn.functional.cross_entropy(model(clips).float(), labels)
+            loss.backward()
+        model.zero_grad(set_to_none=True)
+
+    return step
+
+
+def probe(
+    build: Callable[[], nn.Module],
+    settings_to_time: Sequence[Candidate],
+    *,
+    device: torch.device,
+    shape: ProbeShape,
+    settings: ProbeSettings = PROBE,
+    ranks: int = 1,
+    on_turn: Callable[[str], None] | None = None,
+) -> Timed:
+    """Seconds per training step (forward, loss, backward) of each candidate, per timed round.
+
+    With `settings.drop_hopeless`, a candidate is timed no more once its rounds so far rule it
+    out of `choose` over the `settings.repeats` x `ranks` rounds its samples will be pooled
+    into (every rank probes, `fast_path_probe`); the probe ends when only one is left.
+
+    `build()` gives a fresh model on the CPU; it is built, fed random clips and stepped under a
+    forked RNG (CPU and `device`), so the caller's random streams are left exactly as they were.
+    Process-wide settings (threads, host-memory retention, TF32) are the caller's: set them as
+    training will run before probing. `on_turn(label)` is told before each candidate's turn
+    (`time_round_robin`). This runs in the calling process: a candidate that hangs or crashes
+    takes the process with it (`fast_path_isolation.probe_isolated` runs it in a child).
+    """
+    cuda = [device.index or 0] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=cuda):
+        torch.manual_seed(0)
+        base = build().to(device).train()
+        layouts = {c.channels_last for c in settings_to_time}
+        models = {
+            cl: apply_to_model(copy.deepcopy(base), FastPath(device, False, cl, False))
+            for cl in layouts
+        }
+        del base
+        clips = torch.randn(shape.clips, device=device)
+        labels = torch.randint(shape.num_classes, (shape.batch,), device=device)
+        calls = {}
+        for c in settings_to_time:
+            fast = FastPath(device, c.bf16, c.channels_last, compile=False)
+            calls[c.label] = _step(models[c.channels_last], fast, clips, labels)
+        dropped: dict[str, str] = {}
+
+        def drop(so_far: Mapping[str, Sequence[float]]) -> list[str]:
+            dropped.update(hopeless(so_far, total_rounds=settings.repeats * ranks))
+            return list(dropped)
+
+        samples = time_round_robin(
+            calls,
+            warmup=settings.warmup,
+            repeats=settings.repeats,
+            settle=settings.settle,
+            sync=lambda: hardware.synchronize(device),
+            on_turn=on_turn,
+            drop=drop if settings.drop_hopeless and len(calls) > 1 else None,
+        ).seconds
+    del models, calls, clips, labels
+    if device.type == "cuda":
+        torch.cuda.empty_cache()  # the probe's copies are not the run's: hand the memory back
+    kept = {label: seconds for label, seconds in samples.items() if label not in dropped}
+    return Timed(kept, dropped)
