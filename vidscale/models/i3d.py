@@ -8,6 +8,8 @@ pools differ.
 - I3D 3x1x1 (Wang et al. 2018, the non-local paper's baseline trunk): 32 input frames, conv1
   5x7x7 with temporal stride 2, pool1 and pool2 halve time (32 -> 16 -> 8 -> 4), and the first
   1x1 conv of every other block (starting with each stage's first) is inflated to 3x1x1.
+- I3D-NL 3x1x1 (Wang et al. 2018, "Non-local Neural Networks"): I3D 3x1x1 with 5 non-local
+  blocks, "2 to res3 and 3 to res4, to every other residual block" (§5).
 
 Shape legend:
     N   clips in the batch          T   frames per clip (read from the input at every call)
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from vidscale.models.nonlocal_block import NonLocalMode, NonLocalSpec
 from vidscale.models.resnet import ResNet, TemporalSpec, init_classifier
 
 I3D_3X3X3 = TemporalSpec(
@@ -41,6 +44,16 @@ I3D_3X1X1 = TemporalSpec(
     kernels=((3, 1), (3, 1), (3, 1), (3, 1)),
     inflate="first",
 )
+
+# The 5-block placement of the non-local paper as MMAction2's I3D-NL R50 configs spell it,
+# `non_local=((0, 0, 0), (0, 1, 0, 1), (0, 1, 0, 1, 0, 1), (0, 0, 0))`: after blocks 1 and 3 of
+# res3 and 1, 3 and 5 of res4 (0-based).
+I3D_NL_PLACEMENT = ((0, 0, 0), (0, 1, 0, 1), (0, 1, 0, 1, 0, 1), (0, 0, 0))
+
+
+def i3d_non_local(mode: NonLocalMode) -> NonLocalSpec:
+    """The non-local blocks of I3D-NL R50, of pairwise function `mode`."""
+    return NonLocalSpec(after=I3D_NL_PLACEMENT, mode=mode)
 
 
 class VolumeClassifier(nn.Module):

@@ -3,7 +3,8 @@
 A 2D trunk (TSN, TSM) takes the weights as they are. An inflated trunk (I3D) receives each 2D
 kernel inflated along time (`inflate_weight`). A trunk with `in_channels != 3` (stacked optical
 flow, two-stream) receives the cross-modality conv1 (`cross_modality_weight`). The classifier is
-re-initialised when its class count differs from the checkpoint's. No downloads, ever.
+re-initialised when its class count differs from the checkpoint's, and non-local blocks (I3D-NL),
+which an image network has none of, keep their initialisation (identities). No downloads, ever.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from vidscale.models.nonlocal_block import NON_LOCAL_KEY
 from vidscale.models.resnet import ResNet
 
 InflateInit = Literal["centre", "mean"]
@@ -82,12 +84,16 @@ def adapt_state_dict(
 
 def load_pretrained(trunk: ResNet, *, path: str | Path, init: InflateInit = "centre") -> list[str]:
     """Load a torchvision-format ResNet state_dict file into `trunk`; returns the keys left at
-    their fresh initialisation (the classifier when the class count differs)."""
+    their fresh initialisation (the classifier when the class count differs, then the non-local
+    blocks' keys)."""
     source = torch.load(Path(path), map_location="cpu", weights_only=True)
     if not isinstance(source, Mapping):
         raise ValueError(
             f"{path}: expected a state_dict (a mapping of tensors), got {type(source)}"
         )
-    adapted, kept = adapt_state_dict(source, target=trunk.state_dict(), init=init)
-    trunk.load_state_dict(adapted)
-    return kept
+    own = trunk.state_dict()
+    fresh = {key: tensor for key, tensor in own.items() if NON_LOCAL_KEY.search(key)}
+    resnet = {key: tensor for key, tensor in own.items() if key not in fresh}
+    adapted, kept = adapt_state_dict(source, target=resnet, init=init)
+    trunk.load_state_dict({**adapted, **fresh})
+    return kept + list(fresh)

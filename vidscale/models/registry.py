@@ -15,8 +15,9 @@ from typing import Literal
 import torch
 from torch import nn
 
-from vidscale.models.i3d import I3D_3X1X1, I3D_3X3X3, VolumeClassifier
+from vidscale.models.i3d import I3D_3X1X1, I3D_3X3X3, VolumeClassifier, i3d_non_local
 from vidscale.models.image import AlexNetBN, ImageResNet
+from vidscale.models.nonlocal_block import NonLocalMode, NonLocalSpec
 from vidscale.models.pretrained import load_pretrained
 from vidscale.models.resnet import ResNet, TemporalSpec, temporal_resolutions
 from vidscale.models.slowfast import SLOWFAST_4X16, SLOWFAST_8X8, SlowFast, SlowFastSpec
@@ -125,13 +126,20 @@ def stage_temporal_resolutions(model: nn.Module | ModelConfig, *, frames: int) -
     return temporal_resolutions(trunk.temporal, frames=frames)
 
 
-def _trunk(cfg: ModelConfig, depth: int, temporal: TemporalSpec, shift: ShiftSpec | None) -> ResNet:
+def _trunk(
+    cfg: ModelConfig,
+    depth: int,
+    temporal: TemporalSpec,
+    shift: ShiftSpec | None,
+    non_local: NonLocalSpec | None = None,
+) -> ResNet:
     return ResNet(
         depth,
         num_classes=cfg.num_classes,
         in_channels=cfg.in_channels,
         temporal=temporal,
         shift=shift,
+        non_local=non_local,
     )
 
 
@@ -144,10 +152,12 @@ def _frame_model(cfg: ModelConfig, *, depth: int, shift: ShiftSpec | None) -> nn
     return model
 
 
-def _volume_model(cfg: ModelConfig, temporal: TemporalSpec) -> nn.Module:
+def _volume_model(
+    cfg: ModelConfig, temporal: TemporalSpec, non_local: NonLocalMode | None = None
+) -> nn.Module:
     if cfg.temporal_pool:
         raise ValueError(f"{cfg.name} has its own temporal pooling; temporal_pool must be False")
-    trunk = _trunk(cfg, 50, temporal, None)
+    trunk = _trunk(cfg, 50, temporal, None, None if non_local is None else i3d_non_local(non_local))
     model = VolumeClassifier(trunk, dropout=cfg.dropout)
     if cfg.pretrained:
         load_pretrained(trunk, path=cfg.pretrained)
@@ -227,6 +237,22 @@ def i3d_resnet50_3x3x3(cfg: ModelConfig) -> nn.Module:
 def i3d_resnet50_3x1x1(cfg: ModelConfig) -> nn.Module:
     """I3D 3x1x1 of Table 1 (Wang et al.): ~29.3M parameters, ~33 GMACs per 32x224x224 clip."""
     return _volume_model(cfg, I3D_3X1X1)
+
+
+@register_model(frames=32)
+def i3d_nl_resnet50_3x1x1(cfg: ModelConfig) -> nn.Module:
+    """I3D-NL 3x1x1 (Wang et al. 2018, "Non-local Neural Networks"): `i3d_resnet50_3x1x1` and 5
+    dot-product non-local blocks (MMAction2's `i3d_nl_dot_product_r50_32x2x1`); 36,413,648
+    parameters (400 classes). An `i3d_resnet50_3x1x1` run loads into it, the blocks staying
+    identities (`model.init_from`)."""
+    return _volume_model(cfg, I3D_3X1X1, "dot_product")
+
+
+@register_model(frames=32)
+def i3d_nl_embedded_gaussian_resnet50_3x1x1(cfg: ModelConfig) -> nn.Module:
+    """`i3d_nl_resnet50_3x1x1` with embedded-Gaussian (softmax) blocks, the paper's default form
+    (MMAction2's `i3d_nl_embedded_gaussian_r50_32x2x1`); the same parameters."""
+    return _volume_model(cfg, I3D_3X1X1, "embedded_gaussian")
 
 
 def _slowfast(cfg: ModelConfig, spec: SlowFastSpec) -> nn.Module:

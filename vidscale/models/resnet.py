@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from vidscale.models import conv
 from vidscale.models.batchnorm import set_batch_clips
+from vidscale.models.nonlocal_block import NonLocalBlock, NonLocalMode, NonLocalSpec
 from vidscale.models.temporal_shift import ShiftSpec, TemporalShift
 
 Layout = Literal["frames", "volume"]
@@ -126,6 +127,7 @@ class BlockSpec:
     kt: int = 1
     inflate: Inflate = "spatial"
     shift: ShiftSpec | None = None
+    non_local: NonLocalMode | None = None
 
 
 class _Block(nn.Module, ABC):
@@ -138,6 +140,7 @@ class _Block(nn.Module, ABC):
     expansion = 1
     downsample: nn.Module | None
     shift: nn.Module | None
+    non_local: NonLocalBlock | None
 
     def _init_shared(self, cin: int, planes: int, spec: BlockSpec) -> None:
         cout = planes * self.expansion
@@ -153,6 +156,11 @@ class _Block(nn.Module, ABC):
         if spec.shift is not None:
             self.shift = TemporalShift(spec.shift.fold_div, causal=spec.shift.causal)
             self.shift_place = spec.shift.place
+        # After the block's output ReLU, as MMAction2's `Bottleneck3d` (Wang et al. §4.1: "after
+        # residual blocks"); its keys follow the block's own (`layer2.1.non_local.*`).
+        self.non_local = None
+        if spec.non_local is not None:
+            self.non_local = NonLocalBlock(cout, mode=spec.non_local)
 
     @abstractmethod
     def branch(self, x: Tensor) -> Tensor:
@@ -166,7 +174,8 @@ class _Block(nn.Module, ABC):
             x = self.shift(x, num_frames=num_frames)
         out = self.branch(x)
         out += identity
-        return self.relu(out)
+        out = self.relu(out)
+        return out if self.non_local is None else self.non_local(out)
 
 
 class BasicBlock(_Block):
@@ -260,8 +269,11 @@ class ResNetTrunk(nn.Module):
     `extra_in_channels[s]` widens the input of stage s's first block by that many channels (the
     lateral connections concatenated to the Slow pathway before res2..res5). Their defaults give
     exactly the torchvision trunk. `stage_channels` are the output channels of the stem and of
-    res2..res5. Initialisation follows torchvision (Kaiming normal, fan_out, for convs; BN at 1,
-    0) unless `init_weights=False`, which leaves it to an owner that adds modules first.
+    res2..res5. `non_local` (volume layout only) puts non-local blocks after the residual blocks
+    it flags (Wang et al. 2018; `NonLocalBlock`), under the keys `layerX.i.non_local.*`.
+    Initialisation follows torchvision (Kaiming normal, fan_out, for convs; BN at 1, 0), the
+    non-local blocks keep their own (identities), unless `init_weights=False`, which leaves it
+    to an owner that adds modules first.
     """
 
     def __init__(
@@ -273,6 +285,7 @@ class ResNetTrunk(nn.Module):
         shift: ShiftSpec | None = None,
         width_div: int = 1,
         extra_in_channels: tuple[int, int, int, int] = (0, 0, 0, 0),
+        non_local: NonLocalSpec | None = None,
         init_weights: bool = True,
     ) -> None:
         super().__init__()
@@ -288,6 +301,10 @@ class ResNetTrunk(nn.Module):
         if shift is not None and layout != "frames":
             raise ValueError("the temporal shift acts on the 'frames' layout only")
         block, counts = ARCHS[depth]
+        if non_local is not None:
+            if layout != "volume":
+                raise ValueError("non-local blocks act on the 'volume' layout only")
+            non_local.check_depths(counts)
         kt, t_stride = self.temporal.conv1
         stem = 64 // width_div
         self.conv1 = _conv(layout, in_channels, stem, k=7, kt=kt, stride=2, t_stride=t_stride)
@@ -302,14 +319,7 @@ class ResNetTrunk(nn.Module):
             cin += extra_in_channels[s]
             blocks = []
             for i in range(count):
-                spec = BlockSpec(
-                    layout=layout,
-                    stride=2 if s > 0 and i == 0 else 1,
-                    t_stride=self.temporal.strides[s] if i == 0 else 1,
-                    kt=self.temporal.block_kernel(s, i),
-                    inflate=self.temporal.inflate,
-                    shift=shift if shift is not None and i % shift.every == 0 else None,
-                )
+                spec = self._block_spec(s, i, shift=shift, non_local=non_local)
                 blocks.append(block(cin, planes=planes, spec=spec))
                 cin = planes * block.expansion
             stages.append(Stage(blocks))
@@ -319,6 +329,22 @@ class ResNetTrunk(nn.Module):
         self.stage_channels = tuple(widths)
         if init_weights:
             self._init_weights()
+
+    def _block_spec(
+        self, stage: int, block: int, *, shift: ShiftSpec | None, non_local: NonLocalSpec | None
+    ) -> BlockSpec:
+        first = block == 0
+        return BlockSpec(
+            layout=self.temporal.layout,
+            stride=2 if stage > 0 and first else 1,
+            t_stride=self.temporal.strides[stage] if first else 1,
+            kt=self.temporal.block_kernel(stage, block),
+            inflate=self.temporal.inflate,
+            shift=shift if shift is not None and block % shift.every == 0 else None,
+            non_local=non_local.mode
+            if non_local is not None and non_local.has_block(stage, block)
+            else None,
+        )
 
     def _pool1(self, layout: Layout) -> nn.Module:
         if layout == "frames":
@@ -335,6 +361,9 @@ class ResNetTrunk(nn.Module):
             elif isinstance(m, nn.BatchNorm2d | nn.BatchNorm3d):
                 nn.init.ones_(m.weight)
                 nn.init.zeros_(m.bias)
+        for m in self.modules():  # after the loop above, which reached their convs and BN too
+            if isinstance(m, NonLocalBlock):
+                m.reset_parameters()
 
     def stages(self) -> tuple[Stage, Stage, Stage, Stage]:
         """res2..res5 (layer1..layer4)."""
@@ -385,9 +414,15 @@ class ResNet(ResNetTrunk):
         in_channels: int = 3,
         temporal: TemporalSpec | None = None,
         shift: ShiftSpec | None = None,
+        non_local: NonLocalSpec | None = None,
     ) -> None:
         super().__init__(
-            depth, in_channels=in_channels, temporal=temporal, shift=shift, init_weights=False
+            depth,
+            in_channels=in_channels,
+            temporal=temporal,
+            shift=shift,
+            non_local=non_local,
+            init_weights=False,
         )
         self.fc = nn.Linear(self.num_features, num_classes)
         self._init_weights()

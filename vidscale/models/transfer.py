@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from torch import Tensor
 
+from vidscale.models.nonlocal_block import NON_LOCAL_KEY
 from vidscale.models.pretrained import InflateInit, cross_modality_weight, inflate_weight
 
 # Each `ResNetTrunk`'s first conv, under the model's name for its trunk: `trunk.` (TSN, TSM,
@@ -37,14 +38,16 @@ class TransferReport:
     """What `transfer_state_dict` did with each of the target's tensors (keys without wrapper
     prefixes): `copied` as they were, `adapted` (key -> how), or `replaced`: classifier tensors
     left at the target's fresh initialisation because the class count differs (`classes` is
-    then (source, target) class counts). `source` names where the weights came from, for logs;
-    the transfer itself leaves it empty."""
+    then (source, target) class counts); `new`: non-local blocks' tensors the source has no
+    keys for (an I3D run loaded into I3D-NL), left at the target's initialisation. `source`
+    names where the weights came from, for logs; the transfer itself leaves it empty."""
 
     copied: tuple[str, ...]
     adapted: dict[str, str] = field(default_factory=dict)
     replaced: tuple[str, ...] = ()
     classes: tuple[int, int] | None = None
     source: str = ""
+    new: tuple[str, ...] = ()
 
 
 def unwrapped_key(key: str) -> str:
@@ -98,15 +101,18 @@ def transfer_state_dict(
     pathway's for SlowFast) with another input-channel count gets the cross-modality weight
     (AAVG §V: the mean over the source's channels, repeated to the target's: 3 -> 20 for flow,
     20 -> 3 back); a 2D kernel for a 3D one is inflated (`inflate_weight`, `inflate_init`); a
-    classifier (`CLASSIFIER`) with another class count keeps the target's tensor. Anything else
-    (a key on one side only, any other shape) is a `ValueError` naming the keys: a checkpoint of
-    another architecture fails as a whole instead of loading half-way. Inputs are not modified.
+    classifier (`CLASSIFIER`) with another class count keeps the target's tensor, and so does a
+    non-local block (`NON_LOCAL_KEY`) the source lacks (new blocks are identities). Anything
+    else (a key on one side only, any other shape) is a `ValueError` naming the keys: a
+    checkpoint of another architecture fails as a whole instead of loading half-way. Inputs are
+    not modified.
     """
     have_keys = _by_plain_key(source, what="the source")
     want_keys = _by_plain_key(target, what="the target")
-    missing = sorted(set(want_keys) - set(have_keys))
+    new = sorted(k for k in set(want_keys) - set(have_keys) if NON_LOCAL_KEY.search(k))
+    missing = sorted(set(want_keys) - set(have_keys) - set(new))
     unexpected = sorted(set(have_keys) - set(want_keys))
-    state: dict[str, Tensor] = {}
+    state = {want_keys[k]: target[want_keys[k]].detach().clone() for k in new}
     copied: list[str] = []
     adapted: dict[str, str] = {}
     replaced: list[str] = []
@@ -145,6 +151,10 @@ def transfer_state_dict(
     if problems:
         raise ValueError("the weights are of another architecture: " + "; ".join(problems))
     report = TransferReport(
-        copied=tuple(copied), adapted=adapted, replaced=tuple(replaced), classes=classes
+        copied=tuple(copied),
+        adapted=adapted,
+        replaced=tuple(replaced),
+        classes=classes,
+        new=tuple(new),
     )
     return state, report

@@ -80,5 +80,7 @@ def describe(report: TransferReport) -> str:
         heads = ", ".join(sorted({key.rsplit(".", 1)[0] + ".*" for key in report.replaced}))
         counts = f" ({report.classes[0]} -> {report.classes[1]} classes)" if report.classes else ""
         parts.append(f"{heads} replaced{counts}")
+    if report.new:
+        parts.append(f"{len(report.new)} non-local tensors new (identity blocks)")
     origin = f" from {report.source}" if report.source else ""
     return f"initialised{origin}: " + "; ".join(parts)
