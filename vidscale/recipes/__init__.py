@@ -4,7 +4,15 @@ Names state model, frames, global batch and epochs (e.g. `tsm_r50_k400_8f_b96_e1
 """
 
 # Importing the modules fills the registry.
-from vidscale.recipes import aavg, demo, flow, imagenet, kinetics, multigrid  # noqa: F401
+from vidscale.recipes import (  # noqa: F401
+    aavg,
+    demo,
+    flow,
+    imagenet,
+    kinetics,
+    multigrid,
+    non_local,
+)
 from vidscale.recipes.registry import DOCS, RECIPES, get_recipe, list_recipes, register_recipe
 
 __all__ = ["DOCS", "RECIPES", "get_recipe", "list_recipes", "register_recipe"]
