@@ -17,6 +17,7 @@ from vidscale.models.nonlocal_block import (
     NonLocalMode,
     NonLocalSpec,
 )
+from vidscale.models.pretrained import load_pretrained
 from vidscale.models.registry import ModelConfig, build_model
 from vidscale.models.resnet import ResNet
 from vidscale.recipes import get_recipe
@@ -190,3 +191,18 @@ def test_tiny_forward_and_backward(name: str) -> None:
     for pname, p in model.named_parameters():
         if ".non_local." in pname:
             assert p.grad is not None and p.grad.abs().sum() > 0, pname
+
+
+def test_imagenet_weights_leave_the_blocks_as_identities(tmp_path: Path) -> None:
+    """`model.pretrained` (a torchvision ResNet-50 file) inflates into the trunk; the image
+    network has no non-local blocks, so they keep their initialisation."""
+    imagenet = randomised(ResNet(50)).state_dict()
+    path = tmp_path / "resnet50.pth"
+    torch.save(imagenet, path)
+    trunk = ResNet(50, temporal=I3D_3X1X1, non_local=i3d_non_local("dot_product"))
+    fresh = {k: v.clone() for k, v in trunk.state_dict().items() if ".non_local." in k}
+    assert load_pretrained(trunk, path=path) == list(fresh)
+    loaded = trunk.state_dict()
+    assert all(torch.equal(loaded[k], v) for k, v in fresh.items())
+    assert torch.equal(loaded["layer4.2.bn3.weight"], imagenet["layer4.2.bn3.weight"])
+    assert torch.equal(loaded["layer2.1.conv2.weight"][:, :, 0], imagenet["layer2.1.conv2.weight"])
