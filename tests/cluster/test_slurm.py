@@ -1,0 +1,184 @@
+"""`scripts/slurm/train.sbatch` against a real SLURM: munged + slurmctld + slurmd on this machine.
+
+One uninterrupted 2-process job is the reference; a job requeued mid-run (`scontrol requeue`),
+a job stopped by its time-limit notice (`--signal=B:USR1@...`) and queued again by the script,
+must both come back and end with every step loss and epoch metric identical to it. A job whose
+rank is SIGKILLed must end promptly (long before `dist.timeout_s`) and say why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cluster.local_slurm import TERMINAL_STATES, LocalSlurm, free_port, unavailable_reason
+from tests.tiny_run import tiny_overrides
+
+REPO = Path(__file__).resolve().parents[2]
+SBATCH = REPO / "scripts" / "slurm" / "train.sbatch"
+EPOCHS = 24  # about 30 s of training: longer than SLURM's 30 s period for time-limit signals
+TOTAL_STEPS = EPOCHS * 2  # 16 tiny videos, 4 per process, 2 processes
+
+pytestmark = pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason()))
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSlurm]:
+    cluster = LocalSlurm(tmp_path_factory.mktemp("slurm"))
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def submit(slurm: LocalSlurm, data: Path, run: Path, *sbatch_args: str, tag: str = "") -> int:
+    """sbatch the training script for a tiny 2-process run; its log is RUN.out."""
+    sets = [
+        *tiny_overrides(data),
+        f"train.epochs={EPOCHS}",
+        "train.amp=off",  # compare runs, not a load-dependent fast-path choice
+        "train.channels_last=off",
+    ]
+    train_args = ["--recipe", "demo_tsm_r18_8f_b32_e20", "--out", str(run)]
+    for s in sets:
+        train_args += ["--set", s]
+    env = {
+        "NPROC_PER_NODE": "2",
+        "RDZV_PORT": str(free_port()),
+        "VIDSCALE_TEST_TAG": tag,
+        "PYTHONPATH": str(REPO),
+    }
+    return slurm.sbatch(
+        f"--output={run}.out",
+        f"--chdir={REPO}",
+        "--cpus-per-task=2",
+        *sbatch_args,
+        str(SBATCH),
+        *train_args,
+        env=env,
+    )
+
+
+def records(run: Path) -> list[dict[str, Any]]:
+    path = run / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def history(run: Path) -> tuple[list[tuple[int, float]], list[dict[str, Any]]]:
+    """Every step's loss, and each epoch's metrics without its times."""
+    recs = records(run)
+    steps = [(r["step"], r["loss"]) for r in recs if r["kind"] == "train"]
+    keys = ("epoch", "train_loss", "train_top1", "val_top1", "val_top5", "val_loss", "lr")
+    epochs = [{k: r[k] for k in keys} for r in recs if r["kind"] == "epoch"]
+    return steps, epochs
+
+
+def wait_for_steps(run: Path, steps: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while sum(r["kind"] == "train" for r in records(run)) < steps:
+        assert time.monotonic() < deadline, f"{run}: fewer than {steps} steps in {timeout} s"
+        time.sleep(0.2)
+
+
+def log(run: Path) -> str:
+    return Path(f"{run}.out").read_text()
+
+
+@pytest.fixture(scope="module")
+def reference(slurm: LocalSlurm, tiny_demo: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run = tmp_path_factory.mktemp("slurm-runs") / "reference"
+    job = submit(slurm, tiny_demo, run, tag="reference")
+    state = slurm.wait_until(job, TERMINAL_STATES, timeout=300)
+    assert state.state == "COMPLETED", log(run)
+    return run
+
+
+def test_a_two_process_job_trains_through_sbatch(reference: Path) -> None:
+    steps, epochs = history(reference)
+    assert [s for s, _ in steps] == list(range(1, TOTAL_STEPS + 1))
+    assert [e["epoch"] for e in epochs] == list(range(1, EPOCHS + 1))
+    assert json.loads((reference / "summary.json").read_text())["world_size"] == 2
+    assert "1 node(s) x 2 process(es)" in log(reference)
+
+
+def test_a_requeued_job_continues_the_run_exactly(
+    slurm: LocalSlurm, tiny_demo: Path, tmp_path: Path, reference: Path
+) -> None:
+    run = tmp_path / "requeued"
+    job = submit(slurm, tiny_demo, run, tag="requeue")
+    wait_for_steps(run, 5)  # mid-epoch: 2 steps per epoch
+    slurm.scontrol("requeue", str(job))
+    slurm.start_now(job)
+    state = slurm.wait_until(job, TERMINAL_STATES, timeout=300)
+    text = log(run)
+    assert state.state == "COMPLETED" and state.restarts == 1, text
+    assert "stopped by SIGTERM (requeue, preemption or scancel)" in text
+    assert "resuming" in text and "(restart 1)" in text
+    assert history(run) == history(reference)
+
+
+def test_the_time_limit_notice_checkpoints_and_requeues(
+    slurm: LocalSlurm, tiny_demo: Path, tmp_path: Path, reference: Path
+) -> None:
+    run = tmp_path / "time_limit"
+    job = submit(slurm, tiny_demo, run, "--time=10", "--signal=B:USR1@90", tag="time-limit")
+    wait_for_steps(run, 3)
+    # One minute left, inside the notice's 90 s: SLURM signals at its next check (every 30 s).
+    slurm.scontrol("update", f"JobId={job}", "TimeLimit=1")
+    slurm.wait_until(job, {"PENDING"}, timeout=120)  # requeued by the script itself
+    slurm.scontrol("update", f"JobId={job}", "TimeLimit=10")
+    slurm.start_now(job)
+    state = slurm.wait_until(job, TERMINAL_STATES, timeout=300)
+    text = log(run)
+    assert state.state == "COMPLETED" and state.restarts >= 1, text
+    assert "stopped for its time limit" in text and "requeued to continue" in text
+    assert "checkpoint" in text and "resuming" in text
+    assert history(run) == history(reference)
+
+
+def _rank_pid(tag: str, rank: int) -> int | None:
+    """The training process of `rank` in the job tagged `tag` (not its torchrun agent)."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            environ = (proc / "environ").read_bytes().split(b"\0")
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if (
+            f"VIDSCALE_TEST_TAG={tag}".encode() in environ
+            and f"RANK={rank}".encode() in environ
+            and b"torchrun" not in cmdline
+        ):
+            return int(proc.name)
+    return None
+
+
+def test_a_job_whose_rank_dies_ends_promptly_and_says_why(
+    slurm: LocalSlurm, tiny_demo: Path, tmp_path: Path
+) -> None:
+    run = tmp_path / "rank_dies"
+    job = submit(slurm, tiny_demo, run, tag="rank-dies")
+    wait_for_steps(run, 3)
+    pid = _rank_pid("rank-dies", 1)
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    state = slurm.wait_until(job, TERMINAL_STATES, timeout=120)
+    took = time.monotonic() - killed_at
+    text = log(run)
+    assert state.state == "FAILED", text
+    assert took < 60, f"the job took {took:.0f} s to end after its rank died"
+    assert "Signal 9 (SIGKILL)" in text or "exitcode  : -9" in text, text
+    assert f"vidscale: job {job} failed: training exited with status" in text
