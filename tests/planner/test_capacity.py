@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from vidscale.bench.scaling import ScalingConfig, Variant
+from vidscale.bench.scaling_config import ScalingConfig, Variant
 from vidscale.bench.scaling_report import build_report
 from vidscale.bench.scaling_worker import StepSamples
 from vidscale.distributed.comm_hooks import HookName

@@ -6,10 +6,11 @@ training step waits for data (TSM paper Fig. 3b).
 - `h264_sequential`: decode every frame from the start of the video up to the last frame the
   clip uses, no seeking (what a naive loader does; for a TSN clip that is the whole video);
 - `h264_seek`: keyframe-aware seeking from a cached packet index, decoding every frame from a
-  GOP's keyframe to the frame wanted (`decode_baseline`, the decoder before decoding plans);
-- `h264_plan`: `decode.decode_frames`, a decoding plan: GOPs entered once, pictures that are
-  neither wanted nor references skipped, only wanted frames converted (`decode_plan`);
-- `h264_plan_tN` (with `threads` = N > 1): the same on N decoder threads (wall time; CPU adds up);
+  GOP's keyframe to the frame wanted (`decode_baseline`, the decoder before decoding segments);
+- `h264_segments`: `decode.decode_frames`, decoding by segments: GOPs entered once, pictures that
+  are neither wanted nor references skipped, only wanted frames converted (`decode_segments`);
+- `h264_segments_tN` (with `threads` = N > 1): the same on N decoder threads (wall time; CPU
+  adds up);
 - `shards`: JPEG frames from prepared tar shards (`ShardReader`: a few `pread`s, then decode
   exactly the frames used),
 
@@ -238,7 +239,7 @@ def h264_methods(
         frames = decode_frames_seek(paths[video], indices, meta=metas[video], stats=stats)
         return frames, stats.frames_decoded
 
-    def plan(threads: int) -> Read:
+    def segments(threads: int) -> Read:
         def read(video: int, indices: np.ndarray) -> tuple[np.ndarray, int]:
             stats = DecodeStats()
             frames = decode_frames(
@@ -251,10 +252,10 @@ def h264_methods(
     methods = [
         Method("h264_sequential", source, sequential),
         Method("h264_seek", source, seek),
-        Method("h264_plan", source, plan(1)),
+        Method("h264_segments", source, segments(1)),
     ]
     if threads > 1:
-        methods.append(Method(f"h264_plan_t{threads}", source, plan(threads)))
+        methods.append(Method(f"h264_segments_t{threads}", source, segments(threads)))
     return methods
 
 
@@ -344,7 +345,7 @@ def bench_data(
     `generate` are made, their scenes picked by `seed`. Every round reads, for every video and
     clip kind, one random training clip with every method in rotating order; a lossless method
     whose frames differ from the sequential decode's raises `RuntimeError`. `threads` > 1 adds
-    `h264_plan` on that many decoder threads. Shards are prepared from the first source (short
+    `h264_segments` on that many decoder threads. Shards are prepared from the first source (short
     side 256, JPEG `quality`). Returns (and writes to `out_json`) the settings and one row per
     (clip kind, method, source).
     """
@@ -453,14 +454,14 @@ def format_data_table(rows: Sequence[DataBenchRow]) -> str:
 
 
 def format_gains(rows: Sequence[DataBenchRow]) -> str:
-    """One line per (clip, source): what decoding plans gain over the seeking decoder."""
+    """One line per (clip, source): what segment decoding gains over the seeking decoder."""
     by = {(r.clip, r.method, r.source): r for r in rows}
     lines = []
     for r in rows:
-        if r.method == "h264_plan":
+        if r.method == "h264_segments":
             seek = by[(r.clip, "h264_seek", r.source)]
             lines.append(
-                f"{r.clip} {r.source}: h264_plan reads {r.speedup_vs_seek:.2f}x the clips per "
+                f"{r.clip} {r.source}: h264_segments reads {r.speedup_vs_seek:.2f}x the clips per "
                 f"CPU-second of h264_seek, decoding {r.frames_decoded:.1f} frames per clip "
                 f"instead of {seek.frames_decoded:.1f}"
             )

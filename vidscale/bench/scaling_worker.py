@@ -41,7 +41,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from vidscale.bench.scaling import ScalingConfig, Variant, variants
+from vidscale.bench.scaling_config import ScalingConfig, Variant, variants
 from vidscale.bench.scaling_data import real_batches
 from vidscale.data.dataset import collate
 from vidscale.data.inputs import ModelInput
