@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from vidscale.distributed.comm_hooks import HookName
+from vidscale.distributed.comm_handle import HookName
 
 if TYPE_CHECKING:  # torch-heavy: imported where used, so the CLI starts without them
     from vidscale.fastpath.trials import ProbeShape
