@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from vidscale.bench.data_wait import bench_data_wait
 from vidscale.bench.dataload import (
     PRESETS,
     BenchVideoSpec,
@@ -17,7 +18,6 @@ from vidscale.bench.dataload import (
     Method,
     _run_rounds,
     bench_data,
-    bench_data_wait,
     decode_sequential,
     format_data_table,
     format_gains,

@@ -45,7 +45,7 @@ def cmd_bench_data(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_data_wait(args: argparse.Namespace) -> int:
-    from vidscale.bench.dataload import bench_data_wait
+    from vidscale.bench.data_wait import bench_data_wait
 
     _check_model("--model", args.model)
     _check_dir("--videos", args.videos)
