@@ -10,13 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from vidscale.bench.model_ratios import add_ratios, comparisons
 from vidscale.bench.models import (
     STAGES,
     BenchConfig,
-    add_ratios,
     bench_models,
     check_request,
-    comparisons,
     table2,
     time_round_robin,
 )

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from vidscale.bench.data_wait import bench_data_wait
 from vidscale.bench.dataload import (
     PRESETS,
     BenchVideoSpec,
@@ -17,7 +18,6 @@ from vidscale.bench.dataload import (
     Method,
     _run_rounds,
     bench_data,
-    bench_data_wait,
     decode_sequential,
     format_data_table,
     format_gains,
@@ -78,7 +78,7 @@ def test_bench_data_reports_every_method_side_by_side(
     assert result["settings"]["generated"]["crf"] == TINY_VIDEOS.crf
     rows = [DataBenchRow(**r) for r in result["rows"]]
     keys = {(r.clip, r.method, r.source) for r in rows}
-    h264 = ("h264_sequential", "h264_seek", "h264_plan", "h264_plan_t2")
+    h264 = ("h264_sequential", "h264_seek", "h264_segments", "h264_segments_t2")
     methods = {(m, s) for m in h264 for s in ("gop250", "gop6")} | {("shards", "jpeg")}
     assert keys == {(c.name, m, s) for c in CLIPS for m, s in methods}
     for r in rows:
@@ -97,9 +97,9 @@ def test_bench_data_reports_every_method_side_by_side(
         assert seek.frames_decoded == base.frames_decoded
         assert seek.speedup_vs_seek == pytest.approx(1.0)
         # Plans skip the B-frames that are not references, on any number of threads.
-        plan = by[(clip, "h264_plan", "gop250")]
-        assert plan.frames_decoded < seek.frames_decoded
-        assert by[(clip, "h264_plan_t2", "gop250")].frames_decoded == plan.frames_decoded
+        segments = by[(clip, "h264_segments", "gop250")]
+        assert segments.frames_decoded < seek.frames_decoded
+        assert by[(clip, "h264_segments_t2", "gop250")].frames_decoded == segments.frames_decoded
     # With a 6-frame GOP, sparse TSN frames skip whole GOPs.
     assert (
         by[("tsn4", "h264_seek", "gop6")].frames_decoded
@@ -108,7 +108,7 @@ def test_bench_data_reports_every_method_side_by_side(
     table = format_data_table(rows)
     assert len(table.splitlines()) == len(rows) + 1 and "shards" in table
     gains = format_gains(rows).splitlines()
-    assert len(gains) == len(CLIPS) * 2 and "h264_plan" in gains[0]
+    assert len(gains) == len(CLIPS) * 2 and "h264_segments" in gains[0]
 
 
 def test_bench_data_stops_on_a_reader_with_wrong_frames(videos: dict[str, list[Path]]) -> None:

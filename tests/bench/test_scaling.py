@@ -20,7 +20,8 @@ import pytest
 import torch
 from torch import nn
 
-from vidscale.bench.scaling import ScalingConfig, check_procs, resolve
+from vidscale.bench.scaling import check_procs, resolve
+from vidscale.bench.scaling_config import ScalingConfig
 from vidscale.cli import main
 from vidscale.config import ConfigError
 from vidscale.fastpath.settings import Candidate

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from vidscale.bench.scaling import ScalingConfig, resolve
+from vidscale.bench.scaling import resolve
+from vidscale.bench.scaling_config import ScalingConfig
 from vidscale.bench.scaling_data import real_batches
 from vidscale.cli import main
 from vidscale.data.annotations import read_class_names

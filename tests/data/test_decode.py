@@ -21,7 +21,7 @@ from vidscale.data.decode import (
     probe,
 )
 from vidscale.data.decode_baseline import decode_frames_seek
-from vidscale.data.decode_plan import Segment, plan_segments
+from vidscale.data.decode_segments import Segment, segments_for
 from vidscale.data.sampling import dense_indices, uniform_indices
 
 
@@ -158,7 +158,7 @@ def test_bad_index_arguments_are_caller_errors(tmp_path: Path) -> None:
         decode_frames(path, [-1])
 
 
-# Planned decoding on the codecs and GOP structures found in datasets ------------------------
+# Decoding by segments on the codecs and GOP structures found in datasets --------------------
 
 
 @dataclass(frozen=True)
@@ -247,7 +247,7 @@ def index_sets(meta: VideoMeta, rng: np.random.Generator) -> list[np.ndarray]:
 
 
 @pytest.mark.parametrize("name", list(ENCODINGS))
-def test_planned_decode_equals_full_sequential_decode(coded: dict[str, Coded], name: str) -> None:
+def test_segment_decode_equals_full_sequential_decode(coded: dict[str, Coded], name: str) -> None:
     video = coded[name]
     assert video.meta.num_frames == len(video.full) == NUM_FRAMES
     rng = np.random.default_rng(0)
@@ -295,9 +295,9 @@ def test_sparse_clips_decode_fewer_frames_than_the_seeking_decoder(
     for _ in range(5):
         idx = uniform_indices(video.meta.num_frames, 8, rng=rng)
         new, old = DecodeStats(), DecodeStats()
-        planned = decode_frames(video.path, idx, meta=video.meta, stats=new, threads=1)
+        by_segments = decode_frames(video.path, idx, meta=video.meta, stats=new, threads=1)
         seeking = decode_frames_seek(video.path, idx, meta=video.meta, stats=old)
-        np.testing.assert_array_equal(planned, seeking)
+        np.testing.assert_array_equal(by_segments, seeking)
         assert old.frames_decoded == idx.max() + 1  # every frame up to the last one sampled
         assert new.frames_decoded < 0.75 * old.frames_decoded
 
@@ -316,13 +316,13 @@ def test_keyframes_indexed_by_decode_time_are_reached_by_one_seek(
     assert stats.seeks == 2 and stats.frames_decoded <= 3
 
 
-def test_plan_enters_each_gop_once_and_runs_on_over_adjacent_gops() -> None:
+def test_segments_enter_each_gop_once_and_run_on_over_adjacent_gops() -> None:
     keys = np.array([0, 10, 20, 30])
-    assert plan_segments(keys, [25, 3, 3, 7]) == (Segment(0, (3, 7)), Segment(20, (25,)))
+    assert segments_for(keys, [25, 3, 3, 7]) == (Segment(0, (3, 7)), Segment(20, (25,)))
     # The keyframe right after a target: decoding on is as cheap as seeking.
-    assert plan_segments(keys, [9, 10, 12]) == (Segment(0, (9, 10, 12)),)
-    assert plan_segments(keys, [8, 10]) == (Segment(0, (8,)), Segment(10, (10,)))
-    assert plan_segments(keys, range(18, 33)) == (Segment(10, tuple(range(18, 33))),)
+    assert segments_for(keys, [9, 10, 12]) == (Segment(0, (9, 10, 12)),)
+    assert segments_for(keys, [8, 10]) == (Segment(0, (8,)), Segment(10, (10,)))
+    assert segments_for(keys, range(18, 33)) == (Segment(10, tuple(range(18, 33))),)
 
 
 def test_one_converter_gives_pyav_rgb_for_every_pixel_format() -> None:

@@ -13,13 +13,15 @@ from typing import Any
 
 import pytest
 
-from vidscale.bench.scaling import ScalingConfig, Variant
+from vidscale.bench.scaling_config import ScalingConfig, Variant
 from vidscale.bench.scaling_report import build_report
 from vidscale.bench.scaling_worker import StepSamples
 from vidscale.distributed.comm_hooks import HookName
 from vidscale.planner import capacity, clusters, paper_scaling
-from vidscale.planner.capacity import PlanRequest, format_duration, parse_duration
+from vidscale.planner.capacity import PlanRequest
+from vidscale.planner.durations import format_duration, parse_duration
 from vidscale.planner.layer_costs import model_costs
+from vidscale.planner.measured import read_measured
 from vidscale.planner.report import format_plan, format_table, plan_as_dict
 
 
@@ -230,7 +232,7 @@ def measured_json(tmp_path: Path) -> Path:
 
 
 def test_measured_compute_is_the_one_process_step_at_its_batch(measured_json: Path) -> None:
-    m = capacity.read_measured(measured_json, MEASURED_MODEL)
+    m = read_measured(measured_json, MEASURED_MODEL)
     assert (m.batch, m.device, m.label) == (2, "cpu", f"{MEASURED_MODEL} 1 process")
     assert m.compute_s == pytest.approx(3.0) and m.clip_s == pytest.approx(1.5)
     assert m.data_clip_s == pytest.approx(0.001)
@@ -254,7 +256,7 @@ def test_measured_compute_is_the_one_process_step_at_its_batch(measured_json: Pa
 
 def test_measured_step_of_a_gpu_keeps_the_presets_fixed_share(tmp_path: Path) -> None:
     path = write_scaling_json(tmp_path / "gpu.json", [scaling_run(1)], gpu="NVIDIA H100")
-    m = capacity.read_measured(path, MEASURED_MODEL)
+    m = read_measured(path, MEASURED_MODEL)
     req = capacity.with_measured(
         PlanRequest(hardware="summit", batch_per_gpu=8, gpus=6), m, keep_batch=True
     )
@@ -266,7 +268,7 @@ def test_measured_step_of_a_gpu_keeps_the_presets_fixed_share(tmp_path: Path) ->
 
 def test_measured_clips_of_another_size_are_scaled_by_macs(tmp_path: Path) -> None:
     path = write_scaling_json(tmp_path / "small.json", [scaling_run(1)], frames=8, size=112)
-    m = capacity.read_measured(path, MEASURED_MODEL)
+    m = read_measured(path, MEASURED_MODEL)
     ratio = model_costs(MEASURED_MODEL).macs / model_costs(MEASURED_MODEL, size=112).macs
     assert 3.5 < ratio < 4.5
     result = capacity.plan(capacity.with_measured(PlanRequest(hardware="local", gpus=1), m))
@@ -275,7 +277,7 @@ def test_measured_clips_of_another_size_are_scaled_by_macs(tmp_path: Path) -> No
 
 
 def test_explicit_inputs_win_over_the_file(measured_json: Path) -> None:
-    m = capacity.read_measured(measured_json, MEASURED_MODEL)
+    m = read_measured(measured_json, MEASURED_MODEL)
     given = PlanRequest(
         hardware="local", gpus=2, step_time=0.5, data_time=0.01, bandwidth_gbps=10.0
     )
@@ -295,7 +297,7 @@ def test_explicit_inputs_win_over_the_file(measured_json: Path) -> None:
 
 
 def test_measured_overlap_is_the_two_process_ddp_runs(measured_json: Path) -> None:
-    m = capacity.read_measured(measured_json, MEASURED_MODEL)
+    m = read_measured(measured_json, MEASURED_MODEL)
     o = m.overlap
     assert o is not None and o.procs == 2 and o.label == f"{MEASURED_MODEL} ddp, 2 processes"
     # The forward buffer broadcast is not the gradient all-reduce: out of both.
@@ -320,7 +322,7 @@ def test_measured_overlap_is_the_two_process_ddp_runs(measured_json: Path) -> No
 
 def test_without_a_multi_process_run_there_is_no_overlap(tmp_path: Path) -> None:
     path = write_scaling_json(tmp_path / "one.json", [scaling_run(1)])
-    m = capacity.read_measured(path, MEASURED_MODEL)
+    m = read_measured(path, MEASURED_MODEL)
     assert m.overlap is None and "no multi-process plain-DDP run" in m.no_overlap
     req = capacity.with_measured(PlanRequest(hardware="local", gpus=2), m)
     with pytest.raises(ValueError, match=f"--bandwidth-gbps: .*{path}"):
@@ -330,7 +332,7 @@ def test_without_a_multi_process_run_there_is_no_overlap(tmp_path: Path) -> None
 
 
 def test_a_cpu_measurement_on_a_gpu_preset_warns(measured_json: Path, tmp_path: Path) -> None:
-    m = capacity.read_measured(measured_json, MEASURED_MODEL)
+    m = read_measured(measured_json, MEASURED_MODEL)
     (warning,) = capacity.measured_warnings(capacity.with_measured(PlanRequest(), m))
     assert "CPU" in warning and "V100" in warning and str(measured_json) in warning
     assert (
@@ -339,7 +341,7 @@ def test_a_cpu_measurement_on_a_gpu_preset_warns(measured_json: Path, tmp_path: 
     given = capacity.with_measured(PlanRequest(step_time=0.5), m)  # not the file's compute
     assert capacity.measured_warnings(given) == []
     gpu = write_scaling_json(tmp_path / "gpu.json", [scaling_run(1)], gpu="NVIDIA H100")
-    on_gpu = capacity.read_measured(gpu, MEASURED_MODEL)
+    on_gpu = read_measured(gpu, MEASURED_MODEL)
     (warning,) = capacity.measured_warnings(
         capacity.with_measured(PlanRequest(hardware="local"), on_gpu)
     )
@@ -380,7 +382,7 @@ def test_bad_measured_files_name_the_file(
 ) -> None:
     path = make(measured_json)
     with pytest.raises(ValueError, match="--measured") as err:
-        capacity.read_measured(path, MEASURED_MODEL)
+        read_measured(path, MEASURED_MODEL)
     assert words in str(err.value) and str(path) in str(err.value)
     assert len(str(err.value).splitlines()) == 1
 
@@ -388,9 +390,9 @@ def test_bad_measured_files_name_the_file(
 def test_measured_file_must_hold_the_model_and_its_one_process_run(tmp_path: Path) -> None:
     path = write_scaling_json(tmp_path / "r18.json", [scaling_run(1, model="tsm_resnet18")])
     with pytest.raises(ValueError, match=r"no runs of --model tsm_resnet50; its models: tsm_r"):
-        capacity.read_measured(path, MEASURED_MODEL)
+        read_measured(path, MEASURED_MODEL)
     only_two = write_scaling_json(
         tmp_path / "two.json", [scaling_run(2, exposed=0.1, in_flight=0.2)]
     )
     with pytest.raises(ValueError, match="no 1-process run of tsm_resnet50 \\(only 2 processes"):
-        capacity.read_measured(only_two, MEASURED_MODEL)
+        read_measured(only_two, MEASURED_MODEL)

@@ -16,15 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from vidscale.schedules.multigrid import (
-    COLUMNS,
-    MultigridSchedule,
-    MultigridSpec,
-    bn_config,
-    format_table,
-    multigrid_schedule,
-    write_csv,
-)
+from vidscale.schedules.multigrid import MultigridSchedule, multigrid_schedule
+from vidscale.schedules.multigrid_shapes import bn_config
+from vidscale.schedules.multigrid_spec import MultigridSpec
+from vidscale.schedules.multigrid_table import COLUMNS, format_table, write_csv
 
 FIXTURE = (
     Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "multigrid_k400_schedule.csv"

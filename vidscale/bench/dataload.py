@@ -6,10 +6,11 @@ training step waits for data (TSM paper Fig. 3b).
 - `h264_sequential`: decode every frame from the start of the video up to the last frame the
   clip uses, no seeking (what a naive loader does; for a TSN clip that is the whole video);
 - `h264_seek`: keyframe-aware seeking from a cached packet index, decoding every frame from a
-  GOP's keyframe to the frame wanted (`decode_baseline`, the decoder before decoding plans);
-- `h264_plan`: `decode.decode_frames`, a decoding plan: GOPs entered once, pictures that are
-  neither wanted nor references skipped, only wanted frames converted (`decode_plan`);
-- `h264_plan_tN` (with `threads` = N > 1): the same on N decoder threads (wall time; CPU adds up);
+  GOP's keyframe to the frame wanted (`decode_baseline`, the decoder before decoding segments);
+- `h264_segments`: `decode.decode_frames`, decoding by segments: GOPs entered once, pictures that
+  are neither wanted nor references skipped, only wanted frames converted (`decode_segments`);
+- `h264_segments_tN` (with `threads` = N > 1): the same on N decoder threads (wall time; CPU
+  adds up);
 - `shards`: JPEG frames from prepared tar shards (`ShardReader`: a few `pread`s, then decode
   exactly the frames used),
 
@@ -22,9 +23,7 @@ processes on the machine distort less) and frames decoded per clip. DESIGN §4 l
 magnitudes expected on one core: ~150 ms per TSN clip by decoding all of a GOP-250 video,
 3.5-5 ms from JPEG shards.
 
-`bench_data_wait` trains a real model for a few steps with the real `DataLoader` and measures
-the fraction of step time blocked waiting for the next batch (data loading not hidden by
-compute) for several clip lengths and worker counts.
+How much of a training step waits for data is `data_wait.bench_data_wait`'s.
 
 Benchmark videos are generated when none are given: a camera pan over a textured scene with
 moving objects and sensor noise, 340x256 (short side 256, as `prepare` stores), 30 fps; the
@@ -42,18 +41,15 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import av
 import cv2
 import numpy as np
 import torch
-from torch import nn
-from torch.utils.data import DataLoader
 
 from vidscale.data.annotations import VideoRecord
 from vidscale.data.clip import ClipSpec, frame_indices
-from vidscale.data.dataset import VideoClipDataset, collate
 from vidscale.data.decode import (
     DecodeError,
     DecodeStats,
@@ -66,10 +62,7 @@ from vidscale.data.decode import (
 from vidscale.data.decode_baseline import decode_frames_seek
 from vidscale.data.layouts import VIDEO_EXTENSIONS, LayoutSplits
 from vidscale.data.prepare import open_prepared, prepare_dataset
-from vidscale.data.shard_dataset import ShardClipDataset
 from vidscale.data.shards import ShardEntry, ShardReader
-from vidscale.data.transforms import normalize
-from vidscale.models.registry import ModelConfig, build_model
 
 
 @dataclass(frozen=True)
@@ -238,7 +231,7 @@ def h264_methods(
         frames = decode_frames_seek(paths[video], indices, meta=metas[video], stats=stats)
         return frames, stats.frames_decoded
 
-    def plan(threads: int) -> Read:
+    def segments(threads: int) -> Read:
         def read(video: int, indices: np.ndarray) -> tuple[np.ndarray, int]:
             stats = DecodeStats()
             frames = decode_frames(
@@ -251,10 +244,10 @@ def h264_methods(
     methods = [
         Method("h264_sequential", source, sequential),
         Method("h264_seek", source, seek),
-        Method("h264_plan", source, plan(1)),
+        Method("h264_segments", source, segments(1)),
     ]
     if threads > 1:
-        methods.append(Method(f"h264_plan_t{threads}", source, plan(threads)))
+        methods.append(Method(f"h264_segments_t{threads}", source, segments(threads)))
     return methods
 
 
@@ -311,7 +304,7 @@ def _rows(methods: list[Method], clip: str, frames: int, baseline: str) -> list[
     return rows
 
 
-def _prepare_shards(paths: list[Path], out: Path, *, quality: int) -> list[ShardEntry]:
+def prepare_shards(paths: list[Path], out: Path, *, quality: int) -> list[ShardEntry]:
     splits = LayoutSplits(["bench"], [VideoRecord(p, 0) for p in paths], [])
     manifest = prepare_dataset(
         splits, out, short_side=256, quality=quality, workers=1, progress=False
@@ -344,54 +337,77 @@ def bench_data(
     `generate` are made, their scenes picked by `seed`. Every round reads, for every video and
     clip kind, one random training clip with every method in rotating order; a lossless method
     whose frames differ from the sequential decode's raises `RuntimeError`. `threads` > 1 adds
-    `h264_plan` on that many decoder threads. Shards are prepared from the first source (short
+    `h264_segments` on that many decoder threads. Shards are prepared from the first source (short
     side 256, JPEG `quality`). Returns (and writes to `out_json`) the settings and one row per
     (clip kind, method, source).
     """
     with ExitStack() as stack:
         work = Path(work_dir or stack.enter_context(tempfile.TemporaryDirectory()))
-        if videos_dir is not None:
-            sources = {"given": find_videos(Path(videos_dir), limit=max_videos)}
-        else:
-            sources = make_bench_videos(work / "videos", generate, seed=seed)
+        sources = (
+            {"given": find_videos(Path(videos_dir), limit=max_videos)}
+            if videos_dir is not None
+            else make_bench_videos(work / "videos", generate, seed=seed)
+        )
         first = next(iter(sources))
         # Probed once per video, as each loader worker caches it.
         metas = {s: [probe(p) for p in paths] for s, paths in sources.items()}
-        entries = _prepare_shards(sources[first], work / "shards", quality=quality)
+        entries = prepare_shards(sources[first], work / "shards", quality=quality)
         reader = ShardReader()
         stack.callback(reader.close)
         rows: list[DataBenchRow] = []
-        for kind in clips:
-            methods = [
-                m for s, p in sources.items() for m in h264_methods(s, p, metas[s], threads=threads)
-            ]
-            methods.append(shard_method(entries, reader))
+        for kind in clips:  # fresh methods per clip kind: each keeps its own samples
+            methods = _methods(sources, metas, entries, reader, threads=threads)
             _run_rounds(methods, kind.spec, metas[first], rounds=rounds, seed=seed)
             rows.extend(_rows(methods, kind.name, kind.spec.frames, baseline=first))
-        kbps = {s: _kbps(paths, metas[s]) for s, paths in sources.items()}  # before cleanup
-    result = {
-        "settings": {
-            "videos": {s: [str(p) for p in paths] for s, paths in sources.items()},
-            "frames_per_video": [m.num_frames for m in metas[first]],
-            "kbps": kbps,
-            "size": [metas[first][0].width, metas[first][0].height],
-            "generated": asdict(generate) if videos_dir is None else None,
-            "rounds": rounds,
-            "decoder_threads": threads,
-            "clips": {k.name: asdict(k.spec) for k in clips},
-            "jpeg_quality": quality,
-            "cpu_count": os.cpu_count(),
-            "machine": platform.platform(),
-            "torch_threads": torch.get_num_threads(),
-        },
-        "rows": [asdict(r) for r in rows],
+        videos = _video_settings(sources, metas, first)  # before cleanup: reads file sizes
+    settings = videos | {
+        "generated": asdict(generate) if videos_dir is None else None,
+        "rounds": rounds,
+        "decoder_threads": threads,
+        "clips": {k.name: asdict(k.spec) for k in clips},
+        "jpeg_quality": quality,
     }
+    result = {"settings": settings | _host(), "rows": [asdict(r) for r in rows]}
     if out_json is not None:
         Path(out_json).write_text(json.dumps(result, indent=2) + "\n")
     if show:
         print(format_data_table(rows))
         print(format_gains(rows))
     return result
+
+
+def _methods(
+    sources: dict[str, list[Path]],
+    metas: dict[str, list[VideoMeta]],
+    entries: list[ShardEntry],
+    reader: ShardReader,
+    *,
+    threads: int,
+) -> list[Method]:
+    """Every reading method: the H.264 ones on each source, then the shards."""
+    methods = [m for s, p in sources.items() for m in h264_methods(s, p, metas[s], threads=threads)]
+    return [*methods, shard_method(entries, reader)]
+
+
+def _video_settings(
+    sources: dict[str, list[Path]], metas: dict[str, list[VideoMeta]], first: str
+) -> dict[str, Any]:
+    """The videos read: paths, frames, bit rates and the first source's frame size."""
+    return {
+        "videos": {s: [str(p) for p in paths] for s, paths in sources.items()},
+        "frames_per_video": [m.num_frames for m in metas[first]],
+        "kbps": {s: _kbps(paths, metas[s]) for s, paths in sources.items()},
+        "size": [metas[first][0].width, metas[first][0].height],
+    }
+
+
+def _host() -> dict[str, Any]:
+    """The machine the clips were read on."""
+    return {
+        "cpu_count": os.cpu_count(),
+        "machine": platform.platform(),
+        "torch_threads": torch.get_num_threads(),
+    }
 
 
 def _kbps(paths: list[Path], metas: list[VideoMeta]) -> list[int]:
@@ -453,177 +469,15 @@ def format_data_table(rows: Sequence[DataBenchRow]) -> str:
 
 
 def format_gains(rows: Sequence[DataBenchRow]) -> str:
-    """One line per (clip, source): what decoding plans gain over the seeking decoder."""
+    """One line per (clip, source): what segment decoding gains over the seeking decoder."""
     by = {(r.clip, r.method, r.source): r for r in rows}
     lines = []
     for r in rows:
-        if r.method == "h264_plan":
+        if r.method == "h264_segments":
             seek = by[(r.clip, "h264_seek", r.source)]
             lines.append(
-                f"{r.clip} {r.source}: h264_plan reads {r.speedup_vs_seek:.2f}x the clips per "
+                f"{r.clip} {r.source}: h264_segments reads {r.speedup_vs_seek:.2f}x the clips per "
                 f"CPU-second of h264_seek, decoding {r.frames_decoded:.1f} frames per clip "
                 f"instead of {seek.frames_decoded:.1f}"
             )
-    return "\n".join(lines)
-
-
-# data wait (Fig. 3b) -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class WaitRow:
-    model: str
-    frames: int
-    workers: int
-    batch: int
-    steps: int
-    step_s: float  # mean over the timed steps
-    wait_s: float  # mean time blocked on the next batch
-    wait_fraction: float
-
-
-def bench_data_wait(
-    model_name: str,
-    *,
-    batch: int,
-    frames_list: Sequence[int] = (8, 16, 32),
-    workers_list: Sequence[int] = (0, 1, 2),
-    steps: int = 3,
-    warmup: int = 1,
-    size: int = 112,
-    source: Literal["videos", "shards"] = "videos",
-    videos_dir: Path | None = None,
-    work_dir: Path | None = None,
-    count: int = 4,
-    seconds: float = 10.0,
-    num_classes: int = 400,
-    threads: int = 1,
-    device: str = "cpu",
-    out_json: Path | None = None,
-    show: bool = True,
-) -> list[WaitRow]:
-    """Fraction of training-step time spent waiting for data (TSM paper Fig. 3b).
-
-    For each clip length in `frames_list` (TSN sampling for 8 frames or fewer, dense stride 2
-    above) and each loader worker count, runs `warmup` + `steps` real SGD steps of `model_name`
-    on `batch` clips of `size` x `size` read by the real `DataLoader` (`source`: raw videos or
-    prepared shards) on `device`, with `threads` intra-op threads on the CPU (loader workers
-    get one each), and reports the share of the timed steps' time blocked on the next batch.
-    """
-    rows: list[WaitRow] = []
-    previous_threads = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        with ExitStack() as stack:
-            work = Path(work_dir or stack.enter_context(tempfile.TemporaryDirectory()))
-            if videos_dir is not None:
-                paths = find_videos(Path(videos_dir), limit=64)
-            else:
-                generate = BenchVideoSpec(count=count, seconds=seconds, gops=(250,))
-                made = make_bench_videos(work / "videos", generate)
-                paths = made["gop250"]
-            records = [VideoRecord(p, k % num_classes) for k, p in enumerate(paths)]
-            entries = (
-                _prepare_shards(paths, work / "shards", quality=90) if source == "shards" else []
-            )
-            for frames in frames_list:
-                spec = ClipSpec(
-                    frames=frames,
-                    sampling="uniform" if frames <= 8 else "dense",
-                    stride=2,
-                    crop_size=size,
-                    flip=True,
-                )
-                for workers in workers_list:
-                    dataset = (
-                        ShardClipDataset(entries, spec, train=True)
-                        if source == "shards"
-                        else VideoClipDataset(records, spec, train=True)
-                    )
-                    run = _WaitRun(model_name, batch, steps, warmup, num_classes, device)
-                    rows.append(run.measure(dataset, frames=frames, workers=workers))
-    finally:
-        torch.set_num_threads(previous_threads)
-    if out_json is not None:
-        Path(out_json).write_text(json.dumps([asdict(r) for r in rows], indent=2) + "\n")
-    if show:
-        print(format_wait_table(rows))
-    return rows
-
-
-@dataclass(frozen=True)
-class _WaitRun:
-    model_name: str
-    batch: int
-    steps: int
-    warmup: int
-    num_classes: int = 400
-    device: str = "cpu"
-
-    def measure(self, dataset: VideoClipDataset, *, frames: int, workers: int) -> WaitRow:
-        """`warmup` + `steps` SGD steps; the timed steps' mean step time and time blocked."""
-        torch.manual_seed(0)
-        cfg = ModelConfig(name=self.model_name, num_classes=self.num_classes, frames=frames)
-        device = torch.device(self.device)
-        model = build_model(cfg).to(device).train()
-        optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
-        total = self.warmup + self.steps
-        loader = DataLoader(
-            dataset,
-            batch_size=self.batch,
-            sampler=_shuffled_passes(len(dataset), total * self.batch),
-            num_workers=workers,
-            collate_fn=collate,
-            drop_last=True,
-            pin_memory=device.type == "cuda",
-            prefetch_factor=2 if workers else None,
-        )
-        step_s: list[float] = []
-        wait_s: list[float] = []
-        batches = iter(loader)
-        for _ in range(total):
-            start = time.perf_counter()
-            item = next(batches)  # blocked here: loading not hidden by the previous step
-            wait_s.append(time.perf_counter() - start)
-            clips = normalize(item["inputs"]["rgb"].to(device, non_blocking=True))
-            labels = item["label"].to(device, non_blocking=True)
-            loss = nn.functional.cross_entropy(model(clips), labels)
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            if device.type == "cuda":  # the step ends when its kernels do
-                torch.cuda.synchronize(device)
-            step_s.append(time.perf_counter() - start)
-        del batches  # stops the workers
-        timed_step, timed_wait = step_s[self.warmup :], wait_s[self.warmup :]
-        return WaitRow(
-            model=self.model_name,
-            frames=frames,
-            workers=workers,
-            batch=self.batch,
-            steps=len(timed_step),
-            step_s=float(np.mean(timed_step)),
-            wait_s=float(np.mean(timed_wait)),
-            wait_fraction=sum(timed_wait) / sum(timed_step),
-        )
-
-
-def _shuffled_passes(size: int, length: int) -> list[int]:
-    """`length` indices from shuffled passes over `size` items (a few steps may need more clips
-    than a small benchmark set has videos)."""
-    g = torch.Generator().manual_seed(0)
-    order: list[int] = []
-    while len(order) < length:
-        order.extend(torch.randperm(size, generator=g).tolist())
-    return order[:length]
-
-
-def format_wait_table(rows: Sequence[WaitRow]) -> str:
-    head = f"{'model':22s} {'frames':>6s} {'workers':>7s} {'batch':>5s} {'step s':>7s} "
-    lines = [head + f"{'wait s':>7s} {'wait %':>7s}"]
-    for r in rows:
-        lines.append(
-            f"{r.model:22s} {r.frames:6d} {r.workers:7d} {r.batch:5d} {r.step_s:7.2f} "
-            f"{r.wait_s:7.2f} {100 * r.wait_fraction:7.1f}"
-        )
     return "\n".join(lines)

@@ -52,6 +52,7 @@ import torch
 from torch import Tensor, nn
 
 from vidscale.bench.flops import ModelInfo, model_info
+from vidscale.bench.model_ratios import PASSES, Pass, add_ratios, comparisons
 from vidscale.fastpath import hardware
 from vidscale.fastpath.host_memory import set_host_memory_retention
 from vidscale.fastpath.isolation import probe_isolated
@@ -78,10 +79,8 @@ from vidscale.models.registry import (
 )
 
 Mode = Literal["fp32", "fast"]
-Pass = Literal["train", "infer"]
 Clock = Literal["wall", "process"]
 MODES: tuple[Mode, ...] = ("fp32", "fast")
-PASSES: tuple[Pass, ...] = ("train", "infer")
 # Table 1's models and TSN, the shift's zero-cost reference (TSM/TSN step time).
 DEFAULT_MODELS = ("tsm_resnet50", "tsn_resnet50", "i3d_resnet50_3x1x1", "i3d_resnet50_3x3x3")
 # Table 2's columns; "pool2" exists only in trunks that pool time after res2 (I3D 3x1x1).
@@ -322,14 +321,7 @@ def bench_models(
     with _restoring_torch_settings():
         if cfg.threads > 0 and dev.type == "cpu":
             torch.set_num_threads(cfg.threads)
-        choices = {}
-        if "fast" in cfg.modes:
-            for n in names:
-                if progress:
-                    print(f"bench: probing what auto chooses for {n}", file=sys.stderr)
-                choices[n] = auto_choice(n, cfg=cfg, device=dev)
-                if progress:
-                    print(f"bench: {n}: {choices[n].describe()}", file=sys.stderr)
+        choices = _auto_choices(names, cfg, dev, progress=progress)
         subjects = [
             _subject(n, mode=m, cfg=cfg, device=dev, auto=choices.get(n) if m == "fast" else None)
             for m in cfg.modes
@@ -349,15 +341,10 @@ def bench_models(
         )
     host["load_average_end"] = hardware.load_average()
     peaks = {k: f / statistics.median(samples.seconds[f"peak:{k}"]) for k, f in peak_flops.items()}
-    infos = {
-        n: model_info(_model_cfg(n, cfg), frames=cfg.clip_frames(n), size=cfg.size) for n in names
-    }
-    rows = [_row(s, infos[s.name], samples, peaks, cfg=cfg) for s in subjects]
-    rows = add_ratios(rows, baseline=baseline)
-    settings = dataclasses.asdict(cfg) | {"peak_size": side, "baseline": baseline}
+    rows = add_ratios(_rows(subjects, samples, peaks, cfg=cfg), baseline=baseline)
     result = BenchResult(
         hardware=host,
-        settings=settings,
+        settings=dataclasses.asdict(cfg) | {"peak_size": side, "baseline": baseline},
         peak_flops_per_s=peaks,
         rows=rows,
         comparisons=comparisons(rows, baseline=baseline),
@@ -366,6 +353,37 @@ def bench_models(
     if out_json is not None:
         Path(out_json).write_text(json.dumps(result.as_dict(), indent=2) + "\n")
     return result
+
+
+def _auto_choices(
+    names: Sequence[str], cfg: BenchConfig, device: torch.device, *, progress: bool
+) -> dict[str, FastPathDecision]:
+    """What "auto" chooses for each model, where the fast mode is measured."""
+    choices: dict[str, FastPathDecision] = {}
+    if "fast" not in cfg.modes:
+        return choices
+    for n in names:
+        if progress:
+            print(f"bench: probing what auto chooses for {n}", file=sys.stderr)
+        choices[n] = auto_choice(n, cfg=cfg, device=device)
+        if progress:
+            print(f"bench: {n}: {choices[n].describe()}", file=sys.stderr)
+    return choices
+
+
+def _rows(
+    subjects: Sequence[_Subject],
+    samples: RoundRobinSamples,
+    peaks: dict[str, float],
+    *,
+    cfg: BenchConfig,
+) -> list[dict[str, Any]]:
+    """One Table 1 row per subject, with each model's costs counted once."""
+    names = dict.fromkeys(s.name for s in subjects)
+    infos = {
+        n: model_info(_model_cfg(n, cfg), frames=cfg.clip_frames(n), size=cfg.size) for n in names
+    }
+    return [_row(s, infos[s.name], samples, peaks, cfg=cfg) for s in subjects]
 
 
 @contextlib.contextmanager
@@ -465,75 +483,6 @@ def _row(
         row[f"{kind}_flops_per_s"] = flops_per_clip * cfg.batch / seconds
         row[f"{kind}_utilization"] = row[f"{kind}_flops_per_s"] / peaks[s.compute]
     return row
-
-
-def add_ratios(rows: list[dict[str, Any]], *, baseline: str) -> list[dict[str, Any]]:
-    """New rows with ratios to the baseline model's row of the same mode, and, for fast rows,
-    the speedup over the same model's fp32 row (fp32 seconds / fast seconds); where both rows
-    have per-round samples, also the median of the per-round ratios (`X_fast_vs_fp32`) and
-    their noise (`X_fast_vs_fp32_noise`, IQR / median), what "auto"'s acceptance reads.
-
-    `X_vs_baseline` is this row's X over the baseline's, as in Table 1's "(1.5x)": throughput,
-    utilisation and Compute/IO (higher is better), parameters and FLOPs, and `train_s` /
-    `infer_s` (step time: lower is better).
-    """
-    base = {r["mode"]: r for r in rows if r["model"] == baseline}
-    fp32 = {r["model"]: r for r in rows if r["mode"] == "fp32"}
-    out = []
-    for row in rows:
-        b, ref, new = base[row["mode"]], fp32.get(row["model"]), dict(row)
-        for key in ("params", "flops", "compute_per_io"):
-            new[f"{key}_vs_baseline"] = row[key] / b[key]
-        for kind in PASSES:
-            for key in (f"{kind}_s", f"{kind}_clips_per_s", f"{kind}_utilization"):
-                if key in row and key in b:
-                    new[f"{key}_vs_baseline"] = row[key] / b[key]
-            if row["mode"] == "fast" and ref is not None and f"{kind}_s" in row:
-                new[f"{kind}_fast_speedup"] = ref[f"{kind}_s"] / row[f"{kind}_s"]
-                new.update(_per_round_speedup(ref, row, kind=kind))
-        out.append(new)
-    return out
-
-
-def _per_round_speedup(
-    fp32: dict[str, Any], fast: dict[str, Any], *, kind: str
-) -> dict[str, float]:
-    key = f"{kind}_samples_s"
-    if key not in fp32 or key not in fast:
-        return {}
-    ratios = [a / b for a, b in zip(fp32[key], fast[key], strict=True)]
-    return {
-        f"{kind}_fast_vs_fp32": statistics.median(ratios),
-        f"{kind}_fast_vs_fp32_noise": spread(ratios),
-    }
-
-
-def comparisons(rows: Sequence[dict[str, Any]], *, baseline: str) -> list[dict[str, Any]]:
-    """The baseline against every other model, per mode, as "baseline / model" ratios.
-
-    With baseline TSM, `train_step_time` is TSM's step time over the model's (TSM / TSN: the
-    shift's overhead) and `train_clips_per_s` / `infer_clips_per_s` TSM's throughput over the
-    model's (TSM vs I3D: Table 1's throughput column). Each is the median over rounds of the
-    ratio within the round (both were timed in it, close together), so a machine that speeds up
-    or slows down over the run moves both sides of every ratio alike.
-    """
-    base = {r["mode"]: r for r in rows if r["model"] == baseline}
-    out = []
-    for row in rows:
-        b = base[row["mode"]]
-        if row["model"] == baseline:
-            continue
-        pair: dict[str, Any] = {"mode": row["mode"], "baseline": baseline, "model": row["model"]}
-        for kind in PASSES:
-            key = f"{kind}_samples_s"
-            if key not in row or key not in b:
-                continue
-            per_round = [x / y for x, y in zip(b[key], row[key], strict=True)]
-            if kind == "train":
-                pair["train_step_time"] = statistics.median(per_round)
-            pair[f"{kind}_clips_per_s"] = statistics.median(1 / r for r in per_round)
-        out.append(pair)
-    return out
 
 
 def table2(names: Sequence[str], *, frames: int = 0) -> dict[str, list[int | None]]:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from vidscale.config import ConfigError, DataConfig, RunConfig
 
 if TYPE_CHECKING:
-    from vidscale.bench.scaling import ScalingConfig
+    from vidscale.bench.scaling_config import ScalingConfig
     from vidscale.distributed.env import DistEnv
 
 

@@ -16,7 +16,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from vidscale.bench.scaling import ScalingConfig
+from vidscale.bench.scaling_config import ScalingConfig
 from vidscale.fastpath.hardware import describe, resolve_device
 
 # The measured series of each rank, per step; `compute_s` is derived from them.

@@ -41,13 +41,14 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from vidscale.bench.scaling import ScalingConfig, Variant, variants
+from vidscale.bench.scaling_config import ScalingConfig, Variant, variants
 from vidscale.bench.scaling_data import real_batches
 from vidscale.data.dataset import collate
 from vidscale.data.inputs import ModelInput
 from vidscale.distributed.aavg import AAVGConfig
 from vidscale.distributed.collectives import all_gather_object, barrier
-from vidscale.distributed.comm_hooks import CommConfig, Mark, mark, seconds_between
+from vidscale.distributed.comm_handle import CommConfig
+from vidscale.distributed.comm_timing import Mark, mark, seconds_between
 from vidscale.distributed.ddp import is_ddp
 from vidscale.distributed.env import DistEnv, init_distributed
 from vidscale.distributed.failure import fail_together
@@ -96,7 +97,7 @@ class ForwardSyncTimer:
     """Seconds between entering DDP's forward and entering its module's forward: DDP's
     pre-forward, whose cost is the broadcast of rank 0's buffers (BatchNorm statistics) to
     every rank, a blocking collective that the gradient hooks do not see. Zero without DDP.
-    Timed with the gradient hooks' clock (`comm_hooks.mark`: CUDA events on a GPU)."""
+    Timed with the gradient hooks' clock (`comm_timing.mark`: CUDA events on a GPU)."""
 
     def __init__(self, model: nn.Module, device: torch.device) -> None:
         self.device = device

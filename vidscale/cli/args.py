@@ -63,7 +63,7 @@ def _non_negative(text: str) -> float:
 
 def _duration(text: str) -> float:
     """An argparse type: a duration (`15m`, `1h30m`, `90s`) in seconds."""
-    from vidscale.planner.capacity import parse_duration
+    from vidscale.planner.durations import parse_duration
 
     try:
         return parse_duration(text)

@@ -45,7 +45,7 @@ def cmd_bench_data(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_data_wait(args: argparse.Namespace) -> int:
-    from vidscale.bench.dataload import bench_data_wait
+    from vidscale.bench.data_wait import bench_data_wait
 
     _check_model("--model", args.model)
     _check_dir("--videos", args.videos)
@@ -81,7 +81,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="generated videos: 340x256 CRF 23, GOP 250 and 16; k400: 456x256 CRF 21, GOP 250",
     )
     p.add_argument(
-        "--threads", type=_at_least(1), default=1, help="also time h264_plan on N decoder threads"
+        "--threads",
+        type=_at_least(1),
+        default=1,
+        help="also time h264_segments on N decoder threads",
     )
     p.add_argument("--rounds", type=_at_least(1), default=5)
     p.set_defaults(fn=cmd_bench_data)

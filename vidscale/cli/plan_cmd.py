@@ -23,7 +23,8 @@ from vidscale.config import ConfigError
 
 def _plan_request(args: argparse.Namespace, gpus: int | None) -> Any:
     """The request of the flags; with --measured, the file's inputs where no flag gives them."""
-    from vidscale.planner.capacity import PlanRequest, read_measured, with_measured
+    from vidscale.planner.capacity import PlanRequest, with_measured
+    from vidscale.planner.measured import read_measured
 
     _check_model("--model", args.model)
     req = PlanRequest(

@@ -1,9 +1,9 @@
 """Decoding frames from video files with PyAV, decoding only what the sampled frames need.
 
-Cost is set by how many frames are decoded (DESIGN §4), so `decode_frames` plans its work from
+Cost is set by how many frames are decoded (DESIGN §4), so `decode_frames` orders its work by
 the stream's packet index (`probe`): frame i is the packet with the i-th smallest presentation
 timestamp, and each frame belongs to the keyframe that starts its group of pictures (GOP). The
-plan (`decode_plan`) enters each GOP that holds a wanted frame once, at its keyframe, sends packets
+segments (`decode_segments`) enter each GOP that holds a wanted frame once, at its keyframe, send packets
 until the last wanted frame of that GOP and stops there; inside it, pictures that are neither
 wanted nor references are skipped by the decoder (H.264, MPEG-1/2/4 part 2), and only wanted
 frames are converted to RGB. Sparse TSN samples on a long-GOP file thus cost the reference
@@ -19,7 +19,6 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,8 @@ import av
 import numpy as np
 from av.video.reformatter import VideoReformatter
 
-from vidscale.data.decode_plan import PlanRunner, plan_segments
+from vidscale.data.decode_segments import SegmentDecoder, segments_for
+from vidscale.data.video_meta import DecodeStats, VideoMeta
 
 # What PyAV/FFmpeg raise for unreadable input; all of it becomes DecodeError.
 _READ_ERRORS = (av.error.FFmpegError, OSError, ValueError, EOFError, UnicodeDecodeError)
@@ -35,43 +35,6 @@ _READ_ERRORS = (av.error.FFmpegError, OSError, ValueError, EOFError, UnicodeDeco
 
 class DecodeError(RuntimeError):
     """A video that cannot be read; the message says why."""
-
-
-@dataclass(frozen=True, eq=False)
-class VideoMeta:
-    """What `probe` learns without decoding: `pts`, the presentation timestamps in frame order,
-    and `keyframes`, the indices of frames that start a GOP (ascending, from 0). Without
-    timestamps in the container `pts` is empty (not `seekable`) and `decode_frames` decodes
-    sequentially from the start. `key_dts` holds the decode timestamps of the keyframes' packets
-    (some containers, AVI for one, index keyframes by decode time), and `reorder_depth` the
-    decoder's frame reordering delay as FFmpeg's stream probing found it (0: unknown or none)."""
-
-    num_frames: int
-    fps: float
-    width: int
-    height: int
-    duration: float  # seconds
-    pts: np.ndarray = field(repr=False)
-    keyframes: np.ndarray = field(repr=False)
-    key_dts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), repr=False)
-    reorder_depth: int = 0
-
-    @property
-    def seekable(self) -> bool:
-        return len(self.pts) == self.num_frames > 0
-
-    @cached_property
-    def index_of_pts(self) -> dict[int, int]:
-        """Frame index by pts (a dict lookup per packet and per decoded frame)."""
-        return {int(p): i for i, p in enumerate(self.pts.tolist())}
-
-
-@dataclass
-class DecodeStats:
-    """Work done by `decode_frames` calls (for benchmarks and tests): frames decoded, seeks."""
-
-    frames_decoded: int = 0
-    seeks: int = 0
 
 
 def decode_threads() -> int:
@@ -251,12 +214,12 @@ def decode_frames(
     wanted = [int(i) for i in np.unique(wanted_order)]
     stats = stats if stats is not None else DecodeStats()
     threads = decode_threads() if threads is None else threads
-    # A seekable file needs nothing of FFmpeg's stream probing: the plan comes from `meta`.
+    # A seekable file needs nothing of FFmpeg's stream probing: the segments come from `meta`.
     with open_video(path, threads=threads, probe_codec=not meta.seekable) as (container, stream):
         try:
             if meta.seekable:
-                runner = PlanRunner(container, stream, meta, stats, RGBConverter())
-                got = runner.run(plan_segments(meta.keyframes, wanted))
+                runner = SegmentDecoder(container, stream, meta, stats, RGBConverter())
+                got = runner.run(segments_for(meta.keyframes, wanted))
             else:
                 got = _decode_sequential(container, stream, wanted, stats)
         except _READ_ERRORS as err:

@@ -1,5 +1,5 @@
 """The keyframe-seeking decoder that `decode.decode_frames` replaced, kept as the baseline of
-`vidscale bench data` (`h264_seek`) so one run measures the gain of decoding plans.
+`vidscale bench data` (`h264_seek`) so one run measures the gain of decoding by segments.
 
 For each wanted frame, in ascending order, it keeps decoding forward when the frame's GOP
 starts at or before what has been decoded already, and otherwise seeks to that GOP's keyframe.

@@ -112,49 +112,62 @@ def transfer_state_dict(
     new = sorted(k for k in set(want_keys) - set(have_keys) if NON_LOCAL_KEY.search(k))
     missing = sorted(set(want_keys) - set(have_keys) - set(new))
     unexpected = sorted(set(have_keys) - set(want_keys))
-    state = {want_keys[k]: target[want_keys[k]].detach().clone() for k in new}
-    copied: list[str] = []
-    adapted: dict[str, str] = {}
-    replaced: list[str] = []
-    classes: tuple[int, int] | None = None
-    mismatched: list[str] = []
+    transfer = _Transfer()
+    # The target's own fresh tensors for blocks the source lacks (non-local: identities).
+    transfer.state.update({want_keys[k]: target[want_keys[k]].detach().clone() for k in new})
     for plain, key in want_keys.items():
-        if plain not in have_keys:
-            continue  # reported as missing
-        want, original = target[key], source[have_keys[plain]]
-        have, how = _adapt(plain, original.to(want.dtype), want, init=inflate_init)
-        if have.shape == want.shape:
-            state[key] = have
-            if how:
-                adapted[plain] = how
-            else:
-                copied.append(plain)
-        elif CLASSIFIER.match(plain) and have.shape[1:] == want.shape[1:]:
-            # A new class list: the target's fresh head, a copy so that the result never aliases
-            # the target's own parameters.
-            state[key] = want.detach().clone()
-            replaced.append(plain)
-            classes = (have.shape[0], want.shape[0])
-        else:
-            mismatched.append(
-                f"{plain} (source {tuple(original.shape)}, target {tuple(want.shape)})"
-            )
+        if plain in have_keys:  # else reported as missing
+            transfer.take(plain, key, source[have_keys[plain]], target[key], init=inflate_init)
     problems = [
         _named(kind, names)
         for kind, names in (
             ("missing", missing),
             ("unexpected", unexpected),
-            ("shape", mismatched),
+            ("shape", transfer.mismatched),
         )
         if names
     ]
     if problems:
         raise ValueError("the weights are of another architecture: " + "; ".join(problems))
     report = TransferReport(
-        copied=tuple(copied),
-        adapted=adapted,
-        replaced=tuple(replaced),
-        classes=classes,
+        copied=tuple(transfer.copied),
+        adapted=transfer.adapted,
+        replaced=tuple(transfer.replaced),
+        classes=transfer.classes,
         new=tuple(new),
     )
-    return state, report
+    return transfer.state, report
+
+
+@dataclass
+class _Transfer:
+    """The state dict being built, and what happened to each key (`TransferReport`)."""
+
+    state: dict[str, Tensor] = field(default_factory=dict)
+    copied: list[str] = field(default_factory=list)
+    adapted: dict[str, str] = field(default_factory=dict)
+    replaced: list[str] = field(default_factory=list)
+    classes: tuple[int, int] | None = None
+    mismatched: list[str] = field(default_factory=list)
+
+    def take(
+        self, plain: str, key: str, original: Tensor, want: Tensor, *, init: InflateInit
+    ) -> None:
+        """Put `original`, adapted to `want`'s shape where it can be, under `key`."""
+        have, how = _adapt(plain, original.to(want.dtype), want, init=init)
+        if have.shape == want.shape:
+            self.state[key] = have
+            if how:
+                self.adapted[plain] = how
+            else:
+                self.copied.append(plain)
+        elif CLASSIFIER.match(plain) and have.shape[1:] == want.shape[1:]:
+            # A new class list: the target's fresh head, a copy so that the result never aliases
+            # the target's own parameters.
+            self.state[key] = want.detach().clone()
+            self.replaced.append(plain)
+            self.classes = (have.shape[0], want.shape[0])
+        else:
+            self.mismatched.append(
+                f"{plain} (source {tuple(original.shape)}, target {tuple(want.shape)})"
+            )

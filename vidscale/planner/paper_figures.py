@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from vidscale.atomic import atomic_write_text
-from vidscale.planner.capacity import format_duration
+from vidscale.planner.durations import format_duration
 
 LABELS = {
     "tsm_resnet50": "TSM (24.3M)",

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from vidscale.planner.capacity import Measured, PlanResult, TargetResult, format_duration
+from vidscale.planner.capacity import PlanResult, TargetResult
+from vidscale.planner.durations import format_duration
+from vidscale.planner.measured import Measured
 
 
 def _header(result: PlanResult) -> str:

@@ -218,24 +218,58 @@ def evaluate(
             average=average,
             views_per_forward=views_per_forward,
         )
-        sums[0] += _loss_sum(scores, labels, probabilities=probabilities)
-        sums[1] += topk_hits(scores, labels, 1)
-        sums[2] += topk_hits(scores, labels, 5)
-        sums[3] += labels.numel()
-        if len(streams) > 1:
-            for j, stream_scores in enumerate(per_stream):
-                sums[5 + j] += topk_hits(stream_scores, labels, 1)
+        _add_batch(sums, scores, labels, probabilities=probabilities, per_stream=per_stream)
         if keep_scores:
             probs = as_probabilities(scores, probabilities=probabilities).cpu()
             kept.update(zip(batch["index"].tolist(), probs, strict=True))
     all_reduce_sum(sums)
+    named, kept = _gathered(unreadable, kept if keep_scores else None)
+    for s, mode in zip(streams, modes, strict=True):
+        s.model.train(mode)
+    return _result(sums, streams, skipped=skipped, unreadable=named, scores=kept)
+
+
+def _gathered(
+    unreadable: list[tuple[str, str]], kept: dict[int, torch.Tensor] | None
+) -> tuple[list[tuple[str, str]], dict[int, torch.Tensor]]:
+    """Every rank's unreadable videos (sorted, once each) and, when kept, every rank's scores;
+    every rank must call this."""
     named = {
         (str(path), str(reason)) for part in all_gather_object(unreadable) for path, reason in part
     }
-    if keep_scores:
-        kept = {i: p for part in all_gather_object(kept) for i, p in part.items()}
-    for s, mode in zip(streams, modes, strict=True):
-        s.model.train(mode)
+    if kept is None:
+        return sorted(named), {}
+    return sorted(named), {i: p for part in all_gather_object(kept) for i, p in part.items()}
+
+
+def _add_batch(
+    sums: torch.Tensor,
+    scores: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    probabilities: bool,
+    per_stream: Sequence[torch.Tensor],
+) -> None:
+    """Add one batch's loss, top-1/top-5 hits, videos and each stream's top-1 hits (with
+    several streams) to `sums` (laid out as in `evaluate`)."""
+    sums[0] += _loss_sum(scores, labels, probabilities=probabilities)
+    sums[1] += topk_hits(scores, labels, 1)
+    sums[2] += topk_hits(scores, labels, 5)
+    sums[3] += labels.numel()
+    if len(per_stream) > 1:
+        for j, stream_scores in enumerate(per_stream):
+            sums[5 + j] += topk_hits(stream_scores, labels, 1)
+
+
+def _result(
+    sums: torch.Tensor,
+    streams: Sequence[Stream],
+    *,
+    skipped: list[tuple[str, str]],
+    unreadable: list[tuple[str, str]],
+    scores: dict[int, torch.Tensor],
+) -> EvalResult:
+    """The metrics of all ranks' reduced `sums` (laid out as in `evaluate`)."""
     count = int(sums[3].item())
     denom = max(count, 1)
     return EvalResult(
@@ -244,12 +278,12 @@ def evaluate(
         loss=sums[0].item() / denom,
         count=count,
         skipped=skipped,
-        unreadable=sorted(named),
+        unreadable=unreadable,
         videos=count + int(sums[4].item()),
         stream_top1=(
             {s.name: 100.0 * sums[5 + j].item() / denom for j, s in enumerate(streams)}
             if len(streams) > 1
             else {}
         ),
-        scores=kept,
+        scores=scores,
     )

@@ -77,15 +77,7 @@ def precise_bn(
     bns = [m for m in model.modules() if isinstance(m, _BatchNorm)]
     if not bns:
         return
-    modes = [(m, m.training) for m in model.modules()]
-    momenta = [(bn, bn.momentum) for bn in bns]
-    # Every BN buffer (running and per-split statistics, counters), to put back on failure.
-    saved = [(b, b.detach().clone()) for bn in bns for b in bn.buffers()]
-    counters = [
-        (bn.num_batches_tracked, bn.num_batches_tracked.clone())
-        for bn in bns
-        if bn.num_batches_tracked is not None
-    ]
+    before = _SavedState(model, bns)
     seen = 0
 
     def wrapped() -> Iterator[tuple[Tensor]]:
@@ -101,14 +93,33 @@ def precise_bn(
         update_bn(wrapped(), _Forward(model, forward))
         ok = seen == num_batches
     finally:
-        for m, training in modes:
+        before.put_back(statistics=not ok)
+    if seen != num_batches:
+        raise ValueError(f"precise BN needs {num_batches} batches, the iterable gave {seen}")
+
+
+class _SavedState:
+    """What `precise_bn` puts back: every module's training flag, every BN's momentum, and the
+    BN buffers (all of them after a failure, else only the batch counters)."""
+
+    def __init__(self, model: nn.Module, bns: list[_BatchNorm]) -> None:
+        self.modes = [(m, m.training) for m in model.modules()]
+        self.momenta = [(bn, bn.momentum) for bn in bns]
+        # Every BN buffer (running and per-split statistics, counters), to put back on failure.
+        self.buffers = [(b, b.detach().clone()) for bn in bns for b in bn.buffers()]
+        self.counters = [
+            (bn.num_batches_tracked, bn.num_batches_tracked.clone())
+            for bn in bns
+            if bn.num_batches_tracked is not None
+        ]
+
+    def put_back(self, *, statistics: bool) -> None:
+        for m, training in self.modes:
             m.training = training
-        for bn, momentum in momenta:
+        for bn, momentum in self.momenta:
             bn.momentum = momentum
         with torch.no_grad():
             # The counters always go back: precise BN replaces statistics, it takes no
             # training step (update_bn leaves them at the number of batches it ran).
-            for buffer, before in saved if not ok else counters:
-                buffer.copy_(before)
-    if seen != num_batches:
-        raise ValueError(f"precise BN needs {num_batches} batches, the iterable gave {seen}")
+            for buffer, saved in self.buffers if statistics else self.counters:
+                buffer.copy_(saved)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from vidscale.config import RunConfig
-from vidscale.schedules.multigrid import format_table, write_csv
+from vidscale.schedules.multigrid_table import format_table, write_csv
 from vidscale.train.plan import Timeline, make_plan, make_timeline
 
 

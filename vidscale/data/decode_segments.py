@@ -1,15 +1,16 @@
-"""Decoding plans: which GOPs a set of sparse frames needs, which packets to decode, where to stop.
+"""Decoding segments: which GOPs a set of sparse frames needs, which packets to decode, where to
+stop.
 
-A plan is built from the packet index that `decode.probe` caches (`VideoMeta`: the frames' pts in
+The segments are built from the packet index that `decode.probe` caches (`VideoMeta`: the frames' pts in
 display order and the keyframes), so it costs no I/O:
 
-- `plan_segments` groups the wanted frames by the GOP that holds them (the last keyframe at or
+- `segments_for` groups the wanted frames by the GOP that holds them (the last keyframe at or
   before each). A `Segment` is one entry into the stream: seek to its keyframe, send packets in
   decode order until every one of its targets has been sent, then drain the decoder. Packets after
   the last target are never read, and GOPs without a target are never entered. Two GOPs are
   decoded in one pass only where nothing lies between them (the next keyframe follows the last
   target at once), since a pass through frames no target needs would decode their references.
-- `PlanRunner` carries a plan out. Per packet it asks FFmpeg to skip the picture (`skip_frame =
+- `SegmentDecoder` decodes them. Per packet it asks FFmpeg to skip the picture (`skip_frame =
   NONREF`) when it is neither a target nor a reference picture, for the codecs where a
   non-reference picture provably leaves no trace in later ones (`SKIP_NONREF_CODECS`); references
   and targets are decoded in full, so every frame the decoder outputs is bit-identical to a full
@@ -25,12 +26,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from vidscale.data.decode import DecodeStats, VideoMeta
+from vidscale.data.video_meta import DecodeStats, VideoMeta
 
 # Codecs (FFmpeg decoder names) whose AVDISCARD_NONREF drops only pictures that no later picture
 # can reference, so skipping them changes no other frame:
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 #   slice NAL units and still parses the parameter sets and SEI in the packet.
 # - mpeg1video, mpeg2video, mpeg4 (part 2): B-pictures / B-VOPs are never references; FFmpeg
 #   skips exactly the B-pictures.
-# Not listed, so decoded in full (the plan still skips GOPs and stops early): VP8/VP9 (a frame
+# Not listed, so decoded in full (the segments still skip GOPs and stops early): VP8/VP9 (a frame
 # that refreshes no reference slot can still update the probability contexts or segmentation map
 # that later frames start from), HEVC (a sub-layer non-reference picture may be a reference for
 # a higher temporal sub-layer), and anything else.
@@ -59,7 +59,7 @@ class Segment:
     targets: tuple[int, ...]
 
 
-def plan_segments(keyframes: np.ndarray, wanted: Iterable[int]) -> tuple[Segment, ...]:
+def segments_for(keyframes: np.ndarray, wanted: Iterable[int]) -> tuple[Segment, ...]:
     """The segments that decode the `wanted` frames, in stream order.
 
     `keyframes`: ascending frame indices that start a GOP, beginning at 0 (`VideoMeta`). A GOP
@@ -78,8 +78,8 @@ def plan_segments(keyframes: np.ndarray, wanted: Iterable[int]) -> tuple[Segment
     return tuple(segments)
 
 
-class PlanRunner:
-    """Decodes the segments of a plan from an open container, keeping the wanted frames.
+class SegmentDecoder:
+    """Decodes segments from an open container, keeping the wanted frames.
 
     `convert` turns a decoded target frame into its array; it is called once per wanted frame.
     Frames are identified by pts, so a frame is kept only when decoded correctly: after a seek to

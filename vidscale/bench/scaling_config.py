@@ -1,0 +1,105 @@
+"""What `bench scaling` measures (`ScalingConfig`) and the variants each world size runs: the
+request shared by the launcher (`scaling`), the workers (`scaling_worker`, `scaling_data`) and
+the report (`scaling_report`), so that none of them imports another for it."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from vidscale.distributed.comm_handle import HookName
+
+if TYPE_CHECKING:  # torch-heavy: imported where used, so the CLI starts without them
+    from vidscale.fastpath.trials import ProbeShape
+    from vidscale.models.registry import ModelConfig
+
+Strategy = Literal["ddp", "aavg"]
+HOOKS: tuple[HookName, ...] = ("none", "fp16", "bf16", "powersgd")
+STRATEGIES: tuple[Strategy, ...] = ("ddp", "aavg")
+
+
+@dataclass(frozen=True)
+class ScalingConfig:
+    """What `bench scaling` measures. `procs` () and `threads` 0 are resolved for the device by
+    `resolve`; `batch` is per process (weak scaling); `hooks` apply to the DDP strategy."""
+
+    models: tuple[str, ...] = ("tsm_resnet50",)
+    procs: tuple[int, ...] = ()
+    steps: int = 8
+    warmup: int = 3
+    batch: int = 8
+    frames: int = 8
+    size: int = 224
+    num_classes: int = 400
+    threads: int = 0
+    workers: int = 0
+    hooks: tuple[HookName, ...] = ("none", "bf16", "powersgd")
+    strategies: tuple[Strategy, ...] = ("ddp", "aavg")
+    aavg_k: int = 4
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    fast_path: bool = True
+    bucket_cap_mb: float = 25.0
+    seed: int = 0
+    fast_settings: tuple[str, ...] = ()  # "MODEL=SETTING", e.g. "tsm_resnet50=bf16+cl"
+    data: str = ""  # "": random clips held in memory; else a dataset read as training reads it
+    source: Literal["videos", "shards", "stream"] = "videos"
+    layout: str = "generic"
+
+    def fast_setting(self, model: str) -> str | None:
+        """The fast-path setting `model` runs with ("fp32", "bf16+cl", ...), None if undecided."""
+        for item in self.fast_settings:
+            name, _, label = item.partition("=")
+            if name == model:
+                return label
+        return None
+
+    def model_config(self, name: str) -> ModelConfig:
+        """The model every process trains (and the probe times)."""
+        from vidscale.models.registry import ModelConfig
+
+        return ModelConfig(name=name, num_classes=self.num_classes, frames=self.frames)
+
+    def probe_shape(self) -> ProbeShape:
+        """One process's batch and clip shape, as the fast-path probe takes it."""
+        from vidscale.fastpath.trials import ProbeShape
+
+        return ProbeShape(self.batch, 3, self.frames, self.size, self.num_classes)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """How the processes share training: `single` (one process, no communication), `ddp` with
+    a gradient hook, or `aavg` averaging every `k` steps."""
+
+    strategy: Literal["single", "ddp", "aavg"]
+    hook: HookName = "none"
+    k: int = 0
+
+    @property
+    def label(self) -> str:
+        match self.strategy:
+            case "single":
+                return "1 process"
+            case "ddp":
+                return "ddp" if self.hook == "none" else f"ddp+{self.hook}"
+            case "aavg":
+                return f"aavg k={self.k}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"variant": self.label, "strategy": self.strategy, "hook": self.hook, "k": self.k}
+
+
+def variants(cfg: ScalingConfig, *, procs: int) -> list[Variant]:
+    """What runs with `procs` processes: one process runs alone, the baseline of every variant."""
+    if procs == 1:
+        return [Variant("single")]
+    out: list[Variant] = []
+    for strategy in cfg.strategies:
+        if strategy == "ddp":
+            out += [Variant("ddp", hook) for hook in cfg.hooks]
+        else:
+            out.append(Variant("aavg", k=cfg.aavg_k))
+    return out
