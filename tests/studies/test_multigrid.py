@@ -88,6 +88,14 @@ def test_bad_variants_or_seeds_are_refused(
         design_multigrid_study(spec)
 
 
+def test_epochs_set_every_run_and_clash_with_a_set_of_train_epochs(tmp_path: Path) -> None:
+    spec = MultigridStudySpec(RECIPE, tmp_path, ("data.root=/x",), epochs=3)
+    assert {r.cfg.train.epochs for r in design_multigrid_study(spec)} == {3}
+    clash = MultigridStudySpec(RECIPE, tmp_path, ("train.epochs=4",), epochs=3)
+    with pytest.raises(ConfigError, match="--epochs or --set train.epochs"):
+        design_multigrid_study(clash)
+
+
 def test_the_seed_summary_averages_each_variant_against_the_mean_baseline() -> None:
     def row(run: str, final: float, seconds: float, reached: float | None) -> dict[str, object]:
         best = final + 1
