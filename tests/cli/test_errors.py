@@ -137,7 +137,7 @@ MORE_BAD = [
         (*("train", "--recipe", DEMO, "--data", "{empty}", "--out", "{tmp}/t6"), *NCCL_ON_CPU),
         "dist.backend=nccl needs CUDA devices",
     ),
-    Bad((), "command"),
+    Bad((), "COMMAND"),
 ]
 
 
