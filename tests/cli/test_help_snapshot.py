@@ -50,6 +50,7 @@ def snapshot_path(words: tuple[str, ...]) -> Path:
 @pytest.fixture
 def fixed_width(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "100")  # argparse wraps at the terminal's width
+    monkeypatch.setenv("NO_COLOR", "1")  # and newer Pythons colour help on a terminal
 
 
 ALL = [words for words, _ in commands(build_parser())]

@@ -5,6 +5,7 @@ parsers and commands. Every study takes the same flags for where and how its run
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 from vidscale.cli.args import _at_least, _weights, _with_data_root
@@ -62,6 +63,15 @@ def _list(flag: str, text: str, cast: type) -> tuple:
         raise ConfigError(f"{flag}: {err}") from err
 
 
+def _run(args: argparse.Namespace, study: Callable[[], object], *, report: Path) -> int:
+    """Run `study`; with --json, its progress on stderr and its `report` file on stdout."""
+    with progress_to_stderr(args.json):
+        study()
+    if args.json:
+        print_json_file(report)
+    return 0
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     from vidscale.studies.sweep import SweepSpec, sweep
 
@@ -74,11 +84,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         epochs=args.epochs,
         nproc=args.nproc,
     )
-    with progress_to_stderr(args.json):
-        sweep(spec, plot_only=args.plot_only)
-    if args.json:
-        print_json_file(spec.out / "sweep.json")
-    return 0
+    return _run(args, lambda: sweep(spec, plot_only=args.plot_only), report=spec.out / "sweep.json")
 
 
 def cmd_aavg_study(args: argparse.Namespace) -> int:
@@ -92,11 +98,9 @@ def cmd_aavg_study(args: argparse.Namespace) -> int:
         epochs=args.epochs,
         nproc=args.nproc,
     )
-    with progress_to_stderr(args.json):
-        aavg_study(spec, plot_only=args.plot_only)
-    if args.json:
-        print_json_file(spec.out / "study.json")
-    return 0
+    return _run(
+        args, lambda: aavg_study(spec, plot_only=args.plot_only), report=spec.out / "study.json"
+    )
 
 
 def cmd_multigrid_study(args: argparse.Namespace) -> int:
@@ -112,11 +116,11 @@ def cmd_multigrid_study(args: argparse.Namespace) -> int:
         variants=_list("--variants", args.variants, str),
         seeds=_list("--seeds", args.seeds, int),
     )
-    with progress_to_stderr(args.json):
-        multigrid_study(spec, plot_only=args.plot_only)
-    if args.json:
-        print_json_file(spec.out / "study.json")
-    return 0
+    return _run(
+        args,
+        lambda: multigrid_study(spec, plot_only=args.plot_only),
+        report=spec.out / "study.json",
+    )
 
 
 def cmd_two_stream_study(args: argparse.Namespace) -> int:
@@ -131,11 +135,11 @@ def cmd_two_stream_study(args: argparse.Namespace) -> int:
         weights=args.weights,
         margin=args.margin,
     )
-    with progress_to_stderr(args.json):
-        two_stream_study(spec, plot_only=args.plot_only)
-    if args.json:
-        print_json_file(spec.out / "study.json")
-    return 0
+    return _run(
+        args,
+        lambda: two_stream_study(spec, plot_only=args.plot_only),
+        report=spec.out / "study.json",
+    )
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:

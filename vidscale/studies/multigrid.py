@@ -3,7 +3,7 @@ multigrid-study`.
 
 The same recipe four times on `--nproc` processes: `baseline` (multigrid off), `long` (long
 cycle only), `short` (short cycle only) and `both`. Each multigrid run covers the baseline's
-epochs x `multigrid.epoch_factor` passes over the data at its own shapes and batches. The report
+epochs (`--epochs`, or the recipe's) x `multigrid.epoch_factor` passes over the data at its own shapes and batches. The report
 reads the run directories back and puts side by side: training seconds, optimizer steps, the
 FLOPs the steps actually computed (multiply-accumulates of every clip at its shape, counted on
 the meta device; forward pass, x3 for forward + backward is the same factor for every run), the
