@@ -3,13 +3,13 @@ multigrid-study`.
 
 The same recipe four times on `--nproc` processes: `baseline` (multigrid off), `long` (long
 cycle only), `short` (short cycle only) and `both`. Each multigrid run covers the baseline's
-epochs (`--epochs`, or the recipe's) x `multigrid.epoch_factor` passes over the data at its own shapes and batches. The report
-reads the run directories back and puts side by side: training seconds, optimizer steps, the
-FLOPs the steps actually computed (multiply-accumulates of every clip at its shape, counted on
-the meta device; forward pass, x3 for forward + backward is the same factor for every run), the
-final and best accuracy, and the training seconds each run needed to reach the baseline's final
-accuracy minus `--margin` points (the issue's "same target accuracy"). A finished run is
-skipped and a partial one resumed.
+epochs (`--epochs`, or the recipe's) x `multigrid.epoch_factor` passes over the data at its own
+shapes and batches. The report reads the run directories back and puts side by side: training
+seconds, optimizer steps, the FLOPs the steps actually computed (multiply-accumulates of every
+clip at its shape, counted on the meta device; forward pass, x3 for forward + backward is the
+same factor for every run), the final and best accuracy, and the training seconds each run
+needed to reach the baseline's final accuracy minus `--margin` points (the issue's "same target
+accuracy"). A finished run is skipped and a partial one resumed.
 
 `--variants` trains a subset (the baseline is always one of them: it sets the target). With
 `--seeds`, every variant is trained once per seed (`out/seed-N/<variant>`, `train.seed=N`): on a
