@@ -14,7 +14,7 @@ from vidscale.studies.multigrid import (
     VARIANTS,
     MultigridStudySpec,
     add_time_to_target,
-    plan_multigrid_study,
+    design_multigrid_study,
     summarize_seeds,
 )
 
@@ -34,19 +34,21 @@ def small(root: Path) -> tuple[str, ...]:
 
 
 def test_the_study_plans_four_runs_and_refuses_the_fields_it_sets(tmp_path: Path) -> None:
-    runs = plan_multigrid_study(MultigridStudySpec(RECIPE, tmp_path, small(tmp_path)))
+    runs = design_multigrid_study(MultigridStudySpec(RECIPE, tmp_path, small(tmp_path)))
     assert [r.name for r in runs] == list(VARIANTS)
     cycles = [(r.cfg.multigrid.long_cycle, r.cfg.multigrid.short_cycle) for r in runs]
     assert cycles == [(False, False), (True, False), (False, True), (True, True)]
     with pytest.raises(ConfigError, match="multigrid.short_cycle"):
-        plan_multigrid_study(MultigridStudySpec(RECIPE, tmp_path, ("multigrid.short_cycle=true",)))
+        design_multigrid_study(
+            MultigridStudySpec(RECIPE, tmp_path, ("multigrid.short_cycle=true",))
+        )
 
 
 def test_seeds_and_variants_plan_one_run_per_seed_and_variant(tmp_path: Path) -> None:
     spec = MultigridStudySpec(
         RECIPE, tmp_path, small(tmp_path), variants=("long", "baseline"), seeds=(3, 7)
     )
-    runs = plan_multigrid_study(spec)
+    runs = design_multigrid_study(spec)
     # Study order within a seed, whatever order --variants named them in.
     assert [r.name for r in runs] == [
         "seed-3/baseline",
@@ -83,7 +85,15 @@ def test_bad_variants_or_seeds_are_refused(
 ) -> None:
     spec = MultigridStudySpec(RECIPE, tmp_path, overrides, variants=variants, seeds=seeds)
     with pytest.raises(ConfigError, match=message):
-        plan_multigrid_study(spec)
+        design_multigrid_study(spec)
+
+
+def test_epochs_set_every_run_and_clash_with_a_set_of_train_epochs(tmp_path: Path) -> None:
+    spec = MultigridStudySpec(RECIPE, tmp_path, ("data.root=/x",), epochs=3)
+    assert {r.cfg.train.epochs for r in design_multigrid_study(spec)} == {3}
+    clash = MultigridStudySpec(RECIPE, tmp_path, ("train.epochs=4",), epochs=3)
+    with pytest.raises(ConfigError, match="--epochs or --set train.epochs"):
+        design_multigrid_study(clash)
 
 
 def test_the_seed_summary_averages_each_variant_against_the_mean_baseline() -> None:

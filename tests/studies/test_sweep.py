@@ -1,10 +1,9 @@
-"""The batch-size sweep: planning, skip/resume, the report, and a tiny real sweep."""
+"""The batch-size sweep: its runs, the report, and a tiny real sweep."""
 
 from __future__ import annotations
 
 import json
 import math
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,9 @@ from tests.tiny_run import tiny_overrides
 from vidscale.cli import main
 from vidscale.config import ConfigError, save_config
 from vidscale.schedules.batch_scaling import SQRT_BASE_LR, batch_scaled_lr
+from vidscale.studies import runs as study_runs
 from vidscale.studies import sweep as sw
+from vidscale.studies.runs import StudyRun
 from vidscale.train.metrics import MetricsLog, read_metrics
 from vidscale.train.plan import make_plan
 from vidscale.train.summary import RunCounters, write_summary
@@ -26,10 +27,10 @@ def spec(out: Path, **kw) -> sw.SweepSpec:
     return sw.SweepSpec(recipe=RECIPE, out=out, **kw)
 
 
-# -- planning -----------------------------------------------------------------------------------
+# -- the runs -----------------------------------------------------------------------------------
 @pytest.mark.parametrize("nproc", [1, 2])
-def test_plan_reaches_each_batch_by_accumulation(tmp_path: Path, nproc: int) -> None:
-    runs = sw.plan_sweep(spec(tmp_path, epochs=7, nproc=nproc))
+def test_design_reaches_each_batch_by_accumulation(tmp_path: Path, nproc: int) -> None:
+    runs = sw.design_sweep(spec(tmp_path, epochs=7, nproc=nproc))
     assert [r.name for r in runs] == [
         f"{o}_b{b}" for o in ("sgd", "lars", "lamb") for b in (32, 128, 768)
     ]
@@ -44,107 +45,27 @@ def test_plan_reaches_each_batch_by_accumulation(tmp_path: Path, nproc: int) -> 
         assert run.run_dir == tmp_path / run.name
 
 
-def test_plan_rejects_what_would_corrupt_the_study(tmp_path: Path) -> None:
+def test_design_rejects_what_would_corrupt_the_study(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="optim.name"):
-        sw.plan_sweep(spec(tmp_path, overrides=("optim.name=sgd",)))
+        sw.design_sweep(spec(tmp_path, overrides=("optim.name=sgd",)))
     with pytest.raises(ConfigError, match="multiple"):
-        sw.plan_sweep(spec(tmp_path, batches=(40,)))
+        sw.design_sweep(spec(tmp_path, batches=(40,)))
     with pytest.raises(ConfigError, match="multiple"):
-        sw.plan_sweep(spec(tmp_path, batches=(48,), nproc=2))
+        sw.design_sweep(spec(tmp_path, batches=(48,), nproc=2))
     with pytest.raises(ConfigError, match="optimizers"):
-        sw.plan_sweep(spec(tmp_path, optimizers=("adamw",)))
+        sw.design_sweep(spec(tmp_path, optimizers=("adamw",)))
 
 
 def test_a_batch_larger_than_the_training_set_fails_before_training(
     tiny_demo: Path, tmp_path: Path
 ) -> None:
-    runs = sw.plan_sweep(spec(tmp_path, overrides=(f"data.root={tiny_demo}",), batches=(32,)))
+    runs = sw.design_sweep(spec(tmp_path, overrides=(f"data.root={tiny_demo}",), batches=(32,)))
     with pytest.raises(ConfigError, match="cannot fill one step"):
-        sw.check_dataset_fits(runs, nproc=1)
-
-
-# -- skip / resume ------------------------------------------------------------------------------
-def test_execute_skips_done_resumes_partial_and_cleans_fresh(tmp_path: Path) -> None:
-    runs = sw.plan_sweep(spec(tmp_path, optimizers=("sgd",)))
-    done, partial, fresh = (r.run_dir for r in runs)
-    for run in runs:
-        run.run_dir.mkdir(parents=True)
-        save_config(run.cfg, run.run_dir / "config.json")
-    (done / "summary.json").write_text("{}")
-    (partial / "checkpoints").mkdir()
-    (partial / "checkpoints" / "last.pt").write_bytes(b"")
-    (partial / "metrics.jsonl").write_text('{"kind": "epoch"}\n')
-    (fresh / "metrics.jsonl").write_text('{"kind": "stale"}\n')
-    calls: list[tuple[str, bool]] = []
-
-    def launcher(run: sw.SweepRun, resume: bool) -> None:
-        calls.append((run.name, resume))
-
-    trained = sw.execute(runs, launcher)
-    assert calls == [("sgd_b128", True), ("sgd_b768", False)]
-    assert trained == ["sgd_b128", "sgd_b768"]
-    assert (partial / "metrics.jsonl").exists()  # resume keeps (and trims) its own log
-    assert not (fresh / "metrics.jsonl").exists()
-    assert [sw.run_state(d) for d in (done, partial, fresh)] == ["done", "resume", "fresh"]
-
-
-def test_execute_refuses_a_run_made_with_another_config(tmp_path: Path) -> None:
-    first = sw.plan_sweep(spec(tmp_path, optimizers=("lamb",), batches=(32,), epochs=3))[0]
-    first.run_dir.mkdir(parents=True)
-    save_config(first.cfg, first.run_dir / "config.json")
-    again = sw.plan_sweep(spec(tmp_path, optimizers=("lamb",), batches=(32,), epochs=3))
-    sw.execute(again, lambda run, resume: None)  # same config: accepted
-    longer = sw.plan_sweep(spec(tmp_path, optimizers=("lamb",), batches=(32,), epochs=4))
-    with pytest.raises(ConfigError, match=r"train\.epochs"):
-        sw.execute(longer, lambda run, resume: None)
-
-
-def test_torchrun_launcher_passes_every_override_and_resume(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    run = sw.plan_sweep(spec(tmp_path, optimizers=("lars",), batches=(128,), nproc=2))[0]
-    seen: list[list[str]] = []
-
-    def record(cmd: list[str], check: bool) -> subprocess.CompletedProcess[str]:
-        seen.append(cmd)
-        return subprocess.CompletedProcess(cmd, 0)
-
-    monkeypatch.setattr(sw.subprocess, "run", record)
-    sw.torchrun_launcher(RECIPE, 2)(run, True)
-    cmd = seen[0]
-    assert cmd[cmd.index("--nproc_per_node") + 1] == "2" and "--resume" in cmd
-    sets = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--set"]
-    assert sets == list(run.overrides) and "optim.simulate_world_size=8" in sets
-    monkeypatch.setattr(
-        sw.subprocess, "run", lambda cmd, check: subprocess.CompletedProcess(cmd, 1)
-    )
-    with pytest.raises(RuntimeError, match="lars_b128"):
-        sw.torchrun_launcher(RECIPE, 2)(run, False)
-
-
-def test_config_differences_ignores_only_path_and_class_count() -> None:
-    saved = {"data": {"root": "/a", "batch_size": 16}, "model": {"num_classes": 8, "name": "x"}}
-    planned = {"data": {"root": "/b", "batch_size": 16}, "model": {"num_classes": 0, "name": "y"}}
-    assert sw.config_differences(saved, planned) == ["model.name"]
-
-
-def test_a_run_saved_before_a_config_field_existed_still_matches(tmp_path: Path) -> None:
-    """A field added to the config since a run was saved takes its default when the saved
-    config is read, so the run is recognised (and a real difference still is not)."""
-    run = sw.plan_sweep(spec(tmp_path, batches=(32,), optimizers=("sgd",)))[0]
-    run.run_dir.mkdir(parents=True)
-    saved = json.loads(json.dumps(sw.to_dict(run.cfg)))
-    del saved["data"]["train_clip"]["modality"]  # as written before the field existed
-    (run.run_dir / "config.json").write_text(json.dumps(saved))
-    sw.check_existing(run)
-    saved["data"]["batch_size"] += 1
-    (run.run_dir / "config.json").write_text(json.dumps(saved))
-    with pytest.raises(ConfigError, match="data.batch_size"):
-        sw.check_existing(run)
+        study_runs.check_dataset_fits(runs, nproc=1)
 
 
 # -- report from run directories written the way train() writes them ----------------------------
-def fake_run(run: sw.SweepRun, *, val: list[float], losses: list[float]) -> None:
+def fake_run(run: StudyRun, *, val: list[float], losses: list[float]) -> None:
     """config.json, metrics.jsonl and summary.json through the writers the loop uses."""
     run.run_dir.mkdir(parents=True, exist_ok=True)
     cfg = run.cfg
@@ -182,7 +103,7 @@ def fake_run(run: sw.SweepRun, *, val: list[float], losses: list[float]) -> None
 
 
 def test_report_from_finished_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    runs = sw.plan_sweep(spec(tmp_path, optimizers=("sgd", "lamb"), batches=(32, 768), epochs=3))
+    runs = sw.design_sweep(spec(tmp_path, optimizers=("sgd", "lamb"), batches=(32, 768), epochs=3))
     for i, run in enumerate(runs):
         fake_run(run, val=[20.0 + i, 40.0 + i, 35.0 + i], losses=[2.0, 1.5, 1.2])
     # An epoch logged twice (a resumed run): the last record counts, once.
@@ -219,10 +140,14 @@ def test_plot_only_needs_finished_runs(tmp_path: Path) -> None:
 def test_cli_sweep_plot_only_and_config_errors(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    run = sw.plan_sweep(spec(tmp_path, optimizers=("lars",), batches=(128,), epochs=2))[0]
+    run = sw.design_sweep(spec(tmp_path, optimizers=("lars",), batches=(128,), epochs=2))[0]
     fake_run(run, val=[30.0, 55.0], losses=[2.0, 1.0])
     assert main(["sweep", "--out", str(tmp_path), "--plot-only"]) == 0
     assert json.loads((tmp_path / "sweep.json").read_text())["runs"][0]["run"] == "lars_b128"
+    assert "lars_b128" in capsys.readouterr().out  # the table
+    assert main(["sweep", "--out", str(tmp_path), "--plot-only", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)  # stdout holds the report alone
+    assert doc == json.loads((tmp_path / "sweep.json").read_text())
     assert main(["sweep", "--out", str(tmp_path), "--set", "train.epochs=3"]) == 2
     assert main(["sweep", "--out", str(tmp_path), "--batches", "32,x"]) == 2
     assert "train.epochs" in capsys.readouterr().err
@@ -257,8 +182,8 @@ def test_tiny_sweep_end_to_end_then_resume_skips(
         assert max(logged) <= rule.peak_lr + 1e-12
     assert (tmp_path / "sweep" / "sweep.png").exists()
 
-    def must_not_train(run: sw.SweepRun, resume: bool) -> None:
+    def must_not_train(run: StudyRun, resume: bool) -> None:
         raise AssertionError(f"{run.name} was finished and must be skipped")
 
-    monkeypatch.setattr(sw, "train_in_process", must_not_train)
+    monkeypatch.setattr(study_runs, "train_in_process", must_not_train)
     assert sw.sweep(small) == rows

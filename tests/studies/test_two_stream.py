@@ -16,7 +16,7 @@ from vidscale.studies.two_stream import (
     RECIPES,
     TwoStreamStudySpec,
     add_epochs_to_target,
-    plan_two_stream_study,
+    design_two_stream_study,
     train_command,
 )
 from vidscale.train.builders import load_splits, resolve_data
@@ -38,7 +38,7 @@ def small() -> tuple[str, ...]:
 
 def test_each_planned_run_is_what_its_train_command_saves(prepared: Path, tmp_path: Path) -> None:
     spec = TwoStreamStudySpec(prepared, tmp_path / "study", small(), epochs=3, nproc=2)
-    runs = plan_two_stream_study(spec)
+    runs = design_two_stream_study(spec)
     assert [r.name for r in runs] == ["rgb", "flow_scratch", "flow_from_rgb"]
     rgb, scratch, transfer = (r.cfg for r in runs)
     assert (rgb.data.source, rgb.data.train_clip.modality) == ("shards", "rgb")
@@ -61,9 +61,9 @@ def test_controlled_fields_and_a_prep_without_flow_are_refused(
     tiny_demo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(ConfigError, match=r"--set model\.init_from"):
-        plan_two_stream_study(TwoStreamStudySpec(tmp_path, tmp_path, ("model.init_from=x",)))
+        design_two_stream_study(TwoStreamStudySpec(tmp_path, tmp_path, ("model.init_from=x",)))
     with pytest.raises(ConfigError, match="--epochs or --set train.epochs"):
-        plan_two_stream_study(TwoStreamStudySpec(tmp_path, tmp_path, ("train.epochs=2",), 1))
+        design_two_stream_study(TwoStreamStudySpec(tmp_path, tmp_path, ("train.epochs=2",), 1))
     out = tmp_path / "study"
     argv = ["two-stream-study", "--data", str(tiny_demo), "--out", str(out), "--nproc", "1"]
     assert main(argv) == 2

@@ -110,9 +110,8 @@ def test_fusion_is_the_weighted_mean_of_the_streams_probabilities(runs: dict[str
 
 
 def test_two_stream_commands(runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
-    assert (
-        main(["eval", "--two-stream", str(runs["rgb"]), str(runs["flow"]), "--weights", "1,2"]) == 0
-    )
+    argv = ["eval", "--two-stream", str(runs["rgb"]), str(runs["flow"]), "--weights", "1,2"]
+    assert main([*argv, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert 0 <= out["top1"] <= 100 and set(out["stream_top1"]) == {"rgb", "flow"}
     video = next(iter(sorted((runs["data"] / "videos" / "val").rglob("*.mp4"))))

@@ -12,27 +12,59 @@ import os
 import sys
 from typing import NoReturn
 
-from vidscale.cli import bench_cmds, data_cmds, eval_cmds, info_cmds, plan_cmd, train_cmds
+from vidscale.cli import (
+    bench_cmds,
+    data_cmds,
+    eval_cmds,
+    info_cmds,
+    plan_cmd,
+    study_cmds,
+    train_cmds,
+)
 from vidscale.cli.args import resolve_config
 from vidscale.config import ConfigError
 
 __all__ = ["build_parser", "main", "resolve_config"]
 
+DESCRIPTION = """\
+Train, evaluate and use video action-recognition models (TSM, TSN, I3D, SlowFast on a ResNet
+trunk), on one laptop CPU or on many GPUs with torchrun, from named recipes that reproduce the
+papers' runs.
+
+A first run, on the built-in demo data:
+  vidscale synth --out demo_data
+  vidscale train --recipe demo_tsm_r18_8f_b32_e20 --data demo_data --out runs/demo_tsm
+  vidscale eval runs/demo_tsm
+  vidscale predict demo_data/videos/val/moving_left/moving_left_0000.mp4 --checkpoint runs/demo_tsm
+On N processes or GPUs: `torchrun --standalone --nproc_per_node N -m vidscale train ...`.
+
+The main commands: `prepare` turns a downloaded dataset into frame shards, `train` trains a
+recipe, `eval` scores a run, `predict` classifies one video, `export` writes a deployable
+model, `recipes` lists the named runs, and `plan` predicts the time to train on N GPUs. The
+studies and `bench` reproduce the papers' experiments on this machine.
+
+Every command prints for a person; with `--json` it prints one JSON document instead. Bad
+input ends a command with one line `vidscale: error: ...` and exit status 2.
+"""
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
-        prog="vidscale", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="vidscale",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--debug", action="store_true", help="on an error, show its traceback instead of one line"
     )
-    sub = parser.add_subparsers(dest="command", required=True)
-    # In `vidscale --help` order.
-    train_cmds.add_parsers(sub)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # In `vidscale --help` order: a user's path from data to a trained model first.
     data_cmds.add_parsers(sub)
+    train_cmds.add_parsers(sub)
+    eval_cmds.add_parsers(sub)
     info_cmds.add_parsers(sub)
     plan_cmd.add_parsers(sub)
-    eval_cmds.add_parsers(sub)
+    study_cmds.add_parsers(sub)
     bench_cmds.add_parsers(sub)
     return parser
 

@@ -1,5 +1,6 @@
-"""`vidscale bench data`, `data-wait`, `models`, `flow`, `scaling` and `multigrid`: the benchmarks (each
-prints a table and writes JSON). Their parsers and commands."""
+"""`vidscale bench data`, `data-wait`, `models`, `flow`, `scaling` and `multigrid`: the benchmarks
+(each prints a table and writes JSON; with `--json` it prints that JSON instead). Their parsers
+and commands."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from vidscale.cli.args import (
     _int_list,
     _width_x_height,
 )
+from vidscale.cli.output import add_json_flag, print_json_file, progress_to_stderr
 from vidscale.config import ConfigError
 
 if TYPE_CHECKING:
@@ -33,14 +35,17 @@ def cmd_bench_data(args: argparse.Namespace) -> int:
     _check_dir("--videos", args.videos)
     _check_parent("--out-json", args.out_json)
     generate = replace(PRESETS[args.preset], count=args.count, seconds=args.seconds)
-    bench_data(
-        args.videos,
-        out_json=args.out_json,
-        work_dir=args.work_dir,
-        rounds=args.rounds,
-        generate=generate,
-        threads=args.threads,
-    )
+    with progress_to_stderr(args.json):
+        bench_data(
+            args.videos,
+            out_json=args.out_json,
+            work_dir=args.work_dir,
+            rounds=args.rounds,
+            generate=generate,
+            threads=args.threads,
+        )
+    if args.json:
+        print_json_file(args.out_json)
     return 0
 
 
@@ -50,24 +55,27 @@ def cmd_bench_data_wait(args: argparse.Namespace) -> int:
     _check_model("--model", args.model)
     _check_dir("--videos", args.videos)
     _check_parent("--out-json", args.out_json)
-    bench_data_wait(
-        args.model,
-        batch=args.batch,
-        frames_list=args.frames,
-        workers_list=args.workers,
-        steps=args.steps,
-        size=args.size,
-        source=args.source,
-        videos_dir=args.videos,
-        out_json=args.out_json,
-    )
+    with progress_to_stderr(args.json):
+        bench_data_wait(
+            args.model,
+            batch=args.batch,
+            frames_list=args.frames,
+            workers_list=args.workers,
+            steps=args.steps,
+            size=args.size,
+            source=args.source,
+            videos_dir=args.videos,
+            out_json=args.out_json,
+        )
+    if args.json:
+        print_json_file(args.out_json)
     return 0
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """The `bench` sub-command and its own sub-commands, in `vidscale bench --help` order."""
     bench = sub.add_parser("bench", help="benchmarks: print a table, write JSON")
-    bench_sub = bench.add_subparsers(dest="bench", required=True)
+    bench_sub = bench.add_subparsers(dest="bench", required=True, metavar="BENCHMARK")
     p = bench_sub.add_parser("data", help="clips/s and CPU ms per clip: raw H.264 vs shards")
     p.add_argument("--videos", type=Path, default=None, help="default: generate test videos")
     p.add_argument("--out-json", type=Path, default=Path("bench_data.json"))
@@ -87,6 +95,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="also time h264_segments on N decoder threads",
     )
     p.add_argument("--rounds", type=_at_least(1), default=5)
+    add_json_flag(p)
     p.set_defaults(fn=cmd_bench_data)
     p = bench_sub.add_parser("data-wait", help="share of step time blocked on data (Fig. 3b)")
     p.add_argument("--model", default="tsm_resnet18")
@@ -98,6 +107,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--source", choices=["videos", "shards"], default="videos")
     p.add_argument("--videos", type=Path, default=None)
     p.add_argument("--out-json", type=Path, default=Path("bench_data_wait.json"))
+    add_json_flag(p)
     p.set_defaults(fn=cmd_bench_data_wait)
     _add_bench_models(bench_sub)
     _add_bench_flow(bench_sub)
@@ -145,6 +155,9 @@ def cmd_bench_models(args: argparse.Namespace) -> int:
         out_json=args.out_json,
         progress=True,
     )
+    if args.json:
+        print_json_file(args.out_json)
+        return 0
     print(format_report(result))
     print(f"wrote {args.out_json}")
     return 0
@@ -184,6 +197,7 @@ def _add_bench_models(bench_sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--quick", action="store_true", help="tiny settings for a smoke test")
     p.add_argument("--out-json", type=Path, default=Path("bench_models.json"))
+    add_json_flag(p)
     p.set_defaults(fn=cmd_bench_models)
 
 
@@ -200,7 +214,12 @@ def cmd_bench_flow(args: argparse.Namespace) -> int:
     cfg = FlowBenchConfig(
         pairs=args.pairs, width=width, height=height, methods=args.methods, video=args.video
     )
-    print(format_flow_table(bench_flow(cfg, out_json=args.out_json)))
+    with progress_to_stderr(args.json):
+        result = bench_flow(cfg, out_json=args.out_json)
+    if args.json:
+        print_json_file(args.out_json)
+        return 0
+    print(format_flow_table(result))
     print(f"wrote {args.out_json}")
     return 0
 
@@ -216,6 +235,7 @@ def _add_bench_flow(bench_sub: argparse._SubParsersAction) -> None:
         "--methods", type=_flow_method_list, default=("dis", "farneback", "tvl1"), help="dis,..."
     )
     p.add_argument("--out-json", type=Path, default=Path("bench_flow.json"))
+    add_json_flag(p)
     p.set_defaults(fn=cmd_bench_flow)
 
 
@@ -249,11 +269,16 @@ def cmd_bench_scaling(args: argparse.Namespace) -> int:
     if args.baseline is not None and not args.baseline.is_file():
         raise ConfigError(f"--baseline: {args.baseline} is not a file")
     try:
-        result = bench_scaling(cfg, out_json=args.out_json, plot=args.plot, baseline=args.baseline)
+        with progress_to_stderr(args.json):
+            result = bench_scaling(
+                cfg, out_json=args.out_json, plot=args.plot, baseline=args.baseline
+            )
     except ScalingRunFailed as err:  # not bad input: a run failed (status 1, its output above)
         print(f"vidscale: error: bench scaling: {err}", file=sys.stderr)
         return 1
-    if result is not None:  # rank 0
+    if result is not None and args.json:
+        print_json_file(args.out_json)
+    elif result is not None:  # rank 0
         print(format_table(result.report))
         print("wrote " + ", ".join(str(f) for f in result.files))
     return 0
@@ -333,6 +358,7 @@ def _add_bench_scaling(bench_sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out-json", type=Path, default=Path("bench_scaling.json"))
     p.add_argument("--plot", type=Path, default=Path("bench_scaling.png"))
     p.add_argument("--worker-out", type=Path, default=None, help=argparse.SUPPRESS)
+    add_json_flag(p)
     p.set_defaults(fn=cmd_bench_scaling)
 
 
@@ -362,9 +388,12 @@ def cmd_bench_multigrid(args: argparse.Namespace) -> int:
         setting = None if args.fast_setting == "auto" else Candidate.from_label(args.fast_setting)
     except ValueError as err:
         raise ConfigError(f"bench multigrid: {err}") from err
-    bench_multigrid(
-        args.recipe, cfg, bench, device=args.device, setting=setting, out_json=args.out_json
-    )
+    with progress_to_stderr(args.json):
+        bench_multigrid(
+            args.recipe, cfg, bench, device=args.device, setting=setting, out_json=args.out_json
+        )
+    if args.json:
+        print_json_file(args.out_json)
     return 0
 
 
@@ -391,4 +420,5 @@ def _add_bench_multigrid(bench_sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repeats", type=_at_least(1), default=5, help="timed rounds")
     p.add_argument("--steps", type=_at_least(1), default=2, help="calls per sample")
     p.add_argument("--out-json", type=Path, default=Path("bench_multigrid.json"))
+    add_json_flag(p)
     p.set_defaults(fn=cmd_bench_multigrid)

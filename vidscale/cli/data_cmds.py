@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from vidscale.cli.args import _above, _at_least
+from vidscale.cli.output import add_json_flag, print_result, progress_to_stderr
 from vidscale.config import ConfigError
 
 
@@ -23,7 +24,8 @@ def cmd_synth(args: argparse.Namespace) -> int:
     if args.images:
         if args.frames is not None:
             raise ConfigError("--frames applies to videos, not --images")
-        print(write_synthetic_images(args.out, seed=args.seed, size=args.size, **counts))
+        images = write_synthetic_images(args.out, seed=args.seed, size=args.size, **counts)
+        print_result(images, as_json=args.json)
         return 0
     if args.size % 2:
         raise ConfigError(f"--size must be even (H.264 4:2:0), got {args.size}")
@@ -31,7 +33,7 @@ def cmd_synth(args: argparse.Namespace) -> int:
     summary = write_synthetic_dataset(
         args.out, seed=args.seed, size=args.size, num_frames=args.frames or 16, **counts
     )
-    print(summary)
+    print_result(summary, as_json=args.json)
     return 0
 
 
@@ -40,27 +42,28 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     from vidscale.data.prepare import PrepareError, prepare_from_layout
 
     try:
-        manifest = prepare_from_layout(
-            args.layout,
-            args.root,
-            args.out,
-            split=args.split,
-            skip_missing=args.skip_missing,
-            annotations_dir=args.annotations_dir,
-            short_side=args.short_side,
-            fps=args.fps,
-            quality=args.quality,
-            flow=args.flow,
-            shard_bytes=int(args.shard_size * 1e6),
-            workers=args.workers,
-            seed=args.seed,
-            progress=not args.no_progress,
-        )
+        with progress_to_stderr(args.json):
+            manifest = prepare_from_layout(
+                args.layout,
+                args.root,
+                args.out,
+                split=args.split,
+                skip_missing=args.skip_missing,
+                annotations_dir=args.annotations_dir,
+                short_side=args.short_side,
+                fps=args.fps,
+                quality=args.quality,
+                flow=args.flow,
+                shard_bytes=int(args.shard_size * 1e6),
+                workers=args.workers,
+                seed=args.seed,
+                progress=not args.no_progress,
+            )
     except PrepareError as err:  # OUT holds frames prepared with other options
         raise ConfigError(f"--out: {err}") from err
     except FlowUnavailable as err:  # this OpenCV build lacks the method
         raise ConfigError(f"--flow {args.flow}: {err}") from err
-    print(manifest)
+    print_result(manifest, as_json=args.json)
     return 0
 
 
@@ -74,6 +77,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--val-per-class", type=_at_least(1), help="videos 24, images 64")
     p.add_argument("--size", type=_at_least(16), default=32, help="side in pixels (video: even)")
     p.add_argument("--frames", type=_at_least(4), help="frames per video (16)")
+    add_json_flag(p)
     p.set_defaults(fn=cmd_synth)
 
     p = sub.add_parser("prepare", help="videos + annotations -> JPEG frame shards + index")
@@ -104,4 +108,5 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=_at_least(0), default=0, help="processes (0: all cores)")
     p.add_argument("--seed", type=int, default=0, help="video order in the shards")
     p.add_argument("--no-progress", action="store_true")
+    add_json_flag(p)
     p.set_defaults(fn=cmd_prepare)

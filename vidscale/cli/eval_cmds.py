@@ -4,12 +4,13 @@ write a deployable file). Their parsers and commands."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from vidscale.cli.args import _at_least, _check_device, _check_parent, _check_run, _weights
+from vidscale.cli.eval_format import format_eval, format_two_stream
+from vidscale.cli.output import add_json_flag, print_result
 from vidscale.config import ConfigError
 
 
@@ -40,7 +41,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     result = evaluate_run(
         args.run[0], last=args.last, overrides=args.overrides, data=args.data, views=views
     )
-    print(json.dumps(result, indent=2))
+    print_result(result, as_json=args.json, text=format_eval(result))
     return 0
 
 
@@ -63,7 +64,7 @@ def _eval_two_stream(args: argparse.Namespace, views: Any) -> int:
         data=(args.data, args.data),
         overrides=args.overrides,
     )
-    print(json.dumps(result, indent=2))
+    print_result(result, as_json=args.json, text=format_two_stream(result))
     return 0
 
 
@@ -99,7 +100,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         weights=args.weights,
     )
     out = predictions_as_dict(args.video, top)
-    print(json.dumps(out, indent=2) if args.json else format_predictions(top))
+    print_result(out, as_json=args.json, text=format_predictions(top))
     return 0
 
 
@@ -129,7 +130,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         # Not bad input: the exported model disagrees with PyTorch (status 1, like a failed test).
         print(f"vidscale: error: export check failed: {err}", file=sys.stderr)
         return 1
-    print(f"wrote {result.path} and {result.path.name}.json; check: {result.check}")
+    text = f"wrote {result.path} and {result.path.name}.json; check: {result.check}"
+    print_result(result, as_json=args.json, text=text)
     return 0
 
 
@@ -161,6 +163,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--paper-views", action="store_true", help="10 clips x 3 crops of 256 (TSM paper)"
     )
+    add_json_flag(p)
     p.set_defaults(fn=cmd_eval)
     _add_predict_export(sub)
 
@@ -189,7 +192,7 @@ def _add_predict_export(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--clips", type=_at_least(1), default=None, help="default: the run's")
     p.add_argument("--crops", type=int, choices=[1, 3], default=None, help="default: the run's")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    p.add_argument("--json", action="store_true")
+    add_json_flag(p)
     p.set_defaults(fn=cmd_predict)
 
     p = sub.add_parser(
@@ -207,4 +210,5 @@ def _add_predict_export(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--checkpoint", default="last", help="last, best (by val top-1), epoch_NNNN or a path"
     )
+    add_json_flag(p)
     p.set_defaults(fn=cmd_export)

@@ -4,10 +4,10 @@ holds, printed without training. Their parsers and commands."""
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from vidscale.cli.args import _at_least, _check_model
+from vidscale.cli.output import add_json_flag, print_json, print_result
 from vidscale.config import apply_overrides
 
 
@@ -20,14 +20,15 @@ def cmd_info(args: argparse.Namespace) -> int:
     num_classes = args.num_classes or default_num_classes(args.name)
     cfg = ModelConfig(name=args.name, num_classes=num_classes, frames=frames)
     info = model_info(cfg, frames=frames, size=args.size)
-    print(json.dumps(info_as_dict(info), indent=2) if args.json else format_info(info))
+    print_result(info_as_dict(info), as_json=args.json, text=format_info(info))
     return 0
 
 
 def cmd_models(args: argparse.Namespace) -> int:
     from vidscale.models.registry import list_models
 
-    print("\n".join(list_models()))
+    names = list_models()
+    print_result(names, as_json=args.json, text="\n".join(names))
     return 0
 
 
@@ -46,7 +47,7 @@ def cmd_recipes(args: argparse.Namespace) -> int:
         for n in names
     ]
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print_json(rows)
         return 0
     print(f"{args.dataset_size:,} training videos on {args.world_size} process(es)")
     width = max([32, *(len(str(r["recipe"])) for r in rows)])
@@ -70,10 +71,26 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     cfg = apply_overrides(get_recipe(args.recipe), args.overrides)
     validate(cfg)
     report = schedule_report(cfg, world_size=args.world_size, train_size=args.dataset_size)
+    if args.csv is not None:
+        report.write_csv(args.csv)
+    if args.json:
+        print_json(
+            {
+                "recipe": args.recipe,
+                "world_size": args.world_size,
+                "dataset_size": args.dataset_size,
+                "epochs": report.timeline.epochs,
+                "total_steps": report.timeline.total_steps,
+                "rows": report.rows,
+                "phases": report.timeline.phases,
+                "savings": report.savings,
+                "csv": args.csv,
+            }
+        )
+        return 0
     print(f"{args.recipe} on {args.world_size} process(es), {args.dataset_size:,} training videos")
     print(report.text())
     if args.csv is not None:
-        report.write_csv(args.csv)
         print(f"wrote {args.csv}")
     return 0
 
@@ -98,16 +115,17 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--frames", type=_at_least(0), default=0, help="0: the model's default")
     p.add_argument("--size", type=_at_least(32), default=224)
-    p.add_argument("--json", action="store_true")
+    add_json_flag(p)
     p.set_defaults(fn=cmd_info)
 
     p = sub.add_parser("models", help="list registered models")
+    add_json_flag(p)
     p.set_defaults(fn=cmd_models)
 
     p = sub.add_parser("recipes", help="list named recipes with their resolved batch and LR")
     p.add_argument("filter", nargs="?", default="", help="only names containing this")
     _add_run_size(p)
-    p.add_argument("--json", action="store_true")
+    add_json_flag(p)
     p.set_defaults(fn=cmd_recipes)
 
     p = sub.add_parser("schedule", help="a recipe's run epoch by epoch (multigrid stages, LR)")
@@ -115,4 +133,5 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     _add_run_size(p)
     p.add_argument("--csv", type=Path, default=None, help="also write the per-epoch table here")
+    add_json_flag(p)
     p.set_defaults(fn=cmd_schedule)

@@ -4,7 +4,6 @@ docs/scaling.md). Its parser and command."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from vidscale.cli.args import (
     _int_list,
     _non_negative,
 )
+from vidscale.cli.output import add_json_flag, print_json_file, print_result
 from vidscale.config import ConfigError
 
 
@@ -50,13 +50,16 @@ def _plan_request(args: argparse.Namespace, gpus: int | None) -> Any:
     return with_measured(req, measured, keep_batch=args.batch_per_gpu is not None)
 
 
-def _plan_paper_figures(out: Path) -> int:
+def _plan_paper_figures(out: Path, *, as_json: bool) -> int:
     from vidscale.planner.paper_figures import format_paper, write_paper_figures
     from vidscale.planner.paper_scaling import paper_report
 
     _check_parent("--paper-figures", out / "scaling_paper.json", made=True)
     report = paper_report()
     files = write_paper_figures(out, report)
+    if as_json:
+        print_json_file(files[0])  # scaling_paper.json
+        return 0
     print(format_paper(report))
     print("wrote " + ", ".join(str(f) for f in files))
     return 0
@@ -67,7 +70,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from vidscale.planner import report as plan_report
 
     if args.paper_figures is not None:
-        return _plan_paper_figures(args.paper_figures)
+        return _plan_paper_figures(args.paper_figures, as_json=args.json)
     if args.target is not None and (args.compare or args.gpus is not None):
         raise ConfigError("--target finds the GPU count itself: leave out --gpus and --compare")
     gpus = args.gpus or (None,)  # default: one whole node of the hardware
@@ -91,7 +94,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         result = capacity.plan(req)
         out = plan_report.plan_as_dict(result)
         text = plan_report.format_plan(result)
-    print(json.dumps(out, indent=2) if args.json else text)
+    print_result(out, as_json=args.json, text=text)
     return 0
 
 
@@ -147,7 +150,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="a `vidscale bench scaling` JSON: --model's measured compute, data wait and "
         "overlap (explicit flags win)",
     )
-    p.add_argument("--json", action="store_true")
+    add_json_flag(p)
     p.add_argument(
         "--paper-figures",
         type=Path,

@@ -8,8 +8,8 @@ choice: Adam needs no LR schedule search, §VI) on `--nproc` learners, for the s
 - `k-1_plain` (AAVG1: constant batch, plain averaging), `k-1_adaptive_plain` (AAVG2: adaptive
   batch) and `k-1_adaptive` (AAVG3: adaptive batch and Alg. 2): Figs. 4-7, Table I's rows.
 
-A finished run is skipped and a partial one resumed (`studies.sweep.execute`), so an interrupted
-study continues where it stopped. The report (`study.json`, `study.png`, a table) reads the run
+The runs follow the study skeleton (`studies.skeleton`): a finished run is skipped and a partial
+one resumed, so an interrupted study continues where it stopped. The report (`study.json`, `study.png`, a table) reads the run
 directories back: val top-1 per epoch and per second of training, bytes and seconds spent
 averaging, and the batch history.
 """
@@ -24,12 +24,13 @@ from typing import Any
 from vidscale.config import ConfigError, apply_overrides, validate
 from vidscale.recipes import get_recipe
 from vidscale.schedules.batch_scaling import LRRule
-from vidscale.studies.sweep import (
-    SweepRun,
+from vidscale.studies.runs import (
+    StudyRun,
     check_dataset_fits,
     finished_runs_matching,
-    train_runs,
+    refuse_controlled,
 )
+from vidscale.studies.skeleton import Study, run_study
 from vidscale.train.metrics import read_metrics
 
 # Fields the study sets for every run; a --set of one of them would silently change it.
@@ -79,12 +80,11 @@ def variants(ks: tuple[int, ...]) -> list[Variant]:
     ]
 
 
-def plan_study(spec: StudySpec) -> list[SweepRun]:
+def design_aavg_study(spec: StudySpec) -> list[StudyRun]:
     """One run per variant, checked before anything trains (ConfigError names the problem)."""
-    for item in spec.overrides:
-        key = item.partition("=")[0].strip()
-        if key in CONTROLLED_KEYS:
-            raise ConfigError(f"--set {key}: the study sets this field for every run")
+    refuse_controlled(
+        spec.overrides, CONTROLLED_KEYS, why="the study sets this field for every run"
+    )
     if not spec.ks or any(k != -1 and k < 1 for k in spec.ks):
         raise ConfigError(f"--ks: each K must be >= 1 or -1, got {list(spec.ks)}")
     if spec.epochs < 1 or spec.nproc < 1:
@@ -113,7 +113,7 @@ def plan_study(spec: StudySpec) -> list[SweepRun]:
         overrides = (*spec.overrides, *extra)
         cfg = apply_overrides(get_recipe(spec.recipe), list(overrides))
         validate(cfg)
-        runs.append(SweepRun(v.name, spec.out / v.name, lr, overrides, cfg))
+        runs.append(StudyRun(v.name, spec.out / v.name, lr, overrides, cfg))
     return runs
 
 
@@ -220,22 +220,37 @@ def write_study_report(rows: list[dict[str, Any]], out: Path, *, recipe: str) ->
     return json_path, png_path
 
 
-# -- the entry point ----------------------------------------------------------------------------
-def aavg_study(spec: StudySpec, *, plot_only: bool = False) -> list[dict[str, Any]]:
-    """Train what is missing (unless `plot_only`), then write study.json / study.png and print."""
-    names = [v.name for v in variants(spec.ks)]
-    if plot_only:
-        dirs = finished_runs_matching(spec.out, names)
-        if not dirs:
-            raise ConfigError(f"--plot-only: no finished runs under {spec.out}")
-    else:
-        runs = plan_study(spec)
-        steps = check_dataset_fits(runs, nproc=spec.nproc)
+# -- the study ---------------------------------------------------------------------------------
+class AavgStudy(Study[list[dict[str, Any]]]):
+    """The K study on the study skeleton; its report is study.json and study.png."""
+
+    label = "aavg-study"
+
+    def __init__(self, spec: StudySpec) -> None:
+        self.spec, self.out, self.nproc = spec, spec.out, spec.nproc
+
+    def design(self) -> list[StudyRun]:
+        return design_aavg_study(self.spec)
+
+    def check_fits(self, runs: list[StudyRun]) -> None:
+        steps = check_dataset_fits(runs, nproc=self.nproc)
         print(f"aavg-study: {len(runs)} runs, {steps[runs[0].name]} steps/epoch at the start")
-        train_runs(runs, out=spec.out, recipe=spec.recipe, nproc=spec.nproc)
-        dirs = [run.run_dir for run in runs]
-    rows = [collect_study_run(d) for d in dirs]
-    json_path, png_path = write_study_report(rows, spec.out, recipe=spec.recipe)
-    print(format_study_table(rows))
-    print(f"aavg-study: wrote {json_path} and {png_path}")
-    return rows
+
+    def finished(self) -> list[Path]:
+        dirs = finished_runs_matching(self.out, [v.name for v in variants(self.spec.ks)])
+        if not dirs:
+            raise ConfigError(f"--plot-only: no finished runs under {self.out}")
+        return dirs
+
+    def report(self, run_dirs: list[Path]) -> list[dict[str, Any]]:
+        rows = [collect_study_run(d) for d in run_dirs]
+        json_path, png_path = write_study_report(rows, self.out, recipe=self.spec.recipe)
+        print(format_study_table(rows))
+        print(f"aavg-study: wrote {json_path} and {png_path}")
+        return rows
+
+
+def aavg_study(spec: StudySpec, *, plot_only: bool = False) -> list[dict[str, Any]]:
+    """Train what is missing (unless `plot_only`), then write study.json / study.png and print;
+    returns the report's rows."""
+    return run_study(AavgStudy(spec), plot_only=plot_only)

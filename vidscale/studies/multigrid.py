@@ -3,13 +3,13 @@ multigrid-study`.
 
 The same recipe four times on `--nproc` processes: `baseline` (multigrid off), `long` (long
 cycle only), `short` (short cycle only) and `both`. Each multigrid run covers the baseline's
-epochs x `multigrid.epoch_factor` passes over the data at its own shapes and batches. The report
-reads the run directories back and puts side by side: training seconds, optimizer steps, the
-FLOPs the steps actually computed (multiply-accumulates of every clip at its shape, counted on
-the meta device; forward pass, x3 for forward + backward is the same factor for every run), the
-final and best accuracy, and the training seconds each run needed to reach the baseline's final
-accuracy minus `--margin` points (the issue's "same target accuracy"). A finished run is
-skipped and a partial one resumed.
+epochs (`--epochs`, or the recipe's) x `multigrid.epoch_factor` passes over the data at its own
+shapes and batches. The report reads the run directories back and puts side by side: training
+seconds, optimizer steps, the FLOPs the steps actually computed (multiply-accumulates of every
+clip at its shape, counted on the meta device; forward pass, x3 for forward + backward is the
+same factor for every run), the final and best accuracy, and the training seconds each run
+needed to reach the baseline's final accuracy minus `--margin` points (the issue's "same target
+accuracy"). A finished run is skipped and a partial one resumed.
 
 `--variants` trains a subset (the baseline is always one of them: it sets the target). With
 `--seeds`, every variant is trained once per seed (`out/seed-N/<variant>`, `train.seed=N`): on a
@@ -33,12 +33,13 @@ from vidscale.models.registry import ModelConfig
 from vidscale.recipes import get_recipe
 from vidscale.schedules.batch_scaling import LRRule
 from vidscale.schedules.lr import scaled_lr
-from vidscale.studies.sweep import (
-    SweepRun,
+from vidscale.studies.runs import (
+    StudyRun,
     check_dataset_fits,
     finished_runs_matching,
-    train_runs,
+    refuse_controlled,
 )
+from vidscale.studies.skeleton import Study, run_study
 from vidscale.train.builders import load_splits
 from vidscale.train.metrics import validation_curve
 from vidscale.train.plan import Timeline, make_plan, make_timeline, requested_global_batch
@@ -60,6 +61,7 @@ class MultigridStudySpec:
     margin: float = 1.0  # points below the baseline's final accuracy that count as reaching it
     variants: tuple[str, ...] = tuple(VARIANTS)
     seeds: tuple[int, ...] = ()  # empty: one run per variant at the recipe's seed, in out/<name>
+    epochs: int | None = None  # the baseline's (None: the recipe's); multigrid runs x epoch_factor
 
 
 def seed_dirs(spec: MultigridStudySpec) -> list[tuple[int | None, Path]]:
@@ -70,14 +72,18 @@ def seed_dirs(spec: MultigridStudySpec) -> list[tuple[int | None, Path]]:
 
 
 def _check_spec(spec: MultigridStudySpec) -> None:
-    for item in spec.overrides:
-        key = item.partition("=")[0].strip()
-        if key in ("multigrid.long_cycle", "multigrid.short_cycle"):
-            raise ConfigError(f"--set {key}: the study sets this field for every run")
-        if key == "train.seed" and spec.seeds:
-            raise ConfigError("--set train.seed: --seeds sets this field for every run")
-    if spec.nproc < 1:
-        raise ConfigError("the study needs --nproc >= 1")
+    cycles = ("multigrid.long_cycle", "multigrid.short_cycle")
+    refuse_controlled(spec.overrides, cycles, why="the study sets this field for every run")
+    if spec.seeds:
+        refuse_controlled(
+            spec.overrides, ("train.seed",), why="--seeds sets this field for every run"
+        )
+    if spec.epochs is not None and any(
+        i.partition("=")[0].strip() == "train.epochs" for i in spec.overrides
+    ):
+        raise ConfigError("give --epochs or --set train.epochs, not both")
+    if spec.nproc < 1 or (spec.epochs is not None and spec.epochs < 1):
+        raise ConfigError("the study needs --nproc >= 1 and --epochs >= 1")
     unknown = [v for v in spec.variants if v not in VARIANTS]
     if unknown:
         raise ConfigError(f"--variants: unknown {unknown[0]!r} (choose from {', '.join(VARIANTS)})")
@@ -87,14 +93,17 @@ def _check_spec(spec: MultigridStudySpec) -> None:
         raise ConfigError("--variants/--seeds: each value at most once")
 
 
-def plan_multigrid_study(spec: MultigridStudySpec) -> list[SweepRun]:
+def design_multigrid_study(spec: MultigridStudySpec) -> list[StudyRun]:
+    """Every variant (once per seed with `--seeds`), checked before anything trains."""
     _check_spec(spec)
     runs = []
     for seed, where in seed_dirs(spec):
         seeded = () if seed is None else (f"train.seed={seed}",)
+        epochs = () if spec.epochs is None else (f"train.epochs={spec.epochs}",)
         for name in (v for v in VARIANTS if v in spec.variants):
             long, short = VARIANTS[name]
             overrides = (
+                *epochs,
                 *spec.overrides,
                 *seeded,
                 f"multigrid.long_cycle={str(long).lower()}",
@@ -108,7 +117,7 @@ def plan_multigrid_study(spec: MultigridStudySpec) -> list[SweepRun]:
                 cfg.optim.name, batch, peak, "the recipe's (x the long-cycle batch factor)"
             )
             label = name if seed is None else f"seed-{seed}/{name}"
-            runs.append(SweepRun(label, where / name, rule, overrides, cfg))
+            runs.append(StudyRun(label, where / name, rule, overrides, cfg))
     return runs
 
 
@@ -269,60 +278,82 @@ def format_seed_summary(summary: list[dict[str, Any]], *, margin: float) -> str:
     return "\n".join(lines)
 
 
-def _trained_dirs(spec: MultigridStudySpec, *, plot_only: bool) -> dict[int | None, list[Path]]:
-    """Train what is missing (unless `plot_only`); the run directories per seed."""
-    groups = seed_dirs(spec)
-    if plot_only:
-        _check_spec(spec)
-        found = {seed: finished_runs_matching(where, spec.variants) for seed, where in groups}
-        for seed, where in groups:
-            if not any(d.name == "baseline" for d in found[seed]):
+class MultigridStudy(Study[list[dict[str, Any]]]):
+    """The multigrid study on the study skeleton; its report is study.json and study.png."""
+
+    label = "multigrid-study"
+
+    def __init__(self, spec: MultigridStudySpec) -> None:
+        self.spec, self.out, self.nproc = spec, spec.out, spec.nproc
+
+    def design(self) -> list[StudyRun]:
+        return design_multigrid_study(self.spec)
+
+    def check_fits(self, runs: list[StudyRun]) -> None:
+        check_dataset_fits(runs, nproc=self.nproc)
+        videos = len(load_splits(runs[0].cfg).train)
+        for run in runs:  # every stage's batch must fit the training set too
+            make_timeline(run.cfg, make_plan(run.cfg, world_size=self.nproc, train_size=videos))
+
+    def finished(self) -> list[Path]:
+        _check_spec(self.spec)
+        found = []
+        for _, where in seed_dirs(self.spec):
+            dirs = finished_runs_matching(where, self.spec.variants)
+            if not any(d.name == "baseline" for d in dirs):
                 raise ConfigError(f"--plot-only: no finished baseline run under {where}")
+            found += dirs
         return found
-    runs = plan_multigrid_study(spec)
-    check_dataset_fits(runs, nproc=spec.nproc)
-    videos = len(load_splits(runs[0].cfg).train)
-    for run in runs:  # every stage's batch must fit the training set too
-        make_timeline(run.cfg, make_plan(run.cfg, world_size=spec.nproc, train_size=videos))
-    train_runs(runs, out=spec.out, recipe=spec.recipe, nproc=spec.nproc)
-    return {
-        seed: [run.run_dir for run in runs if run.run_dir.parent == where] for seed, where in groups
-    }
+
+    def report(self, run_dirs: list[Path]) -> list[dict[str, Any]]:
+        if not self.spec.seeds:
+            return self._report_one_seed(run_dirs)
+        return self._report_seeds(run_dirs)
+
+    def _report_one_seed(self, run_dirs: list[Path]) -> list[dict[str, Any]]:
+        rows = [collect_multigrid_run(d) for d in run_dirs]
+        target = add_time_to_target(rows, margin=self.spec.margin)
+        report = {"recipe": self.spec.recipe, "target_val_top1": target, "runs": rows}
+        self._write(report, rows, target=target)
+        print(format_multigrid_table(rows, target=target))
+        self._say_written()
+        return rows
+
+    def _report_seeds(self, run_dirs: list[Path]) -> list[dict[str, Any]]:
+        """Each seed's table against its own baseline, then the summary over the seeds."""
+        by_seed: dict[int, list[dict[str, Any]]] = {}
+        targets: dict[int, float] = {}
+        where_of = dict(seed_dirs(self.spec))
+        for seed in self.spec.seeds:
+            where = where_of[seed]
+            rows = [collect_multigrid_run(d) for d in run_dirs if d.parent == where]
+            targets[seed] = add_time_to_target(rows, margin=self.spec.margin)
+            by_seed[seed] = rows
+            print(f"seed {seed}: " + format_multigrid_table(rows, target=targets[seed]))
+        summary = summarize_seeds(by_seed)
+        print(format_seed_summary(summary, margin=self.spec.margin))
+        all_rows = [{**r, "seed": seed} for seed, rows in by_seed.items() for r in rows]
+        report = {
+            "recipe": self.spec.recipe,
+            "margin": self.spec.margin,
+            "seeds": list(self.spec.seeds),
+            "target_val_top1": {str(seed): t for seed, t in targets.items()},
+            "summary": summary,
+            "runs": all_rows,
+        }
+        self._write(report, all_rows, target=statistics.fmean(targets.values()))
+        self._say_written()
+        return all_rows
+
+    def _write(self, report: dict[str, Any], rows: list[dict[str, Any]], *, target: float) -> None:
+        (self.out / "study.json").write_text(json.dumps(report, indent=2) + "\n")
+        plot_multigrid_study(rows, self.out / "study.png", target=target)
+
+    def _say_written(self) -> None:
+        print(f"multigrid-study: wrote {self.out / 'study.json'} and {self.out / 'study.png'}")
 
 
 def multigrid_study(spec: MultigridStudySpec, *, plot_only: bool = False) -> list[dict[str, Any]]:
     """Train what is missing (unless `plot_only`), then write study.json / study.png and print;
     returns every run's row (with `seed` when `--seeds` was given)."""
-    dirs = _trained_dirs(spec, plot_only=plot_only)
-    json_path, png_path = spec.out / "study.json", spec.out / "study.png"
-    if not spec.seeds:
-        rows = [collect_multigrid_run(d) for d in dirs[None]]
-        target = add_time_to_target(rows, margin=spec.margin)
-        report = {"recipe": spec.recipe, "target_val_top1": target, "runs": rows}
-        json_path.write_text(json.dumps(report, indent=2) + "\n")
-        plot_multigrid_study(rows, png_path, target=target)
-        print(format_multigrid_table(rows, target=target))
-        print(f"multigrid-study: wrote {json_path} and {png_path}")
-        return rows
-    by_seed: dict[int, list[dict[str, Any]]] = {}
-    targets: dict[int, float] = {}
-    for seed in spec.seeds:
-        rows = [collect_multigrid_run(d) for d in dirs[seed]]
-        targets[seed] = add_time_to_target(rows, margin=spec.margin)
-        by_seed[seed] = rows
-        print(f"seed {seed}: " + format_multigrid_table(rows, target=targets[seed]))
-    summary = summarize_seeds(by_seed)
-    print(format_seed_summary(summary, margin=spec.margin))
-    all_rows = [{**r, "seed": seed} for seed, rows in by_seed.items() for r in rows]
-    report = {
-        "recipe": spec.recipe,
-        "margin": spec.margin,
-        "seeds": list(spec.seeds),
-        "target_val_top1": {str(seed): t for seed, t in targets.items()},
-        "summary": summary,
-        "runs": all_rows,
-    }
-    json_path.write_text(json.dumps(report, indent=2) + "\n")
-    plot_multigrid_study(all_rows, png_path, target=statistics.fmean(targets.values()))
-    print(f"multigrid-study: wrote {json_path} and {png_path}")
-    return all_rows
+    return run_study(MultigridStudy(spec), plot_only=plot_only)

@@ -16,7 +16,8 @@ late fusion of the RGB run with each flow run (Table I: transfer leaves the flow
 accuracy as it is but raises the fused two-stream accuracy). The fusion evaluates every run's
 best kept epoch checkpoint (`checkpoint="best"`: the paper reports best accuracies; a checkpoint
 pruned by `train.keep_checkpoints` cannot be chosen) on the validation videos both streams hold.
-A finished run is skipped and a partial one resumed (`studies.sweep.execute`).
+The runs follow the study skeleton (`studies.skeleton`): a finished run is skipped and a partial
+one resumed.
 """
 
 from __future__ import annotations
@@ -32,13 +33,13 @@ from vidscale.data.prepare import FLOW_DIR
 from vidscale.recipes import get_recipe
 from vidscale.schedules.batch_scaling import LRRule
 from vidscale.schedules.lr import scaled_lr
-from vidscale.studies.sweep import (
-    SweepRun,
+from vidscale.studies.runs import (
+    StudyRun,
     check_dataset_fits,
-    check_existing,
     finished_runs_matching,
-    train_runs,
+    refuse_controlled,
 )
+from vidscale.studies.skeleton import Study, run_study
 from vidscale.train.builders import load_splits, resolve_data
 from vidscale.train.metrics import validation_curve
 from vidscale.train.plan import requested_global_batch
@@ -65,7 +66,7 @@ class TwoStreamStudySpec:
     margin: float = 1.0  # points below the scratch run's best that count as reaching it
 
 
-# -- planning -----------------------------------------------------------------------------------
+# -- the runs ------------------------------------------------------------------------------------
 def run_overrides(spec: TwoStreamStudySpec) -> dict[str, tuple[str, ...]]:
     """Each run's --set items, in order: data.root, (data.source), (train.epochs), the user's,
     (model.init_from). `vidscale train --recipe RECIPES[name]` with them makes the same run."""
@@ -84,7 +85,7 @@ def run_overrides(spec: TwoStreamStudySpec) -> dict[str, tuple[str, ...]]:
 
 
 def train_command(name: str, spec: TwoStreamStudySpec) -> list[str]:
-    """The command that trains run `name` by hand (what `studies.sweep` launches)."""
+    """The command that trains run `name` by hand (what `studies.runs` launches)."""
     head = ["vidscale"]
     if spec.nproc > 1:
         head = ["torchrun", "--standalone", "--nproc_per_node", str(spec.nproc), "-m", "vidscale"]
@@ -98,10 +99,9 @@ def check_spec(spec: TwoStreamStudySpec) -> None:
     """ConfigError for a --set of a controlled field, both --epochs and --set train.epochs, bad
     counts or weights, or a PREP without prepared optical flow (naming the command that makes
     it)."""
+    why = "the study sets this field (--data PREP for data.root)"
+    refuse_controlled(spec.overrides, CONTROLLED_KEYS, why=why)
     keys = [item.partition("=")[0].strip() for item in spec.overrides]
-    for key in keys:
-        if key in CONTROLLED_KEYS:
-            raise ConfigError(f"--set {key}: the study sets this field (--data PREP for data.root)")
     if spec.epochs is not None and "train.epochs" in keys:
         raise ConfigError("give --epochs or --set train.epochs, not both")
     if spec.nproc < 1 or (spec.epochs is not None and spec.epochs < 1):
@@ -116,7 +116,7 @@ def check_spec(spec: TwoStreamStudySpec) -> None:
         )
 
 
-def plan_two_stream_study(spec: TwoStreamStudySpec) -> list[SweepRun]:
+def design_two_stream_study(spec: TwoStreamStudySpec) -> list[StudyRun]:
     """The three runs (rgb, flow_scratch, flow_from_rgb), checked before anything trains.
 
     Each config is the one `vidscale train` saves for `train_command`: the recipe with
@@ -133,7 +133,7 @@ def plan_two_stream_study(spec: TwoStreamStudySpec) -> list[SweepRun]:
         rule = LRRule(
             cfg.optim.name, batch, scaled_lr(cfg.optim.lr_per_8_clips, batch), "the recipe's"
         )
-        runs.append(SweepRun(name, spec.out / name, rule, overrides, cfg))
+        runs.append(StudyRun(name, spec.out / name, rule, overrides, cfg))
     return runs
 
 
@@ -276,40 +276,58 @@ def plot_two_stream_study(
     plt.close(fig)
 
 
-# -- the entry point ----------------------------------------------------------------------------
+# -- the study ---------------------------------------------------------------------------------
+class TwoStreamStudy(Study[dict[str, Any]]):
+    """The two-stream study on the study skeleton; its report is study.json and study.png."""
+
+    label = "two-stream-study"
+
+    def __init__(self, spec: TwoStreamStudySpec) -> None:
+        self.spec, self.out, self.nproc = spec, spec.out, spec.nproc
+
+    def design(self) -> list[StudyRun]:
+        return design_two_stream_study(self.spec)
+
+    def check_fits(self, runs: list[StudyRun]) -> None:
+        for recipe in dict.fromkeys(RECIPES.values()):
+            group = [run for run in runs if run.cfg.recipe == recipe]
+            steps = check_dataset_fits(group, nproc=self.nproc)
+            print(f"two-stream-study: {recipe}: {steps} steps/epoch", flush=True)
+
+    def finished(self) -> list[Path]:
+        names = list(RECIPES)
+        missing = sorted(set(names) - {d.name for d in finished_runs_matching(self.out, names)})
+        if missing:
+            raise ConfigError(f"--plot-only: unfinished runs under {self.out}: {missing}")
+        return [self.out / n for n in names]
+
+    def report(self, run_dirs: list[Path]) -> dict[str, Any]:
+        """The runs, the fusions of rgb with each flow run, and what transfer changed."""
+        spec = self.spec
+        rows = [collect_stream_run(d) for d in run_dirs]
+        target = add_epochs_to_target(rows, margin=spec.margin)
+        fusion = fuse(self.out, weights=spec.weights)
+        report = {
+            "recipes": RECIPES,
+            "margin": spec.margin,
+            "target_val_top1": target,
+            "weights": {"rgb": spec.weights[0], "flow": spec.weights[1]},
+            "runs": rows,
+            "fusion": fusion,
+            "transfer": transfer_effect(rows, fusion),
+            "commands": {n: shlex.join(train_command(n, spec)) for n in RECIPES},
+        }
+        json_path, png_path = self.out / "study.json", self.out / "study.png"
+        json_path.write_text(json.dumps(report, indent=2) + "\n")
+        plot_two_stream_study(rows, fusion, png_path)
+        print(format_two_stream_table(rows, fusion, target=target))
+        print(f"two-stream-study: wrote {json_path} and {png_path}")
+        return report
+
+
 def two_stream_study(spec: TwoStreamStudySpec, *, plot_only: bool = False) -> dict[str, Any]:
     """Train what is missing (unless `plot_only`: every run must be finished), evaluate the
-    fusions, write STUDY/study.json and STUDY/study.png, print the table; returns the report."""
-    names = list(RECIPES)
-    if plot_only:
-        missing = sorted(set(names) - {d.name for d in finished_runs_matching(spec.out, names)})
-        if missing:
-            raise ConfigError(f"--plot-only: unfinished runs under {spec.out}: {missing}")
-    else:
-        runs = plan_two_stream_study(spec)
-        for run in runs:
-            check_existing(run)  # all three, before any training
-        for recipe, group in ((RGB_RECIPE, runs[:1]), (FLOW_RECIPE, runs[1:])):
-            steps = check_dataset_fits(group, nproc=spec.nproc)
-            print(f"two-stream-study: {recipe}: {steps} steps/epoch", flush=True)
-        train_runs(runs[:1], out=spec.out, recipe=RGB_RECIPE, nproc=spec.nproc)
-        train_runs(runs[1:], out=spec.out, recipe=FLOW_RECIPE, nproc=spec.nproc)
-    rows = [collect_stream_run(spec.out / n) for n in names]
-    target = add_epochs_to_target(rows, margin=spec.margin)
-    fusion = fuse(spec.out, weights=spec.weights)
-    report = {
-        "recipes": RECIPES,
-        "margin": spec.margin,
-        "target_val_top1": target,
-        "weights": {"rgb": spec.weights[0], "flow": spec.weights[1]},
-        "runs": rows,
-        "fusion": fusion,
-        "transfer": transfer_effect(rows, fusion),
-        "commands": {n: shlex.join(train_command(n, spec)) for n in names},
-    }
-    json_path, png_path = spec.out / "study.json", spec.out / "study.png"
-    json_path.write_text(json.dumps(report, indent=2) + "\n")
-    plot_two_stream_study(rows, fusion, png_path)
-    print(format_two_stream_table(rows, fusion, target=target))
-    print(f"two-stream-study: wrote {json_path} and {png_path}")
-    return report
+    fusions, write STUDY/study.json and STUDY/study.png, print the table; returns the report.
+
+    rgb trains first: flow_from_rgb starts from its weights."""
+    return run_study(TwoStreamStudy(spec), plot_only=plot_only)

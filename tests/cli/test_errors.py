@@ -125,6 +125,10 @@ MORE_BAD = [
     Bad(("prepare", "--root", "{empty}", "--out", "{tmp}/p3", "--split", "4"), "--split"),
     Bad(("synth", "--out", "{tmp}/s", "--size", "33"), "--size must be even"),
     Bad(("sweep", "--out", "{tmp}/sw2", "--plot-only"), "no finished runs"),
+    Bad(("aavg-study", "--out", "{tmp}/a1", "--ks", "1,x"), "--ks"),
+    Bad(("multigrid-study", "--out", "{tmp}/m1", "--seeds", "0,x"), "--seeds"),
+    Bad(("multigrid-study", "--out", "{tmp}/m2", "--epochs", "0"), "--epochs"),
+    Bad(("two-stream-study", "--out", "{tmp}/ts"), "--data"),
     Bad(("bench", "data", "--rounds", "0"), "--rounds"),
     Bad(("bench", "data-wait", "--model", "nope"), "nope"),
     Bad(("bench", "models", "--quick", "--out-json", "{text}/b.json"), "--out-json"),
@@ -137,7 +141,7 @@ MORE_BAD = [
         (*("train", "--recipe", DEMO, "--data", "{empty}", "--out", "{tmp}/t6"), *NCCL_ON_CPU),
         "dist.backend=nccl needs CUDA devices",
     ),
-    Bad((), "command"),
+    Bad((), "COMMAND"),
 ]
 
 
