@@ -248,7 +248,8 @@ def test_the_long_file_allowlist_names_only_long_files() -> None:
 
 def _is_parser_builder(node: ast.FunctionDef | ast.AsyncFunctionDef, rel: str) -> bool:
     """A cli/ function named `add_parsers` or `_add_*` that only builds argparse parsers: each
-    statement (after a docstring) calls an argparse builder method or another `_add_*`."""
+    statement (after a docstring) calls an argparse builder method or another parser builder
+    (`_add_*`, or a shared flag helper `add_*` such as `add_json_flag`)."""
     if not rel.startswith("cli/") or not (
         node.name == "add_parsers" or node.name.startswith("_add_")
     ):
@@ -261,7 +262,7 @@ def _is_parser_builder(node: ast.FunctionDef | ast.AsyncFunctionDef, rel: str) -
         func = value.func
         if isinstance(func, ast.Attribute) and func.attr in _ARGPARSE_CALLS:
             continue
-        if isinstance(func, ast.Name) and func.id.startswith("_add_"):
+        if isinstance(func, ast.Name) and func.id.startswith(("_add_", "add_")):
             continue
         return False
     return True
