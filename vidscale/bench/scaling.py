@@ -46,14 +46,15 @@ from typing import TYPE_CHECKING, Any, Literal
 from vidscale.atomic import atomic_write_text
 from vidscale.config import ConfigError
 from vidscale.distributed.comm_hooks import HookName
+from vidscale.distributed.strategy import AAVGStrategy, DDPStrategy, strategy_names
 
 if TYPE_CHECKING:  # torch-heavy: imported where used, so the CLI starts without them
     from vidscale.fastpath.trials import ProbeShape
     from vidscale.models.registry import ModelConfig
 
-Strategy = Literal["ddp", "aavg"]
 HOOKS: tuple[HookName, ...] = ("none", "fp16", "bf16", "powersgd")
-STRATEGIES: tuple[Strategy, ...] = ("ddp", "aavg")
+STRATEGIES: tuple[str, ...] = strategy_names()
+SINGLE = "single"  # the one-process baseline: no strategy at all
 
 
 class ScalingRunFailed(RuntimeError):
@@ -76,7 +77,7 @@ class ScalingConfig:
     threads: int = 0
     workers: int = 0
     hooks: tuple[HookName, ...] = ("none", "bf16", "powersgd")
-    strategies: tuple[Strategy, ...] = ("ddp", "aavg")
+    strategies: tuple[str, ...] = STRATEGIES
     aavg_k: int = 4
     device: Literal["auto", "cpu", "cuda"] = "auto"
     fast_path: bool = True
@@ -116,19 +117,19 @@ class Variant:
     """How the processes share training: `single` (one process, no communication), `ddp` with
     a gradient hook, or `aavg` averaging every `k` steps."""
 
-    strategy: Literal["single", "ddp", "aavg"]
+    strategy: str  # SINGLE or a registered strategy name
     hook: HookName = "none"
     k: int = 0
 
     @property
     def label(self) -> str:
         match self.strategy:
-            case "single":
+            case "single":  # SINGLE
                 return "1 process"
-            case "ddp":
-                return "ddp" if self.hook == "none" else f"ddp+{self.hook}"
-            case "aavg":
-                return f"aavg k={self.k}"
+            case DDPStrategy.name:
+                return self.strategy if self.hook == "none" else f"{self.strategy}+{self.hook}"
+            case _:
+                return f"{self.strategy} k={self.k}"
 
     def as_dict(self) -> dict[str, Any]:
         return {"variant": self.label, "strategy": self.strategy, "hook": self.hook, "k": self.k}
@@ -137,13 +138,13 @@ class Variant:
 def variants(cfg: ScalingConfig, *, procs: int) -> list[Variant]:
     """What runs with `procs` processes: one process runs alone, the baseline of every variant."""
     if procs == 1:
-        return [Variant("single")]
+        return [Variant(SINGLE)]
     out: list[Variant] = []
     for strategy in cfg.strategies:
-        if strategy == "ddp":
-            out += [Variant("ddp", hook) for hook in cfg.hooks]
+        if strategy == DDPStrategy.name:
+            out += [Variant(strategy, hook) for hook in cfg.hooks]
         else:
-            out.append(Variant("aavg", k=cfg.aavg_k))
+            out.append(Variant(strategy, k=cfg.aavg_k))
     return out
 
 
@@ -226,22 +227,22 @@ def _check_numbers(cfg: ScalingConfig) -> None:
     for ok, message in checks:
         if not ok:
             raise ConfigError(message)
-    if "ddp" in cfg.strategies and not cfg.hooks:
-        raise ConfigError("--hooks: name at least one hook for the ddp strategy")
+    if DDPStrategy.name in cfg.strategies and not cfg.hooks:
+        raise ConfigError(f"--hooks: name at least one hook for the {DDPStrategy.name} strategy")
 
 
 def _check_variants(cfg: ScalingConfig, procs: tuple[int, ...]) -> None:
     """What the variants need, where several processes run them."""
     if max(procs) == 1:
         return
-    if "ddp" in cfg.strategies and "powersgd" in cfg.hooks and cfg.warmup < 2:
+    if DDPStrategy.name in cfg.strategies and "powersgd" in cfg.hooks and cfg.warmup < 2:
         raise ConfigError(
             f"--warmup: PowerSGD needs >= 2 warm-up steps (it starts with plain all-reduces), "
             f"got {cfg.warmup}"
         )
-    if "aavg" in cfg.strategies and cfg.steps % cfg.aavg_k:
+    if AAVGStrategy.name in cfg.strategies and cfg.steps % cfg.aavg_k:
         raise ConfigError(
-            f"--steps: with aavg, a multiple of --aavg-k ({cfg.aavg_k}) so that every "
+            f"--steps: with {AAVGStrategy.name}, a multiple of --aavg-k ({cfg.aavg_k}) so that every "
             f"averaging period is measured whole, got {cfg.steps}"
         )
 

@@ -41,7 +41,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from vidscale.bench.scaling import ScalingConfig, Variant, variants
+from vidscale.bench.scaling import SINGLE, ScalingConfig, Variant, variants
 from vidscale.bench.scaling_data import real_batches
 from vidscale.data.dataset import collate
 from vidscale.data.inputs import ModelInput
@@ -52,7 +52,7 @@ from vidscale.distributed.ddp import is_ddp
 from vidscale.distributed.env import DistEnv, init_distributed
 from vidscale.distributed.failure import fail_together
 from vidscale.distributed.parallel import DataParallel
-from vidscale.distributed.strategy import build_strategy
+from vidscale.distributed.strategy import DDPStrategy, build_strategy
 from vidscale.fastpath.hardware import load_average, synchronize
 from vidscale.fastpath.host_memory import retain_freed_host_memory
 from vidscale.fastpath.probe import decide
@@ -185,7 +185,7 @@ def _build(
     strategy = build_strategy(
         env,
         comm,
-        name="aavg" if variant.strategy == "aavg" else "ddp",
+        name=DDPStrategy.name if variant.strategy == SINGLE else variant.strategy,
         aavg=AAVGConfig(k=variant.k),
     )
     wrapped = strategy.wrap(model, optimizer)

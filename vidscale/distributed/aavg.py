@@ -26,7 +26,7 @@ import math
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import nn
@@ -34,8 +34,11 @@ from torch import nn
 from vidscale.distributed.averaging import average_replicas
 from vidscale.distributed.comm_hooks import Mark, mark, seconds_between
 from vidscale.distributed.env import DistEnv
-from vidscale.distributed.parallel import DataParallel
+from vidscale.distributed.parallel import DataParallel, register_strategy
 from vidscale.distributed.traffic import Traffic
+
+if TYPE_CHECKING:
+    from vidscale.distributed.comm_hooks import CommConfig
 
 LrRule = Literal["unchanged", "linear"]
 
@@ -84,6 +87,7 @@ class AAVGConfig:
                 raise ValueError(f"{message}, got {getattr(self, field_name)!r}")
 
 
+@register_strategy("aavg")
 class AAVGStrategy(DataParallel):
     """K-step model averaging (see the module docstring); `cfg.k` = -1: at epoch ends only."""
 
@@ -99,6 +103,10 @@ class AAVGStrategy(DataParallel):
         self._timed: list[tuple[Mark, Mark, int, int]] = []
         # One process has nothing to average and no per-rank state.
         self.per_rank = env.distributed
+
+    @classmethod
+    def from_config(cls, env: DistEnv, *, comm: CommConfig, aavg: AAVGConfig) -> AAVGStrategy:
+        return cls(env, aavg)
 
     def wrap(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> nn.Module:
         self._model, self._optimizer = model, optimizer

@@ -336,12 +336,7 @@ def multigrid_spec(cfg: RunConfig, plan: Plan) -> MultigridSpec:
     accumulation), so per-device batches are per-process micro-batches.
     """
     mg, clip, lr = cfg.multigrid, cfg.data.train_clip, cfg.lr
-    if cfg.aavg.adaptive_batch:
-        raise ConfigError("multigrid and aavg.adaptive_batch both set the batch size: choose one")
-    if lr.schedule == "step" and lr.milestone_unit != "epoch":
-        raise ConfigError("multigrid needs lr.milestone_unit=epoch (its stages are epochs)")
-    if lr.schedule == "poly":
-        raise ConfigError("multigrid has no polynomial LR policy: use lr.schedule=cosine or step")
+    # `cfg` is validated (`config.validate`): no adaptive batch, epoch milestones, no poly LR.
     devices = plan.world_size * plan.accumulate
     bn_base = mg.bn_base_size or plan.global_batch // devices
     warmup_start = plan.base_lr * lr.warmup_start_factor
