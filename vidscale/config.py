@@ -18,6 +18,7 @@ from typing import Any, Literal
 from vidscale.atomic import atomic_write_text
 from vidscale.data.clip import ClipSpec
 from vidscale.data.layouts import check_layout_name
+from vidscale.data.layouts.generic import GENERIC
 from vidscale.data.sources import FlowSettings
 from vidscale.distributed.aavg import AAVGConfig
 from vidscale.distributed.comm_hooks import CommConfig
@@ -42,7 +43,7 @@ class DataConfig:
     # read by random access; stream: the same, read shard by shard (slow random I/O).
     source: Literal["videos", "shards", "stream"] = "videos"
     # a name registered in `vidscale.data.layouts` (checked by `validate`)
-    layout: str = "generic"
+    layout: str = GENERIC
     split: int = 1  # UCF101 / HMDB51 split
     train_list: str = "train.csv"
     val_list: str = "val.csv"

@@ -76,8 +76,7 @@ def evaluate_two_stream(
         run, named, cfg = stream_config(
             Path(ref), name, views=views, data=root, overrides=list(overrides or [])
         )
-        splits = builders.load_splits(cfg)
-        cfg = builders.resolve_data(cfg, splits.classes)
+        cfg, splits = builders.load_data(cfg)
         model = build_model(replace(cfg.model, pretrained=None, init_from=""))
         path = checkpoint_path(run, checkpoint or named)
         load_weights(path, model, map_location="cpu")

@@ -33,7 +33,11 @@ def _read_generic_csv(
     return records
 
 
-@register_layout("generic")
+#: Also the layout whose file names the run config sets (`data.classes`, `data.train_list`, ...).
+GENERIC = "generic"
+
+
+@register_layout(GENERIC)
 def read_generic(root: Path, ann: Path | None, missing: Missing, _split: int) -> Split:
     ann = ann or root
     classes = read_class_names(ann / "classes.txt")
