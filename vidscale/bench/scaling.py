@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from vidscale.atomic import atomic_write_text
 from vidscale.config import ConfigError
+from vidscale.data.layouts.generic import GENERIC
 from vidscale.distributed.comm_hooks import HookName
 from vidscale.distributed.strategy import AAVGStrategy, DDPStrategy, strategy_names
 
@@ -86,7 +87,7 @@ class ScalingConfig:
     fast_settings: tuple[str, ...] = ()  # "MODEL=SETTING", e.g. "tsm_resnet50=bf16+cl"
     data: str = ""  # "": random clips held in memory; else a dataset read as training reads it
     source: Literal["videos", "shards", "stream"] = "videos"
-    layout: str = "generic"
+    layout: str = GENERIC
 
     def fast_setting(self, model: str) -> str | None:
         """The fast-path setting `model` runs with ("fp32", "bf16+cl", ...), None if undecided."""

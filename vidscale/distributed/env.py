@@ -58,8 +58,8 @@ class DistConfig:
     # Seconds a rank waits in one collective or in joining the process group before failing.
     timeout_s: float = DEFAULT_TIMEOUT_S
     # How the ranks share training: a name registered in `vidscale.distributed.strategy`
-    # (checked there, by the run config's validation). The default all-reduces gradients every
-    # step.
+    # (checked against the registry by the run config's validation). The default, DDP's
+    # registered name, all-reduces gradients every step.
     strategy: str = "ddp"
     # The process group's backend: auto = NCCL for CUDA processes, gloo on CPU. gloo also
     # runs CUDA processes (slower collectives), e.g. several processes sharing one GPU, which

@@ -41,6 +41,7 @@ class Plan:
 
 def requested_global_batch(cfg: RunConfig, *, world_size: int) -> int:
     """The global batch `cfg` asks for on `world_size` processes."""
+    # Checked here, not in `config.validate`: it needs the run's world size.
     try:
         accumulate = effective_accumulate(cfg.optim, world_size=world_size)
     except ValueError as err:
@@ -68,6 +69,7 @@ def make_plan(
     micro = micro_batch or cfg.data.batch_size
     if global_batch is None:
         global_batch = requested_global_batch(cfg, world_size=world_size)
+    # Checked here, not in `config.validate`: these need the world size and the data's size.
     if global_batch % (micro * world_size):
         raise ConfigError(
             f"global batch {global_batch} cannot be kept on {world_size} process(es) with "

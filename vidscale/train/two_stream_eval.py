@@ -39,6 +39,7 @@ def stream_config(
     """(run directory, checkpoint, resolved config) of one stream; its modality is checked."""
     run, checkpoint = locate(ref)
     cfg = resolve_eval_config(run, overrides=overrides, data=data)
+    # Checked here, not in `config.validate`: it is the role the run is given that must fit.
     if cfg.data.eval_clip.modality != modality:
         raise ConfigError(
             f"{ref}: a {cfg.data.eval_clip.modality} run given as the {modality} stream"

@@ -20,7 +20,7 @@ from pathlib import Path
 from vidscale.data.annotations import AnnotationError
 
 # Registration order is the order the names are listed in (`--layout` choices, messages).
-from vidscale.data.layouts import generic, kinetics, ucf_hmdb, ssv2, images  # isort: skip
+from vidscale.data.layouts import generic, kinetics, ucf_hmdb, ssv2, images  # noqa: F401  # isort: skip
 from vidscale.data.layouts.common import IMAGE_EXTENSIONS, VIDEO_EXTENSIONS, Missing, check_split
 from vidscale.data.layouts.kinetics import KINETICS_ANNOTATIONS
 from vidscale.data.layouts.registry import LAYOUTS_BY_NAME, Layout, LayoutSplits, Media
@@ -36,13 +36,8 @@ __all__ = [
     "LayoutSplits",
     "Media",
     "check_layout_name",
-    "generic",
-    "images",
-    "kinetics",
     "layout",
     "read_layout",
-    "ssv2",
-    "ucf_hmdb",
 ]
 
 LAYOUTS: tuple[str, ...] = tuple(LAYOUTS_BY_NAME)
