@@ -90,7 +90,7 @@ class DataParallel(ABC):
 
 Strategy = TypeVar("Strategy", bound=type[DataParallel])
 
-#: Every registered strategy class by its `dist.strategy` name, in registration order.
+#: Every registered strategy class by its `dist.strategy` name.
 STRATEGIES: dict[str, type[DataParallel]] = {}
 
 

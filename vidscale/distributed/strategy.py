@@ -33,15 +33,18 @@ __all__ = [
 
 
 def strategy_names() -> tuple[str, ...]:
-    """Every `dist.strategy` name, in registration order."""
-    return tuple(STRATEGIES)
+    """Every `dist.strategy` name: the default first, then the others in alphabetical order
+    (registration order follows whichever module is imported first, so it is not used)."""
+    default = DistConfig.strategy
+    return (default, *sorted(name for name in STRATEGIES if name != default))
 
 
 def check_strategy_name(name: str, *, field: str = "dist.strategy") -> str:
     """`name` when a strategy is registered under it; else a one-line ValueError naming
     `field` and the known names."""
     if name not in STRATEGIES:
-        raise ValueError(f"{field}: unknown strategy {name!r}; known: {', '.join(STRATEGIES)}")
+        known = ", ".join(strategy_names())
+        raise ValueError(f"{field}: unknown strategy {name!r}; known: {known}")
     return name
 
 
