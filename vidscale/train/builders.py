@@ -38,7 +38,8 @@ from vidscale.train.init_from import describe, initialise_from
 
 
 def load_splits(cfg: RunConfig) -> DataSplits:
-    """The run's class list and train/val items (`data.splits.read_splits`)."""
+    """The run's class list and train/val items (`data.splits.read_splits`), for a caller that
+    only counts them; a command that builds from them starts with `load_data`."""
     return read_splits(cfg.data)
 
 
@@ -47,6 +48,14 @@ def load_data(cfg: RunConfig) -> tuple[RunConfig, DataSplits]:
     command that builds from a dataset starts with."""
     splits = read_splits(cfg.data)
     return resolve_data(cfg, splits.classes), splits
+
+
+def resolve_data(cfg: RunConfig, classes: list[str]) -> RunConfig:
+    """The config with what the data determines: the class count (`resolve_num_classes`) and,
+    for prepared optical flow, the flow settings it was prepared with (`recorded_flow`)."""
+    cfg = resolve_num_classes(cfg, classes)
+    flow = recorded_flow(cfg.data)
+    return cfg if flow == cfg.data.flow else replace(cfg, data=replace(cfg.data, flow=flow))
 
 
 def resolve_num_classes(cfg: RunConfig, classes: list[str]) -> RunConfig:
@@ -164,14 +173,6 @@ def build_model(cfg: RunConfig, env: DistEnv, fast: FastPath, *, fresh: bool = F
         if env.is_main:
             print(f"vidscale: {describe(report)}", flush=True)
     return apply_to_model(model.to(env.device), fast)
-
-
-def resolve_data(cfg: RunConfig, classes: list[str]) -> RunConfig:
-    """The config with what the data determines: the class count (`resolve_num_classes`) and,
-    for prepared optical flow, the flow settings it was prepared with (`recorded_flow`)."""
-    cfg = resolve_num_classes(cfg, classes)
-    flow = recorded_flow(cfg.data)
-    return cfg if flow == cfg.data.flow else replace(cfg, data=replace(cfg.data, flow=flow))
 
 
 def model_input(cfg: RunConfig) -> ModelInput:
