@@ -7,6 +7,7 @@ from vidscale.config import (
     RunConfig,
     apply_overrides,
     load_config,
+    resolve,
     save_config,
     validate,
 )
@@ -79,3 +80,36 @@ def test_impossible_clip_specs_fail_validation_naming_the_field(override: str, f
     cfg = apply_overrides(get_recipe("demo_tsm_r18_8f_b32_e20"), [override])
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
         validate(cfg)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["aavg.adaptive_batch=true"],
+            "multigrid and aavg.adaptive_batch both set the batch size: choose one",
+        ),
+        (
+            ["lr.schedule=step", "lr.milestone_unit=step"],
+            "multigrid needs lr.milestone_unit=epoch (its stages are epochs)",
+        ),
+        (
+            ["lr.schedule=poly"],
+            "multigrid has no polynomial LR policy: use lr.schedule=cosine or step",
+        ),
+    ],
+)
+def test_settings_multigrid_cannot_run_fail_at_resolution(
+    overrides: list[str], message: str
+) -> None:
+    multigrid = ["multigrid.long_cycle=true", *overrides]
+    resolve(RunConfig(), overrides)  # without multigrid each is a valid run
+    with pytest.raises(ConfigError) as err:
+        resolve(RunConfig(), multigrid)
+    assert str(err.value) == message
+
+
+def test_resolve_applies_the_overrides_and_validates() -> None:
+    assert resolve(RunConfig(), ["data.batch_size=3"]).data.batch_size == 3
+    with pytest.raises(ConfigError, match="^data.batch_size must be >= 1$"):
+        resolve(RunConfig(), ["data.batch_size=0"])

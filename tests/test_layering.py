@@ -25,7 +25,7 @@ ROOT_NAME = "vidscale"
 # component's config (ClipSpec, DistConfig, CommConfig, AAVGConfig, ...), which lives beside its
 # component; nothing below them imports them. "" is the package's own __init__.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("", "atomic", "models", "optim", "schedules"),  # the ground floor: pure parts
+    ("", "atomic", "errors", "models", "optim", "schedules"),  # the ground floor: pure parts
     ("data", "distributed"),  # clips in, processes together
     ("config", "recipes"),  # a run's description, composed of the components' configs
     ("fastpath",),  # choosing the arithmetic by measurement
@@ -41,7 +41,6 @@ GROUND_FLOOR = LAYERS[0]
 LONG_FILES_ALLOWED = frozenset(
     {
         "train/loop.py",  # split into trainer / step / run log
-        "data/layouts.py",  # becomes a package, one module per dataset family
     }
 )
 MAX_FILE_LINES = 500

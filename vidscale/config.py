@@ -17,50 +17,17 @@ from typing import Any, Literal
 
 from vidscale.atomic import atomic_write_text
 from vidscale.data.clip import ClipSpec
-from vidscale.data.sources import FlowSettings
-from vidscale.distributed.aavg import AAVGConfig
+from vidscale.data.data_config import DataConfig as DataConfig
+from vidscale.data.layouts import check_layout_name
+from vidscale.distributed.aavg_config import AAVGConfig
 from vidscale.distributed.comm_hooks import CommConfig
 from vidscale.distributed.env import DistConfig
+from vidscale.distributed.strategy import check_strategy_name
+from vidscale.errors import ConfigError as ConfigError
 from vidscale.models.registry import ModelConfig
 from vidscale.optim.factory import OptimConfig
 from vidscale.schedules.lr import LRConfig
 from vidscale.schedules.multigrid_config import MultigridConfig
-
-
-class ConfigError(ValueError):
-    """A bad configuration value or override; the message names the field."""
-
-
-@dataclass
-class DataConfig:
-    """Where the clips come from and how they are batched (per rank, per micro-batch)."""
-
-    root: str = ""
-    # videos: decode the files listed by the layout; shards: a `vidscale prepare`d directory
-    # read by random access; stream: the same, read shard by shard (slow random I/O).
-    source: Literal["videos", "shards", "stream"] = "videos"
-    layout: Literal[
-        "generic", "kinetics", "ucf101", "hmdb51", "ssv2", "imagenet", "imagefolder"
-    ] = "generic"
-    split: int = 1  # UCF101 / HMDB51 split
-    train_list: str = "train.csv"
-    val_list: str = "val.csv"
-    classes: str = "classes.txt"
-    batch_size: int = 8
-    eval_batch_size: int = 0  # 0: same as batch_size
-    workers: int = 4
-    # how loader workers start: auto (the platform's default: fork on Linux), fork, forkserver
-    # or spawn (a clean process: no state copied from a parent that runs threads)
-    worker_start: Literal["auto", "fork", "forkserver", "spawn"] = "auto"
-    skip_missing: bool = False
-    # source=stream: clips held for shuffling, and how many before the first is yielded
-    shuffle_buffer: int = 256
-    shuffle_initial: int = 32
-    train_clip: ClipSpec = field(default_factory=ClipSpec)
-    eval_clip: ClipSpec = field(default_factory=lambda: ClipSpec(flip=False))
-    # modality=flow: how optical flow is computed from raw videos (data.source=videos, predict);
-    # prepared flow brings its own settings, which the run records here
-    flow: FlowSettings = field(default_factory=FlowSettings)
 
 
 @dataclass
@@ -237,8 +204,48 @@ def _convert(value: Any, hint: Any, key: str) -> Any:
 
 
 def validate(cfg: RunConfig) -> None:
-    """Reject values that cannot work, naming the field; called before anything is built."""
-    checks: list[tuple[bool, str]] = [
+    """Reject values that cannot work, with a one-line `ConfigError` naming the field.
+
+    This is the config's one validation step: it runs where a config is resolved (`resolve`,
+    which the CLI uses) and again by whatever builds a run from a config it did not resolve
+    itself (the trainer, the studies), before anything is built. What needs facts of the run
+    is checked where those facts are known: the world size and batch divisibility (the
+    trainer's plan), the device (`distributed.env`), the data on disk and its class count
+    (`data.loaders`).
+    """
+    for ok, message in [*_value_checks(cfg), *_clip_checks(cfg), *_combination_checks(cfg)]:
+        if not ok:
+            raise ConfigError(message)
+    for spec_name in ("train_clip", "eval_clip"):
+        try:
+            getattr(cfg.data, spec_name).check(f"data.{spec_name}")
+        except ValueError as err:
+            raise ConfigError(str(err)) from err
+    try:  # names of registered parts: the registries list the known ones
+        check_layout_name(cfg.data.layout)
+        check_strategy_name(cfg.dist.strategy)
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
+    for section in ("optim", "lr", "comm", "dist", "aavg", "multigrid"):
+        try:
+            getattr(cfg, section).validate()
+        except ValueError as err:
+            raise ConfigError(f"{section}: {err}") from err
+
+
+def resolve(cfg: RunConfig, overrides: list[str]) -> RunConfig:
+    """`cfg` with `section.field=value` overrides applied, validated (`validate`)."""
+    cfg = apply_overrides(cfg, overrides)
+    validate(cfg)
+    return cfg
+
+
+Check = tuple[bool, str]
+
+
+def _value_checks(cfg: RunConfig) -> list[Check]:
+    """Ranges of single fields."""
+    return [
         (cfg.data.batch_size >= 1, "data.batch_size must be >= 1"),
         (cfg.data.eval_batch_size >= 0, "data.eval_batch_size must be >= 0"),
         (cfg.data.workers >= 0, "data.workers must be >= 0"),
@@ -254,6 +261,11 @@ def validate(cfg: RunConfig) -> None:
         (cfg.model.num_classes >= 0, "model.num_classes must be >= 0 (0: from the class list)"),
         (0.0 <= cfg.model.dropout < 1.0, "model.dropout must be in [0, 1)"),
     ]
+
+
+def _clip_checks(cfg: RunConfig) -> list[Check]:
+    """The clip shapes, the model's input channels and the flow settings."""
+    checks: list[Check] = []
     for spec_name in ("train_clip", "eval_clip"):
         spec: ClipSpec = getattr(cfg.data, spec_name)
         checks += [
@@ -267,7 +279,8 @@ def validate(cfg: RunConfig) -> None:
             (spec.flow_stack >= 1, f"data.{spec_name}.flow_stack must be >= 1"),
         ]
     train, val = cfg.data.train_clip, cfg.data.eval_clip
-    checks += [
+    return [
+        *checks,
         (
             (train.modality, train.channels) == (val.modality, val.channels),
             "data.eval_clip.modality and flow_stack must match data.train_clip's "
@@ -283,16 +296,24 @@ def validate(cfg: RunConfig) -> None:
         (cfg.data.flow.short_side >= 0, "data.flow.short_side must be >= 0 (0: as decoded)"),
         (cfg.data.flow.bound > 0, "data.flow.bound must be > 0"),
     ]
-    for ok, message in checks:
-        if not ok:
-            raise ConfigError(message)
-    for spec_name in ("train_clip", "eval_clip"):
-        try:
-            getattr(cfg.data, spec_name).check(f"data.{spec_name}")
-        except ValueError as err:
-            raise ConfigError(str(err)) from err
-    for section in ("optim", "lr", "comm", "dist", "aavg", "multigrid"):
-        try:
-            getattr(cfg, section).validate()
-        except ValueError as err:
-            raise ConfigError(f"{section}: {err}") from err
+
+
+def _combination_checks(cfg: RunConfig) -> list[Check]:
+    """Settings of several sections that cannot go together."""
+    if not cfg.multigrid.enabled:
+        return []
+    lr = cfg.lr
+    return [
+        (
+            not cfg.aavg.adaptive_batch,
+            "multigrid and aavg.adaptive_batch both set the batch size: choose one",
+        ),
+        (
+            lr.schedule != "step" or lr.milestone_unit == "epoch",
+            "multigrid needs lr.milestone_unit=epoch (its stages are epochs)",
+        ),
+        (
+            lr.schedule != "poly",
+            "multigrid has no polynomial LR policy: use lr.schedule=cosine or step",
+        ),
+    ]

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from tests.distributed.multiproc import run_ranks
-from vidscale.distributed.aavg import AAVGConfig
+from vidscale.distributed.aavg_config import AAVGConfig
 from vidscale.distributed.comm_hooks import CommConfig
 from vidscale.distributed.env import DistEnv, init_distributed
 from vidscale.distributed.strategy import build_strategy

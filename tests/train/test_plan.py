@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from vidscale.config import ConfigError, apply_overrides
+from vidscale.config import ConfigError, apply_overrides, resolve
 from vidscale.data.clip import ClipSpec
 from vidscale.data.samplers import BatchRequest
 from vidscale.recipes import get_recipe
@@ -138,9 +138,8 @@ def test_multigrid_lr_inside_an_epoch_uses_the_exact_epoch() -> None:
     ],
 )
 def test_multigrid_refuses_what_cannot_change_shape(overrides: list[str], message: str) -> None:
-    cfg = apply_overrides(get_recipe("demo_tsm_r18_8f_multigrid_b32_e20"), overrides)
-    with pytest.raises(ConfigError, match=message):
-        make_timeline(cfg, make_plan(cfg, world_size=2, train_size=768))
+    with pytest.raises(ConfigError, match=message):  # at resolution, before any plan is made
+        resolve(get_recipe("demo_tsm_r18_8f_multigrid_b32_e20"), overrides)
 
 
 @pytest.mark.parametrize(("long", "short"), [(True, False), (False, True), (True, True)])

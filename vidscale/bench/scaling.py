@@ -46,6 +46,7 @@ from typing import Any
 from vidscale.atomic import atomic_write_text
 from vidscale.bench.scaling_config import ScalingConfig
 from vidscale.config import ConfigError
+from vidscale.distributed.strategy import AAVGStrategy, DDPStrategy
 
 
 class ScalingRunFailed(RuntimeError):
@@ -131,22 +132,22 @@ def _check_numbers(cfg: ScalingConfig) -> None:
     for ok, message in checks:
         if not ok:
             raise ConfigError(message)
-    if "ddp" in cfg.strategies and not cfg.hooks:
-        raise ConfigError("--hooks: name at least one hook for the ddp strategy")
+    if DDPStrategy.name in cfg.strategies and not cfg.hooks:
+        raise ConfigError(f"--hooks: name at least one hook for the {DDPStrategy.name} strategy")
 
 
 def _check_variants(cfg: ScalingConfig, procs: tuple[int, ...]) -> None:
     """What the variants need, where several processes run them."""
     if max(procs) == 1:
         return
-    if "ddp" in cfg.strategies and "powersgd" in cfg.hooks and cfg.warmup < 2:
+    if DDPStrategy.name in cfg.strategies and "powersgd" in cfg.hooks and cfg.warmup < 2:
         raise ConfigError(
             f"--warmup: PowerSGD needs >= 2 warm-up steps (it starts with plain all-reduces), "
             f"got {cfg.warmup}"
         )
-    if "aavg" in cfg.strategies and cfg.steps % cfg.aavg_k:
+    if AAVGStrategy.name in cfg.strategies and cfg.steps % cfg.aavg_k:
         raise ConfigError(
-            f"--steps: with aavg, a multiple of --aavg-k ({cfg.aavg_k}) so that every "
+            f"--steps: with {AAVGStrategy.name}, a multiple of --aavg-k ({cfg.aavg_k}) so that every "
             f"averaging period is measured whole, got {cfg.steps}"
         )
 

@@ -7,15 +7,17 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from vidscale.data.layouts.generic import GENERIC
 from vidscale.distributed.comm_handle import HookName
+from vidscale.distributed.strategy import DDPStrategy, strategy_names
 
 if TYPE_CHECKING:  # torch-heavy: imported where used, so the CLI starts without them
     from vidscale.fastpath.trials import ProbeShape
     from vidscale.models.registry import ModelConfig
 
-Strategy = Literal["ddp", "aavg"]
 HOOKS: tuple[HookName, ...] = ("none", "fp16", "bf16", "powersgd")
-STRATEGIES: tuple[Strategy, ...] = ("ddp", "aavg")
+STRATEGIES: tuple[str, ...] = strategy_names()
+SINGLE = "single"  # the one-process baseline: no strategy at all
 
 
 @dataclass(frozen=True)
@@ -34,7 +36,7 @@ class ScalingConfig:
     threads: int = 0
     workers: int = 0
     hooks: tuple[HookName, ...] = ("none", "bf16", "powersgd")
-    strategies: tuple[Strategy, ...] = ("ddp", "aavg")
+    strategies: tuple[str, ...] = STRATEGIES
     aavg_k: int = 4
     device: Literal["auto", "cpu", "cuda"] = "auto"
     fast_path: bool = True
@@ -43,7 +45,7 @@ class ScalingConfig:
     fast_settings: tuple[str, ...] = ()  # "MODEL=SETTING", e.g. "tsm_resnet50=bf16+cl"
     data: str = ""  # "": random clips held in memory; else a dataset read as training reads it
     source: Literal["videos", "shards", "stream"] = "videos"
-    layout: str = "generic"
+    layout: str = GENERIC
 
     def fast_setting(self, model: str) -> str | None:
         """The fast-path setting `model` runs with ("fp32", "bf16+cl", ...), None if undecided."""
@@ -74,19 +76,17 @@ class Variant:
     """How the processes share training: `single` (one process, no communication), `ddp` with
     a gradient hook, or `aavg` averaging every `k` steps."""
 
-    strategy: Literal["single", "ddp", "aavg"]
+    strategy: str  # SINGLE or a registered strategy name
     hook: HookName = "none"
     k: int = 0
 
     @property
     def label(self) -> str:
-        match self.strategy:
-            case "single":
-                return "1 process"
-            case "ddp":
-                return "ddp" if self.hook == "none" else f"ddp+{self.hook}"
-            case "aavg":
-                return f"aavg k={self.k}"
+        if self.strategy == SINGLE:
+            return "1 process"
+        if self.strategy == DDPStrategy.name:
+            return self.strategy if self.hook == "none" else f"{self.strategy}+{self.hook}"
+        return f"{self.strategy} k={self.k}"
 
     def as_dict(self) -> dict[str, Any]:
         return {"variant": self.label, "strategy": self.strategy, "hook": self.hook, "k": self.k}
@@ -95,11 +95,11 @@ class Variant:
 def variants(cfg: ScalingConfig, *, procs: int) -> list[Variant]:
     """What runs with `procs` processes: one process runs alone, the baseline of every variant."""
     if procs == 1:
-        return [Variant("single")]
+        return [Variant(SINGLE)]
     out: list[Variant] = []
     for strategy in cfg.strategies:
-        if strategy == "ddp":
-            out += [Variant("ddp", hook) for hook in cfg.hooks]
+        if strategy == DDPStrategy.name:
+            out += [Variant(strategy, hook) for hook in cfg.hooks]
         else:
-            out.append(Variant("aavg", k=cfg.aavg_k))
+            out.append(Variant(strategy, k=cfg.aavg_k))
     return out

@@ -78,8 +78,7 @@ def real_batches(cfg: ScalingConfig, env: DistEnv, model: str) -> Iterator[dict[
     from vidscale.train import builders
 
     run = run_config(cfg, model)
-    splits = builders.load_splits(run)
-    run = builders.resolve_data(run, splits.classes)
+    run, splits = builders.load_data(run)
     data = builders.build_train_data(run, env, splits.train, micro_batch=cfg.batch)
     per_epoch = len(splits.train) // env.world_size // cfg.batch
     epoch = 0

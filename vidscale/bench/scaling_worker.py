@@ -41,11 +41,11 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from vidscale.bench.scaling_config import ScalingConfig, Variant, variants
+from vidscale.bench.scaling_config import SINGLE, ScalingConfig, Variant, variants
 from vidscale.bench.scaling_data import real_batches
 from vidscale.data.dataset import collate
 from vidscale.data.inputs import ModelInput
-from vidscale.distributed.aavg import AAVGConfig
+from vidscale.distributed.aavg_config import AAVGConfig
 from vidscale.distributed.collectives import all_gather_object, barrier
 from vidscale.distributed.comm_handle import CommConfig
 from vidscale.distributed.comm_timing import Mark, mark, seconds_between
@@ -53,7 +53,7 @@ from vidscale.distributed.ddp import is_ddp
 from vidscale.distributed.env import DistEnv, init_distributed
 from vidscale.distributed.failure import fail_together
 from vidscale.distributed.parallel import DataParallel
-from vidscale.distributed.strategy import build_strategy
+from vidscale.distributed.strategy import DDPStrategy, build_strategy
 from vidscale.fastpath.hardware import load_average, synchronize
 from vidscale.fastpath.host_memory import retain_freed_host_memory
 from vidscale.fastpath.probe import decide
@@ -186,7 +186,7 @@ def _build(
     strategy = build_strategy(
         env,
         comm,
-        name="aavg" if variant.strategy == "aavg" else "ddp",
+        name=DDPStrategy.name if variant.strategy == SINGLE else variant.strategy,
         aavg=AAVGConfig(k=variant.k),
     )
     wrapped = strategy.wrap(model, optimizer)

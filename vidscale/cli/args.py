@@ -7,7 +7,7 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from vidscale.config import ConfigError, RunConfig, apply_overrides, load_config
+from vidscale.config import ConfigError, RunConfig, load_config, resolve
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
@@ -30,7 +30,8 @@ def _with_data_root(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def resolve_config(args: argparse.Namespace, *, run_dir: Path | None = None) -> RunConfig:
-    """The recipe (or, without one, the saved config of the run in `run_dir`) + --data + --set.
+    """The recipe (or, without one, the saved config of the run in `run_dir`) + --data + --set,
+    validated (`config.resolve`).
 
     A re-run of the same command therefore resolves to the same config, and `vidscale train
     --out RUN` alone continues RUN with its own settings.
@@ -44,7 +45,7 @@ def resolve_config(args: argparse.Namespace, *, run_dir: Path | None = None) -> 
         cfg = load_config(saved)
     else:
         raise ConfigError("--recipe is required (see `vidscale recipes`)")
-    return apply_overrides(cfg, list(_with_data_root(args)))
+    return resolve(cfg, list(_with_data_root(args)))
 
 
 # -- argparse types ----------------------------------------------------------------------------

@@ -22,6 +22,8 @@ from vidscale.cli.args import (
 )
 from vidscale.cli.output import add_json_flag, print_json_file, progress_to_stderr
 from vidscale.config import ConfigError
+from vidscale.data.layouts import VIDEO_LAYOUTS
+from vidscale.distributed.strategy import strategy_names
 
 if TYPE_CHECKING:
     from vidscale.bench.models import BenchConfig, Mode
@@ -317,7 +319,11 @@ def _add_bench_scaling(bench_sub: argparse._SubParsersAction) -> None:
         help="DDP gradient hooks (none bf16 powersgd)",
     )
     p.add_argument(
-        "--strategies", nargs="+", choices=["ddp", "aavg"], default=None, help="(ddp aavg)"
+        "--strategies",
+        nargs="+",
+        choices=strategy_names(),
+        default=None,
+        help=f"({' '.join(strategy_names())})",
     )
     p.add_argument("--aavg-k", type=_at_least(1), default=None, help="AAVG: steps per average (4)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None)
@@ -351,7 +357,7 @@ def _add_bench_scaling(bench_sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--layout",
-        choices=["generic", "kinetics", "ucf101", "hmdb51", "ssv2"],
+        choices=VIDEO_LAYOUTS,
         default=None,
         help="with --data and --source videos: the dataset's layout (generic)",
     )
@@ -367,14 +373,13 @@ def _add_bench_scaling(bench_sub: argparse._SubParsersAction) -> None:
 
 def cmd_bench_multigrid(args: argparse.Namespace) -> int:
     from vidscale.bench.multigrid import MultigridBenchConfig, bench_multigrid
-    from vidscale.config import apply_overrides, validate
+    from vidscale.config import resolve
     from vidscale.fastpath.settings import Candidate
     from vidscale.recipes import get_recipe
 
     _check_parent("--out-json", args.out_json)
     _check_device(args.device)
-    cfg = apply_overrides(get_recipe(args.recipe), args.overrides)
-    validate(cfg)
+    cfg = resolve(get_recipe(args.recipe), args.overrides)
     bench = MultigridBenchConfig(
         world_size=args.world_size,
         dataset_size=args.dataset_size,

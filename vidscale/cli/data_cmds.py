@@ -8,7 +8,8 @@ from pathlib import Path
 
 from vidscale.cli.args import _above, _at_least
 from vidscale.cli.output import add_json_flag, print_result, progress_to_stderr
-from vidscale.config import ConfigError
+from vidscale.config import ConfigError, DataConfig
+from vidscale.data.layouts import LAYOUTS
 
 
 def cmd_synth(args: argparse.Namespace) -> int:
@@ -83,8 +84,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("prepare", help="videos + annotations -> JPEG frame shards + index")
     p.add_argument(
         "--layout",
-        choices=["generic", "kinetics", "ucf101", "hmdb51", "ssv2", "imagenet", "imagefolder"],
-        default="generic",
+        choices=LAYOUTS,
+        default=DataConfig.layout,
     )
     p.add_argument("--root", type=Path, required=True, help="the dataset as downloaded")
     p.add_argument("--out", type=Path, required=True, help="the prepared dataset directory")

@@ -8,7 +8,6 @@ from pathlib import Path
 
 from vidscale.cli.args import _at_least, _check_model
 from vidscale.cli.output import add_json_flag, print_json, print_result
-from vidscale.config import apply_overrides
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -64,12 +63,11 @@ def cmd_recipes(args: argparse.Namespace) -> int:
 
 
 def cmd_schedule(args: argparse.Namespace) -> int:
-    from vidscale.config import validate
+    from vidscale.config import resolve
     from vidscale.recipes import get_recipe
     from vidscale.train.schedule_report import schedule_report
 
-    cfg = apply_overrides(get_recipe(args.recipe), args.overrides)
-    validate(cfg)
+    cfg = resolve(get_recipe(args.recipe), args.overrides)
     report = schedule_report(cfg, world_size=args.world_size, train_size=args.dataset_size)
     if args.csv is not None:
         report.write_csv(args.csv)

@@ -45,7 +45,7 @@ from tqdm import tqdm
 from vidscale.data.annotations import VideoRecord, read_class_names
 from vidscale.data.encode import EncodedVideo, encode_image, encode_video, flow_engine
 from vidscale.data.flow import FLOW_BOUND, FlowEngine, FlowMethod
-from vidscale.data.layouts import LayoutSplits, Media, read_layout
+from vidscale.data.layouts import LayoutSplits, Media, layout, read_layout
 from vidscale.data.shards import (
     SHARD_PATTERN,
     ShardEntry,
@@ -439,7 +439,7 @@ def prepare_from_layout(
         kind, Path(root), split=split, skip_missing=skip_missing, annotations_dir=annotations_dir
     )
     source = {"layout": kind, "root": str(Path(root).absolute())}
-    if kind in ("ucf101", "hmdb51"):
+    if layout(kind).numbered_splits:
         source["split"] = str(split)
     return prepare_dataset(splits, Path(out), source=source, **settings)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -20,8 +20,11 @@ from torch.nn.parallel import DistributedDataParallel
 from vidscale.distributed.collectives import broadcast_buffers
 from vidscale.distributed.comm_hooks import CommConfig, CommHook, attach_comm_hook
 from vidscale.distributed.env import DistEnv
-from vidscale.distributed.parallel import DataParallel
+from vidscale.distributed.parallel import DataParallel, register_strategy
 from vidscale.distributed.traffic import Traffic
+
+if TYPE_CHECKING:
+    from vidscale.distributed.aavg_config import AAVGConfig
 
 
 def wrap_ddp(model: nn.Module, env: DistEnv, *, bucket_cap_mb: float = 25.0) -> nn.Module:
@@ -57,6 +60,7 @@ def is_ddp(model: nn.Module) -> bool:
     return isinstance(model, DistributedDataParallel)
 
 
+@register_strategy("ddp")
 class DDPStrategy(DataParallel):
     """Gradients all-reduced every optimizer step (DDP), through the configured comm hook.
 
@@ -71,6 +75,10 @@ class DDPStrategy(DataParallel):
         self.env, self.comm = env, comm
         self._wrapped: nn.Module | None = None
         self._hook: CommHook | None = None
+
+    @classmethod
+    def from_config(cls, env: DistEnv, *, comm: CommConfig, aavg: AAVGConfig) -> DDPStrategy:
+        return cls(env, comm)
 
     def wrap(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> nn.Module:
         self._wrapped = wrap_ddp(model, self.env, bucket_cap_mb=self.comm.bucket_cap_mb)

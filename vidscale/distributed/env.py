@@ -57,17 +57,16 @@ class DistConfig:
 
     # Seconds a rank waits in one collective or in joining the process group before failing.
     timeout_s: float = DEFAULT_TIMEOUT_S
-    # How the ranks share training (`vidscale.distributed.strategy`): ddp all-reduces gradients
-    # every step; aavg runs local steps and averages the replicas every `aavg.k` steps.
-    strategy: Literal["ddp", "aavg"] = "ddp"
+    # How the ranks share training: a name registered in `vidscale.distributed.strategy`
+    # (checked against the registry by the run config's validation). The default, DDP's
+    # registered name, all-reduces gradients every step.
+    strategy: str = "ddp"
     # The process group's backend: auto = NCCL for CUDA processes, gloo on CPU. gloo also
     # runs CUDA processes (slower collectives), e.g. several processes sharing one GPU, which
     # NCCL refuses.
     backend: Literal["auto", "nccl", "gloo"] = "auto"
 
     def validate(self) -> None:
-        if self.strategy not in ("ddp", "aavg"):
-            raise ValueError(f"strategy must be 'ddp' or 'aavg', got {self.strategy!r}")
         if self.backend not in ("auto", "nccl", "gloo"):
             raise ValueError(f"backend must be 'auto', 'nccl' or 'gloo', got {self.backend!r}")
         if not (self.timeout_s > 0 and math.isfinite(self.timeout_s)):

@@ -17,29 +17,47 @@ The training loop calls a strategy at named points and never asks which one it h
   run cannot have it.
 
 On one process every strategy is a no-op: nothing is wrapped, averaged or sent.
+
+Each strategy registers itself under its `dist.strategy` name with `register_strategy`; the
+registry (`STRATEGIES`) is the one list of names that config validation, the CLI and the
+benches read (through `vidscale.distributed.strategy`, which imports every strategy module).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import torch
 from torch import nn
 
 from vidscale.distributed.traffic import Traffic
 
+if TYPE_CHECKING:
+    from vidscale.distributed.aavg_config import AAVGConfig
+    from vidscale.distributed.comm_hooks import CommConfig
+    from vidscale.distributed.env import DistEnv
+
 
 class DataParallel(ABC):
     """The interface the training loop uses (see the module docstring)."""
 
+    #: The `dist.strategy` name this class is registered under (set by `register_strategy`).
+    name: ClassVar[str] = ""
     #: Whether `state_dict()` differs between ranks (every rank then saves and loads its own).
     per_rank: bool = False
     #: Whether each synchronisation round is worth a metrics record of its own (sparse rounds).
     log_each_round: bool = False
     #: What a resume without this strategy's per-rank state does instead (for the warning).
     fresh_start: str = "the strategy starts afresh"
+
+    @classmethod
+    @abstractmethod
+    def from_config(cls, env: DistEnv, *, comm: CommConfig, aavg: AAVGConfig) -> DataParallel:
+        """The strategy for this process, from the run's `comm` and `aavg` sections (each
+        strategy reads the section it needs)."""
 
     @abstractmethod
     def wrap(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> nn.Module: ...
@@ -68,3 +86,22 @@ class DataParallel(ABC):
     @abstractmethod
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore `state`; raise ValueError (and change nothing) when it does not fit."""
+
+
+Strategy = TypeVar("Strategy", bound=type[DataParallel])
+
+#: Every registered strategy class by its `dist.strategy` name.
+STRATEGIES: dict[str, type[DataParallel]] = {}
+
+
+def register_strategy(name: str) -> Callable[[Strategy], Strategy]:
+    """Class decorator: register a `DataParallel` subclass as `dist.strategy=name`."""
+
+    def register(cls: Strategy) -> Strategy:
+        if name in STRATEGIES:
+            raise ValueError(f"strategy {name!r} registered twice")
+        cls.name = name
+        STRATEGIES[name] = cls
+        return cls
+
+    return register

@@ -40,7 +40,7 @@ from vidscale.studies.runs import (
     refuse_controlled,
 )
 from vidscale.studies.skeleton import Study, run_study
-from vidscale.train.builders import load_splits, resolve_data
+from vidscale.train.builders import load_data
 from vidscale.train.metrics import validation_curve
 from vidscale.train.plan import requested_global_batch
 
@@ -128,7 +128,7 @@ def design_two_stream_study(spec: TwoStreamStudySpec) -> list[StudyRun]:
     for name, overrides in run_overrides(spec).items():
         cfg = apply_overrides(get_recipe(RECIPES[name]), list(overrides))
         validate(cfg)
-        cfg = resolve_data(cfg, load_splits(cfg).classes)
+        cfg, _ = load_data(cfg)
         batch = requested_global_batch(cfg, world_size=spec.nproc)
         rule = LRRule(
             cfg.optim.name, batch, scaled_lr(cfg.optim.lr_per_8_clips, batch), "the recipe's"

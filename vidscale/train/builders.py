@@ -1,16 +1,15 @@
-"""Small `build_*` functions that turn a `RunConfig` into the pieces the loop uses."""
+"""Small `build_*` functions that turn a `RunConfig` into the pieces the loop uses.
+
+The data side (splits, loaders per `data.source`) is built in `vidscale.data` from the data
+config; the functions here hand it the run's seed and this process's place.
+"""
 
 from __future__ import annotations
 
 import functools
-import json
-import multiprocessing as mp
 import os
-import signal
-import warnings
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
-from multiprocessing.context import BaseContext
+from collections.abc import Callable
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,21 +18,10 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from vidscale.config import ConfigError, RunConfig
-from vidscale.data.annotations import read_annotations, read_class_names
-from vidscale.data.clip import ClipSpec
-from vidscale.data.dataset import VideoClipDataset, collate
+from vidscale.data.dataset import VideoClipDataset
 from vidscale.data.inputs import ModelInput
-from vidscale.data.layouts import read_layout
-from vidscale.data.prepare import FLOW_DIR, open_prepared
-from vidscale.data.samplers import (
-    BatchRequest,
-    ExactEvalSampler,
-    RequestBatchSampler,
-    RequestCycle,
-    TrainSampler,
-)
-from vidscale.data.shard_dataset import ShardClipDataset, StreamingShardDataset
-from vidscale.data.sources import FlowSettings
+from vidscale.data.loaders import Placement, TrainData, eval_dataset, eval_loader, train_data
+from vidscale.data.splits import DataSplits, read_splits, recorded_flow
 from vidscale.distributed.env import DistEnv
 from vidscale.fastpath.cache import cache_file
 from vidscale.fastpath.host_memory import retain_freed_host_memory
@@ -47,102 +35,27 @@ from vidscale.fastpath.probe import (
 from vidscale.fastpath.settings import FastPath, apply_to_model, resolve_fast_path
 from vidscale.models.registry import build_model as build_registered_model
 from vidscale.train.init_from import describe, initialise_from
-from vidscale.train.plan import Phase
-from vidscale.train.run_ref import resolve_path
-
-
-@dataclass(frozen=True)
-class DataSplits:
-    """Class names and the train/val items: `VideoRecord`s, or `ShardEntry`s when prepared."""
-
-    classes: list[str]
-    train: list[Any]
-    val: list[Any]
-
-
-@dataclass
-class TrainData:
-    """The training loader and how to position it at (epoch, step in epoch) of a phase.
-
-    The batches of an epoch follow its phase (`train.plan.Phase`: batch sizes and clip shapes
-    per step): through the `RequestBatchSampler`, or, for a streamed dataset, which batches in
-    its workers, through the phase's `RequestCycle`.
-    """
-
-    loader: DataLoader
-    dataset: VideoClipDataset | StreamingShardDataset
-    sampler: TrainSampler | None
-    batches: RequestBatchSampler | None = None
-
-    def set_epoch(self, epoch: int, *, step_in_epoch: int, phase: Phase, base: ClipSpec) -> None:
-        if isinstance(self.dataset, StreamingShardDataset):
-            self.dataset.set_epoch(
-                epoch,
-                start_batches=step_in_epoch * phase.accumulate,
-                requests=phase.request_cycle(base),
-            )
-            return
-        assert self.sampler is not None and self.batches is not None
-        self.sampler.set_epoch(epoch, start=phase.clips_before(step_in_epoch))
-        self.dataset.set_epoch(epoch)
-        self.batches.set_requests(phase.requests(step_in_epoch, base))
-
-    def base_shape_batches(self, epoch: int, *, batches: int, size: int) -> DataLoader:
-        """The loader set to give `batches` batches of `size` clips of the recipe's own clip
-        shape, from the start of `epoch`'s order (precise BN); `set_epoch` puts it back on
-        the training schedule."""
-        if isinstance(self.dataset, StreamingShardDataset):
-            requests = RequestCycle((BatchRequest(size),), batches)
-            self.dataset.set_epoch(epoch, start_batches=0, requests=requests)
-            return self.loader
-        assert self.sampler is not None and self.batches is not None
-        self.sampler.set_epoch(epoch, start=0)
-        self.dataset.set_epoch(epoch)
-        self.batches.set_requests([BatchRequest(size)] * batches)
-        return self.loader
 
 
 def load_splits(cfg: RunConfig) -> DataSplits:
-    """Read the class list and both splits; errors name the file and line."""
-    if not cfg.data.root:
-        raise ConfigError("data.root is not set (pass --data DIR or --set data.root=DIR)")
-    root = Path(cfg.data.root)
-    if not root.is_dir():
-        raise ConfigError(f"data.root: {root} is not a directory")
-    if cfg.data.source != "videos":
-        try:
-            prepared = open_prepared(root, modality=cfg.data.train_clip.modality)
-        except FileNotFoundError as err:
-            raise ConfigError(f"data.source={cfg.data.source}: {err}") from err
-        return _checked(cfg, prepared.classes, prepared.train, prepared.val)
-    if cfg.data.layout != "generic":
-        splits = read_layout(
-            cfg.data.layout, root, split=cfg.data.split, skip_missing=cfg.data.skip_missing
-        )
-        for path, reason in splits.missing:
-            warnings.warn(f"{reason}: {path}", stacklevel=2)
-        return _checked(cfg, splits.classes, splits.train, splits.val)
-    classes = read_class_names(resolve_path(cfg.data.root, cfg.data.classes))
-    train = read_annotations(
-        resolve_path(cfg.data.root, cfg.data.train_list),
-        classes=classes,
-        skip_missing=cfg.data.skip_missing,
-    )
-    val = read_annotations(
-        resolve_path(cfg.data.root, cfg.data.val_list),
-        classes=classes,
-        skip_missing=cfg.data.skip_missing,
-    )
-    return _checked(cfg, classes, train, val)
+    """The run's class list and train/val items (`data.splits.read_splits`), for a caller that
+    only counts them; a command that builds from them starts with `load_data`."""
+    return read_splits(cfg.data)
 
 
-def _checked(
-    cfg: RunConfig, classes: list[str], train: Sequence[Any], val: Sequence[Any]
-) -> DataSplits:
-    for name, items in (("training", train), ("validation", val)):
-        if not items:
-            raise ConfigError(f"data.root={cfg.data.root}: the {name} split has no videos")
-    return DataSplits(classes=classes, train=list(train), val=list(val))
+def load_data(cfg: RunConfig) -> tuple[RunConfig, DataSplits]:
+    """The run's splits, and `cfg` with what they determine (`resolve_data`): what every
+    command that builds from a dataset starts with."""
+    splits = read_splits(cfg.data)
+    return resolve_data(cfg, splits.classes), splits
+
+
+def resolve_data(cfg: RunConfig, classes: list[str]) -> RunConfig:
+    """The config with what the data determines: the class count (`resolve_num_classes`) and,
+    for prepared optical flow, the flow settings it was prepared with (`recorded_flow`)."""
+    cfg = resolve_num_classes(cfg, classes)
+    flow = recorded_flow(cfg.data)
+    return cfg if flow == cfg.data.flow else replace(cfg, data=replace(cfg.data, flow=flow))
 
 
 def resolve_num_classes(cfg: RunConfig, classes: list[str]) -> RunConfig:
@@ -262,116 +175,29 @@ def build_model(cfg: RunConfig, env: DistEnv, fast: FastPath, *, fresh: bool = F
     return apply_to_model(model.to(env.device), fast)
 
 
-def resolve_data(cfg: RunConfig, classes: list[str]) -> RunConfig:
-    """The config with what the data determines: the class count (`resolve_num_classes`) and,
-    for prepared optical flow, the flow settings it was prepared with (so the run's saved
-    config says how to compute its input from a raw video)."""
-    cfg = resolve_num_classes(cfg, classes)
-    if cfg.data.source == "videos" or cfg.data.train_clip.modality != "flow":
-        return cfg
-    path = Path(cfg.data.root) / FLOW_DIR / "prepare_options.json"
-    try:
-        options = json.loads(path.read_text())["options"]
-        settings = FlowSettings(
-            method=options["method"],
-            short_side=int(options["short_side"]),
-            bound=float(options["bound"]),
-        )
-    except (OSError, KeyError, TypeError, ValueError) as err:
-        raise ConfigError(f"data.root: cannot read the flow options in {path}: {err}") from err
-    return replace(cfg, data=replace(cfg.data, flow=settings))
-
-
 def model_input(cfg: RunConfig) -> ModelInput:
     """The named input the run's model takes (its modality) and its normalisation."""
     return ModelInput.of(cfg.data.train_clip)
 
 
-def worker_context(cfg: RunConfig) -> BaseContext | None:
-    """The multiprocessing context loader workers start from (`data.worker_start`).
-
-    forkserver and spawn workers receive the dataset pickled; their shared epoch travels as a
-    handle to the same memory. A forkserver is told to import the data modules once, so each
-    worker it forks starts with them loaded.
-    """
-    if cfg.data.workers == 0 or cfg.data.worker_start == "auto":
-        return None
-    context = mp.get_context(cfg.data.worker_start)
-    if cfg.data.worker_start == "forkserver":
-        context.set_forkserver_preload(["vidscale.data.dataset", "vidscale.data.shard_dataset"])
-    return context
-
-
-def ignore_stop_signals(worker_id: int) -> None:
-    """Loader workers leave SIGTERM / SIGINT / SIGUSR1 to the training process, which
-    checkpoints and then ends them: SLURM and Ctrl-C signal every process of the job, and a
-    worker dying first would fail the step that is needed to reach the checkpoint."""
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
-        signal.signal(sig, signal.SIG_IGN)
+def placement(env: DistEnv) -> Placement:
+    """Where this process's loaders run: its rank, the world size, pinned batches on CUDA."""
+    return Placement(env.rank, env.world_size, pin_memory=env.device.type == "cuda")
 
 
 def build_train_data(
     cfg: RunConfig, env: DistEnv, items: list[Any], *, micro_batch: int
 ) -> TrainData:
-    """The training loader; `micro_batch` is a streamed dataset's batch until the first
-    `TrainData.set_epoch` gives it the epoch's requests."""
-    spec, seed, bs = cfg.data.train_clip, cfg.train.seed, micro_batch
-    common: dict[str, Any] = {
-        "num_workers": cfg.data.workers,
-        "collate_fn": collate,
-        "pin_memory": env.device.type == "cuda",
-        # Workers start once per run: no per-epoch start-up, and no fork while a finished
-        # loader's threads are exiting (a child forked then can deadlock in CPython 3.11).
-        # The datasets share their epoch with the workers (`data/epoch_state.py`).
-        "persistent_workers": cfg.data.workers > 0,
-        "multiprocessing_context": worker_context(cfg),
-        "prefetch_factor": 4 if cfg.data.workers > 0 else None,
-        "worker_init_fn": ignore_stop_signals,
-    }
-    if cfg.data.source == "stream":
-        stream = StreamingShardDataset(
-            items,
-            spec,
-            batch_size=bs,
-            rank=env.rank,
-            world_size=env.world_size,
-            seed=seed,
-            shuffle_buffer=cfg.data.shuffle_buffer,
-            shuffle_initial=cfg.data.shuffle_initial,
-        )
-        loader = DataLoader(stream, batch_size=None, **common)  # it yields whole batches
-        return TrainData(loader, stream, None)
-    dataset = (
-        ShardClipDataset(items, spec, train=True, seed=seed)
-        if cfg.data.source == "shards"
-        else VideoClipDataset(items, spec, train=True, seed=seed, flow=cfg.data.flow)
+    """The training loader (`data.loaders.train_data`)."""
+    return train_data(
+        cfg.data, items, seed=cfg.train.seed, micro_batch=micro_batch, place=placement(env)
     )
-    sampler = TrainSampler(len(dataset), rank=env.rank, world_size=env.world_size, seed=seed)
-    batches = RequestBatchSampler(sampler)
-    loader = DataLoader(dataset, batch_sampler=batches, **common)
-    return TrainData(loader, dataset, sampler, batches)
 
 
 def build_eval_dataset(cfg: RunConfig, items: list[Any]) -> VideoClipDataset:
-    """The validation items as the run evaluates them (`data.eval_clip`, no substitution)."""
-    spec = cfg.data.eval_clip
-    if cfg.data.source == "videos":
-        return VideoClipDataset(items, spec, train=False, seed=cfg.train.seed, flow=cfg.data.flow)
-    return ShardClipDataset(items, spec, train=False, seed=cfg.train.seed)
+    """The validation items as the run evaluates them (`data.loaders.eval_dataset`)."""
+    return eval_dataset(cfg.data, items, seed=cfg.train.seed)
 
 
 def build_eval_loader(cfg: RunConfig, env: DistEnv, items: list[Any]) -> DataLoader:
-    dataset = build_eval_dataset(cfg, items)
-    sampler = ExactEvalSampler(len(dataset), rank=env.rank, world_size=env.world_size)
-    return DataLoader(
-        dataset,
-        batch_size=cfg.data.eval_batch_size or cfg.data.batch_size,
-        sampler=sampler,
-        num_workers=cfg.data.workers,
-        collate_fn=collate,
-        pin_memory=env.device.type == "cuda",
-        drop_last=False,
-        persistent_workers=cfg.data.workers > 0,
-        multiprocessing_context=worker_context(cfg),
-        worker_init_fn=ignore_stop_signals,
-    )
+    return eval_loader(cfg.data, items, seed=cfg.train.seed, place=placement(env))

@@ -109,8 +109,7 @@ def evaluate_run(
     if not checkpoints:
         raise FileNotFoundError(f"no epoch checkpoints in {run_dir / 'checkpoints'}")
     env = init_distributed(cfg.train.device)
-    splits = builders.load_splits(cfg)
-    cfg = builders.resolve_data(cfg, splits.classes)
+    cfg, splits = builders.load_data(cfg)
     builders.set_threads(cfg, env)
     fast = builders.recorded_fast_path(cfg, env, checkpoints[-1])  # as the run trained
     model = builders.build_model(cfg, env, fast)

@@ -41,6 +41,7 @@ class Plan:
 
 def requested_global_batch(cfg: RunConfig, *, world_size: int) -> int:
     """The global batch `cfg` asks for on `world_size` processes."""
+    # Checked here, not in `config.validate`: it needs the run's world size.
     try:
         accumulate = effective_accumulate(cfg.optim, world_size=world_size)
     except ValueError as err:
@@ -68,6 +69,7 @@ def make_plan(
     micro = micro_batch or cfg.data.batch_size
     if global_batch is None:
         global_batch = requested_global_batch(cfg, world_size=world_size)
+    # Checked here, not in `config.validate`: these need the world size and the data's size.
     if global_batch % (micro * world_size):
         raise ConfigError(
             f"global batch {global_batch} cannot be kept on {world_size} process(es) with "
@@ -336,12 +338,7 @@ def multigrid_spec(cfg: RunConfig, plan: Plan) -> MultigridSpec:
     accumulation), so per-device batches are per-process micro-batches.
     """
     mg, clip, lr = cfg.multigrid, cfg.data.train_clip, cfg.lr
-    if cfg.aavg.adaptive_batch:
-        raise ConfigError("multigrid and aavg.adaptive_batch both set the batch size: choose one")
-    if lr.schedule == "step" and lr.milestone_unit != "epoch":
-        raise ConfigError("multigrid needs lr.milestone_unit=epoch (its stages are epochs)")
-    if lr.schedule == "poly":
-        raise ConfigError("multigrid has no polynomial LR policy: use lr.schedule=cosine or step")
+    # `cfg` is validated (`config.validate`): no adaptive batch, epoch milestones, no poly LR.
     devices = plan.world_size * plan.accumulate
     bn_base = mg.bn_base_size or plan.global_batch // devices
     warmup_start = plan.base_lr * lr.warmup_start_factor

@@ -39,6 +39,7 @@ def stream_config(
     """(run directory, checkpoint, resolved config) of one stream; its modality is checked."""
     run, checkpoint = locate(ref)
     cfg = resolve_eval_config(run, overrides=overrides, data=data)
+    # Checked here, not in `config.validate`: it is the role the run is given that must fit.
     if cfg.data.eval_clip.modality != modality:
         raise ConfigError(
             f"{ref}: a {cfg.data.eval_clip.modality} run given as the {modality} stream"
@@ -76,8 +77,7 @@ def evaluate_two_stream(
         run, named, cfg = stream_config(
             Path(ref), name, views=views, data=root, overrides=list(overrides or [])
         )
-        splits = builders.load_splits(cfg)
-        cfg = builders.resolve_data(cfg, splits.classes)
+        cfg, splits = builders.load_data(cfg)
         model = build_model(replace(cfg.model, pretrained=None, init_from=""))
         path = checkpoint_path(run, checkpoint or named)
         load_weights(path, model, map_location="cpu")

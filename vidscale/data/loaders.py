@@ -1,0 +1,192 @@
+"""The training and evaluation loaders of a run, per `data.source`, from the data config.
+
+- videos: `VideoClipDataset` decodes the listed files (random access);
+- shards: `ShardClipDataset` reads a prepared directory by random access;
+- stream: `StreamingShardDataset` reads it shard by shard and batches in its workers.
+
+The caller gives what the data config does not hold: the seed, this process's rank among
+`world_size`, and whether batches are pinned for a CUDA device.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import signal
+from dataclasses import dataclass
+from multiprocessing.context import BaseContext
+from typing import Any, Protocol
+
+from torch.utils.data import DataLoader
+
+from vidscale.data.clip import ClipSpec
+from vidscale.data.data_config import DataConfig
+from vidscale.data.dataset import VideoClipDataset, collate
+from vidscale.data.samplers import (
+    BatchRequest,
+    ExactEvalSampler,
+    RequestBatchSampler,
+    RequestCycle,
+    TrainSampler,
+)
+from vidscale.data.shard_dataset import ShardClipDataset, StreamingShardDataset
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the loader runs: this process's `rank` of `world_size`, and whether batches are
+    pinned for a CUDA device."""
+
+    rank: int = 0
+    world_size: int = 1
+    pin_memory: bool = False
+
+
+class EpochSchedule(Protocol):
+    """What `TrainData.set_epoch` reads of a phase of the run (`Phase` of the training
+    timeline): its batches per step, and the batch requests from a step on."""
+
+    @property
+    def accumulate(self) -> int: ...
+
+    def clips_before(self, step_in_epoch: int) -> int: ...
+
+    def requests(self, step_in_epoch: int, base: ClipSpec) -> list[BatchRequest]: ...
+
+    def request_cycle(self, base: ClipSpec) -> RequestCycle: ...
+
+
+@dataclass
+class TrainData:
+    """The training loader and how to position it at (epoch, step in epoch) of a phase.
+
+    The batches of an epoch follow its phase (batch sizes and clip shapes per step): through
+    the `RequestBatchSampler`, or, for a streamed dataset, which batches in its workers,
+    through the phase's `RequestCycle`.
+    """
+
+    loader: DataLoader
+    dataset: VideoClipDataset | StreamingShardDataset
+    sampler: TrainSampler | None
+    batches: RequestBatchSampler | None = None
+
+    def set_epoch(
+        self, epoch: int, *, step_in_epoch: int, phase: EpochSchedule, base: ClipSpec
+    ) -> None:
+        if isinstance(self.dataset, StreamingShardDataset):
+            self.dataset.set_epoch(
+                epoch,
+                start_batches=step_in_epoch * phase.accumulate,
+                requests=phase.request_cycle(base),
+            )
+            return
+        assert self.sampler is not None and self.batches is not None
+        self.sampler.set_epoch(epoch, start=phase.clips_before(step_in_epoch))
+        self.dataset.set_epoch(epoch)
+        self.batches.set_requests(phase.requests(step_in_epoch, base))
+
+    def base_shape_batches(self, epoch: int, *, batches: int, size: int) -> DataLoader:
+        """The loader set to give `batches` batches of `size` clips of the recipe's own clip
+        shape, from the start of `epoch`'s order (precise BN); `set_epoch` puts it back on
+        the training schedule."""
+        if isinstance(self.dataset, StreamingShardDataset):
+            requests = RequestCycle((BatchRequest(size),), batches)
+            self.dataset.set_epoch(epoch, start_batches=0, requests=requests)
+            return self.loader
+        assert self.sampler is not None and self.batches is not None
+        self.sampler.set_epoch(epoch, start=0)
+        self.dataset.set_epoch(epoch)
+        self.batches.set_requests([BatchRequest(size)] * batches)
+        return self.loader
+
+
+def clip_dataset(
+    data: DataConfig, items: list[Any], spec: ClipSpec, *, train: bool, seed: int
+) -> VideoClipDataset:
+    """A random-access dataset of `items` sampled by `spec`: decoded videos, or prepared
+    shards for `data.source` shards and stream (a streamed run evaluates by random access)."""
+    if data.source == "videos":
+        return VideoClipDataset(items, spec, train=train, seed=seed, flow=data.flow)
+    return ShardClipDataset(items, spec, train=train, seed=seed)
+
+
+def train_data(
+    data: DataConfig, items: list[Any], *, seed: int, micro_batch: int, place: Placement
+) -> TrainData:
+    """The training loader; `micro_batch` is a streamed dataset's batch until the first
+    `TrainData.set_epoch` gives it the epoch's requests."""
+    common: dict[str, Any] = {
+        "num_workers": data.workers,
+        "collate_fn": collate,
+        "pin_memory": place.pin_memory,
+        # Workers start once per run: no per-epoch start-up, and no fork while a finished
+        # loader's threads are exiting (a child forked then can deadlock in CPython 3.11).
+        # The datasets share their epoch with the workers (`data/epoch_state.py`).
+        "persistent_workers": data.workers > 0,
+        "multiprocessing_context": worker_context(data),
+        "prefetch_factor": 4 if data.workers > 0 else None,
+        "worker_init_fn": ignore_stop_signals,
+    }
+    if data.source == "stream":
+        stream = StreamingShardDataset(
+            items,
+            data.train_clip,
+            batch_size=micro_batch,
+            rank=place.rank,
+            world_size=place.world_size,
+            seed=seed,
+            shuffle_buffer=data.shuffle_buffer,
+            shuffle_initial=data.shuffle_initial,
+        )
+        loader = DataLoader(stream, batch_size=None, **common)  # it yields whole batches
+        return TrainData(loader, stream, None)
+    dataset = clip_dataset(data, items, data.train_clip, train=True, seed=seed)
+    sampler = TrainSampler(len(dataset), rank=place.rank, world_size=place.world_size, seed=seed)
+    batches = RequestBatchSampler(sampler)
+    loader = DataLoader(dataset, batch_sampler=batches, **common)
+    return TrainData(loader, dataset, sampler, batches)
+
+
+def eval_dataset(data: DataConfig, items: list[Any], *, seed: int) -> VideoClipDataset:
+    """The validation items as the run evaluates them (`data.eval_clip`, no substitution)."""
+    return clip_dataset(data, items, data.eval_clip, train=False, seed=seed)
+
+
+def eval_loader(data: DataConfig, items: list[Any], *, seed: int, place: Placement) -> DataLoader:
+    """The validation loader: every item exactly once over the ranks (`ExactEvalSampler`)."""
+    dataset = eval_dataset(data, items, seed=seed)
+    sampler = ExactEvalSampler(len(dataset), rank=place.rank, world_size=place.world_size)
+    return DataLoader(
+        dataset,
+        batch_size=data.eval_batch_size or data.batch_size,
+        sampler=sampler,
+        num_workers=data.workers,
+        collate_fn=collate,
+        pin_memory=place.pin_memory,
+        drop_last=False,
+        persistent_workers=data.workers > 0,
+        multiprocessing_context=worker_context(data),
+        worker_init_fn=ignore_stop_signals,
+    )
+
+
+def worker_context(data: DataConfig) -> BaseContext | None:
+    """The multiprocessing context loader workers start from (`data.worker_start`).
+
+    forkserver and spawn workers receive the dataset pickled; their shared epoch travels as a
+    handle to the same memory. A forkserver is told to import the data modules once, so each
+    worker it forks starts with them loaded.
+    """
+    if data.workers == 0 or data.worker_start == "auto":
+        return None
+    context = mp.get_context(data.worker_start)
+    if data.worker_start == "forkserver":
+        context.set_forkserver_preload(["vidscale.data.dataset", "vidscale.data.shard_dataset"])
+    return context
+
+
+def ignore_stop_signals(worker_id: int) -> None:
+    """Loader workers leave SIGTERM / SIGINT / SIGUSR1 to the training process, which
+    checkpoints and then ends them: SLURM and Ctrl-C signal every process of the job, and a
+    worker dying first would fail the step that is needed to reach the checkpoint."""
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+        signal.signal(sig, signal.SIG_IGN)

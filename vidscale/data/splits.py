@@ -1,0 +1,97 @@
+"""The class list and the train/val items a run reads, per `data.source` (from the data
+config alone): decoded videos listed by a layout, or a `vidscale prepare`d directory.
+
+Errors are one-line `ConfigError`s naming the field or the file.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vidscale.data.annotations import read_annotations, read_class_names
+from vidscale.data.data_config import DataConfig
+from vidscale.data.layouts import read_layout
+from vidscale.data.layouts.generic import GENERIC
+from vidscale.data.prepare import FLOW_DIR, open_prepared
+from vidscale.data.sources import FlowSettings
+from vidscale.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class DataSplits:
+    """Class names and the train/val items: `VideoRecord`s, or `ShardEntry`s when prepared."""
+
+    classes: list[str]
+    train: list[Any]
+    val: list[Any]
+
+
+def is_prepared(data: DataConfig) -> bool:
+    """Whether `data.source` reads a prepared directory (shards, stream) rather than videos."""
+    return data.source != "videos"
+
+
+def read_splits(data: DataConfig) -> DataSplits:
+    """Read the class list and both splits; errors name the file and line."""
+    if not data.root:
+        raise ConfigError("data.root is not set (pass --data DIR or --set data.root=DIR)")
+    root = Path(data.root)
+    if not root.is_dir():
+        raise ConfigError(f"data.root: {root} is not a directory")
+    if is_prepared(data):
+        try:
+            prepared = open_prepared(root, modality=data.train_clip.modality)
+        except FileNotFoundError as err:
+            raise ConfigError(f"data.source={data.source}: {err}") from err
+        return _checked(data, prepared.classes, prepared.train, prepared.val)
+    if data.layout != GENERIC:
+        splits = read_layout(data.layout, root, split=data.split, skip_missing=data.skip_missing)
+        for path, reason in splits.missing:
+            warnings.warn(f"{reason}: {path}", stacklevel=2)
+        return _checked(data, splits.classes, splits.train, splits.val)
+    classes = read_class_names(_under_root(data, data.classes))
+    train = read_annotations(
+        _under_root(data, data.train_list), classes=classes, skip_missing=data.skip_missing
+    )
+    val = read_annotations(
+        _under_root(data, data.val_list), classes=classes, skip_missing=data.skip_missing
+    )
+    return _checked(data, classes, train, val)
+
+
+def recorded_flow(data: DataConfig) -> FlowSettings:
+    """The optical-flow settings the run's input is computed with: those prepared flow was
+    prepared with (so a run's saved config says how to compute its input from a raw video),
+    else `data.flow`."""
+    if not is_prepared(data) or data.train_clip.modality != "flow":
+        return data.flow
+    path = Path(data.root) / FLOW_DIR / "prepare_options.json"
+    try:
+        options = json.loads(path.read_text())["options"]
+        return FlowSettings(
+            method=options["method"],
+            short_side=int(options["short_side"]),
+            bound=float(options["bound"]),
+        )
+    except (OSError, KeyError, TypeError, ValueError) as err:
+        raise ConfigError(f"data.root: cannot read the flow options in {path}: {err}") from err
+
+
+def _under_root(data: DataConfig, name: str) -> Path:
+    """`name` under `data.root` unless it is absolute."""
+    p = Path(name)
+    return p if p.is_absolute() else Path(data.root) / p
+
+
+def _checked(
+    data: DataConfig, classes: list[str], train: Sequence[Any], val: Sequence[Any]
+) -> DataSplits:
+    for name, items in (("training", train), ("validation", val)):
+        if not items:
+            raise ConfigError(f"data.root={data.root}: the {name} split has no videos")
+    return DataSplits(classes=classes, train=list(train), val=list(val))
