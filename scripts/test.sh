@@ -7,4 +7,4 @@ bash scripts/setup.sh
 ruff check vidscale tests
 ruff format --check vidscale tests
 mypy
-python -m pytest -q -p no:cacheprovider "$@"
+python -m pytest -q -rs -p no:cacheprovider "$@"  # -rs: every skip prints its reason

@@ -1,8 +1,10 @@
 """`vidscale bench scaling`: real torchrun runs of 1 and 2 gloo processes, checked for what the
-report claims (the parts of a step add up to it, efficiency is the paper's, bytes are the
-model's), and one-line errors for bad arguments.
+report claims (each part of a step is timed on its own and fits inside it, one process puts
+nothing on a wire, efficiency is the paper's, bytes are the model's), and one-line errors for
+bad arguments.
 
-Speeds are measured but never asserted (they depend on the machine and its load).
+Speeds are measured but never asserted (they depend on the machine and its load); only shares
+of a step are, where the gap is wide (data held in memory waits little).
 """
 
 from __future__ import annotations
@@ -152,25 +154,47 @@ def test_every_process_count_runs_the_one_setting_the_probe_chose(measured: tupl
 
 
 @pytest.mark.slow
-def test_compute_data_and_exposed_communication_add_up_to_the_step(measured: tuple) -> None:
+def test_each_part_of_a_step_is_measured_on_its_own_clock_and_fits_inside_the_step(
+    measured: tuple,
+) -> None:
+    """`compute_s` is the step less the other parts, so their sum is the step by construction;
+    what can fail is each separately timed part: none negative, the data wait and the exposed
+    communication together shorter than the step, exposed communication no longer than the
+    communication in flight, and the training thread's CPU time no longer than the step's wall
+    time (one thread cannot run longer than the clock)."""
     report, _, _ = measured
     for row in report["runs"]:
         for rank in row["ranks"]:
-            for step, data, comm, compute, flight in zip(
+            for step, data, comm, flight, cpu in zip(
                 rank["step_s"],
                 rank["data_wait_s"],
                 rank["comm_exposed_s"],
-                rank["compute_s"],
                 rank["comm_in_flight_s"],
+                rank["thread_cpu_s"],
                 strict=True,
             ):
-                assert compute + data + comm == pytest.approx(step, rel=1e-12)
-                # Each part is measured on its own: all of them fit inside the step.
-                assert data >= 0 and comm >= 0 and compute > 0 and data + comm < step
-                assert comm <= flight + 1e-9  # exposed time is part of the time in flight
-        parts = row["compute_s"] + row["data_wait_s"] + row["comm_exposed_s"]
-        assert parts == pytest.approx(row["step_s"], rel=1e-12)
+                assert step > 0 and data >= 0 and comm >= 0 and cpu > 0
+                assert data + comm < step
+                assert comm <= flight + 1e-9
+                # The CPU clock is read a few microseconds after the wall clock, at both ends.
+                assert cpu <= step + 1e-3
         assert row["step_spread_s"]["min"] <= row["step_s"] <= row["step_spread_s"]["max"]
+
+
+@pytest.mark.slow
+def test_one_process_has_no_communication_and_in_memory_clips_barely_wait(
+    measured: tuple,
+) -> None:
+    """A single process puts nothing on a wire, at any step; the clips are held in memory (no
+    decoding), so waiting for data is a small share of every run's step."""
+    rows = _rows(measured[0])
+    (single,) = rows[(1, "1 process")]["ranks"]
+    for key in ("comm_exposed_s", "comm_in_flight_s", "forward_sync_s", "comm_bytes"):
+        assert set(single[key]) == {0}, key
+    for row in rows.values():
+        # Handing over a batch of held clips takes under a millisecond against steps of a few
+        # hundred here (about 0.1% of the step); 5% leaves room for a busy machine.
+        assert row["data_wait_s"] < 0.05 * row["step_s"], row["variant"]
 
 
 @pytest.mark.slow

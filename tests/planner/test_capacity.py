@@ -17,7 +17,7 @@ from vidscale.bench.scaling_config import ScalingConfig, Variant
 from vidscale.bench.scaling_report import build_report
 from vidscale.bench.scaling_worker import StepSamples
 from vidscale.distributed.comm_hooks import HookName
-from vidscale.planner import capacity, clusters, paper_scaling
+from vidscale.planner import capacity, clusters
 from vidscale.planner.capacity import PlanRequest
 from vidscale.planner.durations import format_duration, parse_duration
 from vidscale.planner.layer_costs import model_costs
@@ -45,12 +45,33 @@ def test_format_duration_writes_table3_style() -> None:
     assert format_duration(9.54) == "9.5s"
 
 
-def test_plan_is_the_scaling_model_of_table3() -> None:
+def test_plan_at_1536_gpus_is_near_table3_and_its_all_reduce_is_eq1_worked_by_hand() -> None:
+    """Checked against numbers worked outside the planner: the paper's printed time, the
+    baseline step it is calibrated from, and Eq. 1 for one ring all-reduce of the gradients."""
     result = capacity.plan(PlanRequest(gpus=1536))
-    row = next(r for r in paper_scaling.table3() if r.gpus == 1536)
-    assert result.prediction.train_s == pytest.approx(row.model.train_s)
-    assert result.prediction.global_batch == 12_288 and result.batch_ok is True
-    assert result.prediction.bottleneck == "compute"
+    p = result.prediction
+    assert p.global_batch == 12_288 and result.batch_ok is True
+    # Table 3 prints 14m 13s = 853 s. The model sees only the 6-GPU baseline row and
+    # underestimates every later row by 7-13% (docs/scaling.md: -9.0% at this row).
+    assert p.train_s == pytest.approx(853, rel=0.12)
+    # The baseline runs 16 clips per GPU in 179,700 s / (100 x 240,000 / 96) = 0.7188 s per
+    # step; at 8 clips a step takes at least half of that (the per-clip part halves, the
+    # fixed part stays) and less than all of it.
+    baseline_step = 179_700 / (100 * 240_000 / 96)
+    assert baseline_step / 2 <= p.step.compute_s < baseline_step
+    # Eq. 1 for a ring of P = 1536 GPUs on N = 256 Summit nodes: 2(P-1)/P x S / B plus NCCL's
+    # ring latency. S: ResNet-50's 23,508,032 trunk weights and a 2048 x 400 classifier, fp32.
+    # B: two EDR rails of 100 Gb/s at 12.2/12.5 achieved (24.4 GB/s, under the 32 GB/s X-Bus).
+    gpus, nodes = 1536, 256
+    grad_bytes = 4 * (23_508_032 + 2048 * 400 + 400)
+    transfer = 2 * (gpus - 1) / gpus * grad_bytes / (2 * 100e9 / 8 * 12.2 / 12.5)
+    # 8.4 us once, 3.4 us per NVLink hop, 9.6 us per network hop, x 1.9 for a large message.
+    hops = 2 * (gpus - 1)
+    network_hops = 2 * (nodes - 1)
+    latency = 1.9e-6 * (8.4 + 3.4 * (hops - network_hops) + 9.6 * network_hops)
+    assert p.step.allreduce_s == pytest.approx(transfer + latency, rel=1e-9)
+    assert p.step.comm_s < p.step.allreduce_s  # most of it hides behind the backward pass
+    assert p.bottleneck == "compute"
     text = format_plan(result)
     assert "time to train" in text and "12,288" in text and "bottleneck" in text
 

@@ -3,6 +3,8 @@ statistics worked by hand, what is put back afterwards, and sub-batch BN."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -141,6 +143,25 @@ def test_sub_batch_bn_gets_precise_splits_and_their_aggregate() -> None:
     torch.testing.assert_close(model[1].running_var, var, rtol=1e-12, atol=1e-12)
 
 
-def test_a_model_without_batchnorm_is_left_alone() -> None:
-    model = nn.Linear(2, 2)
-    precise_bn(model, [], num_batches=1)  # nothing to recompute: the batches are not read
+def test_a_model_without_batchnorm_is_left_alone_and_its_batches_are_not_read() -> None:
+    """Nothing to recompute: no batch is drawn, no forward runs, weights and mode unchanged,
+    and so an iterable shorter than `num_batches` is no error (it is one with a BN)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(2, 2), nn.Dropout(0.5)).eval()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    drawn: list[Tensor] = []
+
+    def batches() -> Iterator[Tensor]:
+        for _ in range(3):
+            drawn.append(torch.randn(4, 2))
+            yield drawn[-1]
+
+    def forward(m: nn.Module, batch: Tensor) -> Tensor:
+        raise AssertionError("forward ran on a model without BatchNorm")
+
+    precise_bn(model, batches(), num_batches=5, forward=forward)
+    assert drawn == [] and not any(m.training for m in model.modules())
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    with pytest.raises(ValueError, match="needs 5 batches, the iterable gave 3"):
+        precise_bn(_model(), _batches(3), num_batches=5)

@@ -243,9 +243,12 @@ def test_resume_on_one_process_keeps_the_global_batch_and_lr(
     assert [r["lr"] for r in got] == [r["lr"] for r in ref]
     assert got[:2] == ref[:2]  # epoch 1 is the 2-process run's own
     # The same clips in each step; only BatchNorm's micro-batches differ (4 clips of one
-    # process's share vs 4 consecutive clips), so the losses track without being equal.
+    # process's share vs 4 consecutive clips), so the losses track without being equal. Over
+    # four runs the two resumed steps differed by 0.53-0.56% and 0.11-0.17% of the loss
+    # (docs/benchmarks.md, "Runs that survive"); 2% is 3.5x the largest gap seen, room for
+    # the run-to-run spread of multi-threaded CPU arithmetic and no more.
     for a, b in zip(got[2:], ref[2:], strict=True):
-        assert abs(a["loss"] - b["loss"]) < 0.1 * b["loss"], (a["loss"], b["loss"])
+        assert abs(a["loss"] - b["loss"]) < 0.02 * b["loss"], (a["loss"], b["loss"])
     with pytest.raises(ConfigError, match=r"train\.epochs 2 -> 3"):
         loop.Trainer(
             config(tiny_demo, "optim.simulate_world_size=0", "train.epochs=3"),

@@ -19,9 +19,9 @@ GOP (250) and with a small GOP. Methods are interleaved clip by clip, so they sh
 machine's noise, and every lossless method's frames are checked against the sequential
 decode's, so a fast wrong decoder stops the benchmark. Reported: clips/s of wall time (one
 worker process), CPU ms per clip (clips per CPU-second is the per-core rate, which other
-processes on the machine distort less) and frames decoded per clip. DESIGN §4 lists the
-magnitudes expected on one core: ~150 ms per TSN clip by decoding all of a GOP-250 video,
-3.5-5 ms from JPEG shards.
+processes on the machine distort less) and frames decoded per clip. The magnitudes DESIGN §4
+expects on one core, and what was measured beside them, are in docs/benchmarks.md ("Data
+loading: raw H.264 vs prepared shards").
 
 How much of a training step waits for data is `data_wait.bench_data_wait`'s.
 

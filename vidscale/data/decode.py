@@ -57,9 +57,9 @@ def open_video(
     `threads` > 1 decodes with FFmpeg's frame and slice threads (output lags input by up to
     `threads` frames; draining the decoder returns all of them), 0 with one thread per core.
     `probe_codec=False` skips the frames FFmpeg decodes while opening to learn what the
-    container does not say (pixel format, reordering delay): 4 ms of CPU for a 456x256 H.264
-    file, wasted when the caller takes what it needs from a cached `VideoMeta` and decodes
-    anyway.
+    container does not say (pixel format, reordering delay): CPU time wasted when the caller
+    takes what it needs from a cached `VideoMeta` and decodes anyway (what opening costs:
+    docs/benchmarks.md, "Raw video: the decoding plan vs keyframe-aware seeking").
     """
     path = Path(path)
     if not path.is_file():
@@ -239,8 +239,8 @@ _ONE_THREAD: dict[str, int] = {"threads": 1} if int(av.__version__.split(".")[0]
 
 class RGBConverter:
     """Decoded frames to (H, W, 3) uint8 RGB as displayed, through one swscale context on the
-    caller's thread (a context per frame cost more than the conversion: 1 ms per frame against
-    0.2 ms for 456x256). Phone videos are often coded sideways with a display-matrix rotation,
+    caller's thread (building a context per frame costs more than converting with one:
+    docs/benchmarks.md, "Numbers moved out of module docstrings"). Phone videos are often coded sideways with a display-matrix rotation,
     which players apply and so must we (quarter turns only). The pixels equal
     `frame.to_ndarray(format="rgb24")`, rotated."""
 

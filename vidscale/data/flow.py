@@ -34,9 +34,8 @@ FlowMethod = Literal["dis", "farneback", "tvl1"]
 FLOW_METHODS: tuple[str, ...] = get_args(FlowMethod)
 FLOW_BOUND = 20.0  # px: displacement clipped to ±20 and mapped linearly to 0..255 (128 ≈ 0)
 
-# MEDIUM is the most accurate of DIS's presets and still far above 30 flows/s per core at 340x256:
-# measured at ~125 flows per CPU-second on one thread, with 0.08 px mean end-point error on a
-# rotation + zoom where FAST erred 0.15 px and ULTRAFAST 0.31 px (docs/benchmarks.md).
+# MEDIUM is the most accurate of DIS's presets and the one that still clears 30 flows/s per core
+# at 340x256 (each preset's rate and error: docs/benchmarks.md, "Optical flow speed").
 DIS_PRESET = cv2.DISOpticalFlow_PRESET_MEDIUM
 
 # Farnebäck's parameters as OpenCV's sample uses them: pyramid scale 0.5, 3 levels, 15 px window,

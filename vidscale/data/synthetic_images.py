@@ -11,14 +11,11 @@ things are, about 95% (a test checks both). Every class is its own mirror image,
 flips keep labels, and the two scales stay apart under random-resized crops down to a quarter
 of the area (a zoom of at most 2x: fine periods are 3.2-4.2 px at 32 px, coarse 9.0-10.9 px).
 
-The classes are patterns, not outlines, by measurement. `vidscale train --recipe
-demo_resnet18_images_b64_e10_sgd` (ResNet-18 at 32 px, batch 64, flips and random-resized crops
-of 25-100% of the area) reaches 90.6% top-1 on the default set after its 10 epochs (400 steps,
-about 7 s per epoch on two CPU cores). With five object shapes x {solid, stripes} as the classes
-instead, the same optimiser settings in a plain loop named the shape right for 37% of the
-validation images after 10 epochs (48% without crops, which cut outlines) and 59% after 30. The
-object still varies in shape, so the network must find the pattern inside outlines of every
-kind.
+The classes are patterns, not outlines, by measurement: `vidscale train --recipe
+demo_resnet18_images_b64_e10_sgd` learns them in its 10 epochs, where object shapes as the
+classes were learnt far less well with the same optimiser settings (docs/benchmarks.md,
+"Numbers moved out of module docstrings"). The object still varies in shape, so the network
+must find the pattern inside outlines of every kind.
 
 Images are rendered at `SUPERSAMPLE` times the size and averaged down, so edges and patterns
 are anti-aliased. Files are written in the `imagefolder` layout

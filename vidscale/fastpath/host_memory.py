@@ -3,13 +3,12 @@
 glibc serves large requests (above a threshold that grows to at most 32 MB) with a fresh `mmap`
 and gives the pages back on `free`. A CPU training step allocates and frees the same
 activation-sized buffers every step, so each one is faulted in again, a page at a time, while the
-kernel zeroes it. Measured here (2 cores, ResNet-50, 8 frames at 224², fp32, forward + backward):
-TSM took 100k minor page faults per step at batch 1 and 411k at batch 2, and ran 20-30% slower
-than with the faults gone, and it lost more time to them than TSN (whose buffers differ: no
-shifted copy of each block input). Turning `mmap` off for the heap (`M_MMAP_MAX = 0`) and never
-trimming its top (`M_TRIM_THRESHOLD`) keeps those pages mapped and reuses them: faults went to
-zero, and the TSM/TSN step-time ratio went from 1.14 to 1.02 at batch 2 (docs/benchmarks.md).
-This is what jemalloc and tcmalloc do for PyTorch CPU workloads, without preloading a library.
+kernel zeroes it; TSM, which keeps a shifted copy of each block input, loses more time to that
+than TSN. Turning `mmap` off for the heap (`M_MMAP_MAX = 0`) and never trimming its top
+(`M_TRIM_THRESHOLD`) keeps those pages mapped and reuses them, so a steady-state step takes no
+minor page faults. The faults, step times and TSM/TSN ratios with and without it are in
+docs/benchmarks.md, "Page faults on CPU: why host memory is retained". This is what jemalloc
+and tcmalloc do for PyTorch CPU workloads, without preloading a library.
 
 The cost is that a process's resident memory stays at its peak instead of shrinking, which is
 what a training process does anyway. Other C libraries (musl, macOS) are left alone.

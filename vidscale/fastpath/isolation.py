@@ -4,10 +4,11 @@ goes on.
 The probe (`fast_path_probe.probe`) runs settings the run may never train with, and some of
 them fail in the libraries below torch on some machines. Seen on a 2-core AMX Xeon with torch
 2.13's oneDNN: SlowFast-R50 4x16 at 224² aborted the process in bf16 (heap corruption in a
-time-strided bf16 convolution), and I3D-R50 3x3x3 at 224², batch 1, spun for 15-21 minutes in
-the bf16 backward-weights convolution when its bf16 step followed an fp32 step in the same
-process (each setting alone stepped in 4-10 s). In the training process either failure ends
-the run before its first step, and the fixed `auto` would hang or crash every start.
+time-strided bf16 convolution), and I3D-R50 3x3x3 at 224², batch 1, spun without end in the
+bf16 backward-weights convolution when its bf16 step followed an fp32 step in the same process,
+though each setting alone stepped (docs/benchmarks.md, "`auto` vs fp32 at 224²"). In the
+training process either failure ends the run before its first step, and the fixed `auto` would
+hang or crash every start.
 
 So the probe runs in a child process (`spawn`: a fresh interpreter, nothing inherited from the
 run's threads). The child tells the parent before each candidate's turn; the parent gives a
@@ -17,8 +18,8 @@ is run again without it, until one completes. The reference candidate (`candidat
 the least change) failing is an error: the model cannot train at this shape. Its samples are
 the in-process probe's, so `choose` reads them as before.
 
-Costs: one interpreter start (about 1.5 s here) per probe; a hang costs its limit once, after
-which the decision is cached (`fast_path_cache`) with the failure recorded.
+Costs: one interpreter start per probe; a hang costs its limit once, after which the decision
+is cached (`fast_path_cache`) with the failure recorded.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ class HangLimits:
 
 
 LIMITS = HangLimits()
-PROGRESS_EVERY_S = 30.0  # a probe of a small model (the demo's: 10 s) says nothing
+PROGRESS_EVERY_S = 30.0  # a probe shorter than this (the demo model's) prints no progress
 
 
 class ProbeFailed(ValueError):

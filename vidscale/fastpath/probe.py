@@ -1,10 +1,10 @@
 """`train.amp` / `train.channels_last` = "auto": decided by timing the run's model, not assumed.
 
-bf16 autocast and channels-last do not always pay. On a 2-core AMX Xeon, TSM-ResNet-18 at the
-demo's shape (16 clips of 8x32² per process) took 0.358 s per bf16 + channels-last step against
-0.253 s in fp32: small frames leave the matrix units idle while autocast's casts and the layout
-conversions remain. At 224² the same CPU runs TSM-ResNet-50 2.3x faster in bf16. So "auto" is
-measured, per device and per shape:
+bf16 autocast and channels-last do not always pay: at small frames the matrix units sit idle
+while autocast's casts and the layout conversions remain, so the same model on the same CPU can
+be slower in bf16 at the demo's 32² and faster at 224² (docs/benchmarks.md, "`auto` fast path:
+what the probe chooses" and "Numbers moved out of module docstrings"). So "auto" is measured,
+per device and per shape:
 
 - **Probe** (`probe`, run in a child process by `fast_path_isolation`, so that a setting that
   hangs or crashes there is left out instead of ending the run): a few forward + backward

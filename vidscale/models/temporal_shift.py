@@ -71,10 +71,9 @@ def _shift_folds(x_N_T_C_H_W: Tensor, *, fold: int, directions: tuple[Direction,
     zero-filled at the clip end it runs off; channels after the last fold are copied.
 
     Eagerly this is a clone (one dense, vectorised copy in the input's memory format) whose folds
-    are then overwritten in place: measured on a 2-core AVX512 CPU over the 16 shifts of a bf16
-    channels-last TSM-R50 clip, 8-11 ms per pass against 13-15 ms for concatenation, which
-    copies the folds twice and the untouched channels as many small strided rows
-    (docs/benchmarks.md). While a graph is
+    are then overwritten in place, which is faster than concatenation, which copies the folds
+    twice and the untouched channels as many small strided rows (docs/benchmarks.md, "Time
+    spent in the shift inside a training step"). While a graph is
     recorded, the concatenation form is used instead: traced in-place writes are fragile in the
     exporters, Inductor fuses the concatenation into one pass anyway, and Inductor (CPU, torch
     2.13) read uninitialised memory from slice writes into an empty tensor inside a ResNet.

@@ -98,5 +98,5 @@ def demo_tsm_r18_8f_multigrid_b32_e20() -> RunConfig:
     """The demo recipe with long + short cycles (BN over the base batch's 16 clips, precise BN)."""
     cfg = demo_tsm_r18_8f_b32_e20()
     # Precise BN before each evaluation: statistics gathered at 2-4 frames and 16-23 px do not
-    # fit the 8 x 32^2 clips evaluated (docs/benchmarks.md: 51.6% with it, 26.0% without).
+    # fit the 8 x 32^2 clips evaluated (docs/benchmarks.md, "Multigrid on the demo").
     return replace(cfg, multigrid=replace(BOTH_CYCLES, bn_base_size=0, precise_bn_batches=8))

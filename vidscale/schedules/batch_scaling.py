@@ -17,11 +17,9 @@ differ. With B the global batch in clips:
   stays safe is keeping the step's variance per sample constant (Krizhevsky, arXiv 1404.5997),
   i.e. sqrt(B). LARS uses the recipe's trust coefficient (`optim.eta`, 1e-3).
 
-Base rates at BASE_BATCH = 32 (the demo recipe's own batch), from 3-epoch runs of the demo
-recipe (1 warmup epoch, cosine) on 768 videos, val top-1 after epoch 3:
-SGD 0.05 (the recipe): 77.6%. LARS 1: 31.8% (the classifier, initialised at std 0.001, barely
-grows at 1e-3 of its norm per step); LARS 8: 61.5%, with a loss spike at the peak like SGD's;
-LARS 16: 33.3%, the loss diverged to 17 before recovering. LAMB 0.02: 58.3%; LAMB 0.05: 64.1%.
+Base rates at BASE_BATCH = 32 (the demo recipe's own batch): the best of a few 3-epoch
+calibration runs of the demo recipe per optimizer (LARS 1, 8, 16; LAMB 0.02, 0.05; their
+accuracies are in docs/benchmarks.md, "Batch-size study").
 """
 
 from __future__ import annotations
