@@ -1,0 +1,258 @@
+"""The multi-label demo dataset: three moving objects a video, each moving as one class does.
+
+The classes are the single-label demo's eight (`synthetic.CLASSES`: moving left/right, up/down,
+rotating clockwise/counter-clockwise, growing/shrinking), and each object follows
+`synthetic.class_trajectory` for its class, scaled down and placed in its own quadrant: the
+class's attribute ramps in the class's direction while the other three go out and back. A
+video's label set is its objects' classes: two or three distinct classes (in a two-class video
+two of the objects share a class, chosen at random).
+
+Every video has three objects, whatever its number of labels, so a model of unordered frames
+cannot count objects to guess how many labels a video has; with no class information in single
+frames (see `synthetic`), such a model (TSN) scores each class's average precision at about its
+positive rate, (2.5 / 8) on average, while a temporal model (TSM) can recover every label.
+Objects are drawn in a random order and may overlap near the frame's centre. Videos are
+encoded as the single-label demo's are, so the bytes are a pure function of the seed.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing as mp
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from vidscale.data.multilabel_annotations import write_multilabel_annotations
+from vidscale.data.synthetic import (
+    CLASSES,
+    MARKER_RADIUS,
+    MARKERS,
+    SUPERSAMPLE,
+    Trajectory,
+    _background,
+    _distractors,
+    _shape_mask,
+    class_trajectory,
+    encode_h264,
+)
+
+OBJECTS = 3
+LABELS_PER_VIDEO = (2, 3)  # distinct classes among the objects, equally likely
+# An object's region (and with it its size and travel) as a fraction of the frame side; regions
+# sit in the frame's corners and overlap in a central band of 2 * REGION - 1.
+REGION = 0.6
+
+
+@dataclass(frozen=True)
+class MultiLabelSynthSummary:
+    root: Path
+    classes: int
+    train_videos: int
+    val_videos: int
+    size: int
+    num_frames: int
+
+    def __str__(self) -> str:
+        return (
+            f"wrote {self.train_videos} train + {self.val_videos} val multi-label videos "
+            f"({self.classes} classes, {self.size}x{self.size}, {self.num_frames} frames) "
+            f"to {self.root}"
+        )
+
+
+@dataclass(frozen=True)
+class MovingObject:
+    """One object: its class, path (supersampled pixels of the whole frame) and appearance."""
+
+    label: int
+    trajectory: Trajectory
+    shape: int
+    colour_a: np.ndarray
+    colour_b: np.ndarray
+    stripes: float
+
+
+def draw_object_labels(rng: np.random.Generator) -> tuple[int, ...]:
+    """The classes of a video's `OBJECTS` objects, in drawing order: two or three distinct
+    classes, equally likely, every class equally likely in every position."""
+    distinct = int(rng.choice(LABELS_PER_VIDEO))
+    labels = [int(c) for c in rng.choice(len(CLASSES), size=distinct, replace=False)]
+    labels += [labels[int(rng.integers(distinct))] for _ in range(OBJECTS - distinct)]
+    return tuple(labels[i] for i in rng.permutation(OBJECTS))
+
+
+def place_objects(
+    labels: tuple[int, ...], *, rng: np.random.Generator, n: int, num_frames: int
+) -> list[MovingObject]:
+    """One object per label in an n x n (supersampled) frame, each in its own corner region."""
+    region = round(REGION * n)
+    corners = [(0, 0), (n - region, 0), (0, n - region), (n - region, n - region)]
+    objects = []
+    for label, corner in zip(labels, rng.permutation(len(corners)), strict=False):
+        local = class_trajectory(label, num_frames, region, rng)
+        dx, dy = corners[corner]
+        colour_a = rng.uniform(150, 255, size=3)
+        objects.append(
+            MovingObject(
+                label=label,
+                trajectory=Trajectory(
+                    x=local.x + dx, y=local.y + dy, angle=local.angle, half_size=local.half_size
+                ),
+                shape=int(rng.integers(len(MARKERS))),
+                colour_a=colour_a,
+                colour_b=colour_a * rng.uniform(0.35, 0.7),
+                stripes=float(rng.uniform(2.5, 5.0)),
+            )
+        )
+    return objects
+
+
+def _paint(img: np.ndarray, obj: MovingObject, frame: int, gx: np.ndarray, gy: np.ndarray) -> None:
+    """Paint `obj` as it is at `frame` onto the supersampled image, in place (the single-label
+    demo's textured shape with its off-centre marker spot)."""
+    t = obj.trajectory
+    c, s = math.cos(t.angle[frame]), math.sin(t.angle[frame])
+    dx, dy = gx - t.x[frame], gy - t.y[frame]
+    u = (c * dx + s * dy) / t.half_size[frame]
+    v = (-s * dx + c * dy) / t.half_size[frame]
+    mask = _shape_mask(obj.shape, u, v)
+    stripe = np.floor((u + 1) * obj.stripes) % 2 == 0
+    img[mask & stripe] = obj.colour_a
+    img[mask & ~stripe] = obj.colour_b
+    mu, mv = MARKERS[obj.shape]
+    img[mask & ((u - mu) ** 2 + (v - mv) ** 2 <= MARKER_RADIUS**2)] = 255.0 - obj.colour_b
+
+
+def render_multilabel_video(
+    labels: tuple[int, ...],
+    *,
+    rng: np.random.Generator,
+    size: int,
+    num_frames: int,
+    noise: float,
+    distractors: int,
+) -> np.ndarray:
+    """(T, size, size, 3) uint8 RGB frames with one moving object per entry of `labels` (at most
+    four: one per corner region)."""
+    if not 1 <= len(labels) <= 4:
+        raise ValueError(f"between 1 and 4 objects fit, got {len(labels)}")
+    n = size * SUPERSAMPLE
+    objects = place_objects(labels, rng=rng, n=n, num_frames=num_frames)
+    background = _background(rng, n)
+    blobs = _distractors(rng, distractors, n)
+    gy, gx = np.mgrid[0:n, 0:n].astype(np.float64) + 0.5
+    frames = np.empty((num_frames, size, size, 3), dtype=np.uint8)
+    for i in range(num_frames):
+        img = background.copy()
+        for b in blobs:
+            p = b.centre(i, n)
+            img[(gx - p[0]) ** 2 + (gy - p[1]) ** 2 <= b.radius**2] = b.colour
+        for obj in objects:
+            _paint(img, obj, i, gx, gy)
+        # The 2x2 supersamples averaged in a fixed order, as the single-label demo does, so the
+        # bytes do not depend on memory alignment.
+        small = (img[0::2, 0::2] + img[1::2, 0::2] + img[0::2, 1::2] + img[1::2, 1::2]) / 4
+        small += rng.normal(0, noise, size=small.shape)
+        frames[i] = small.clip(0, 255).round().astype(np.uint8)
+    return frames
+
+
+@dataclass(frozen=True)
+class _Job:
+    path: Path
+    seed: np.random.SeedSequence
+    size: int
+    num_frames: int
+    fps: int
+    gop: int
+    noise: float
+    distractors: int
+
+
+def video_labels(seed: np.random.SeedSequence) -> frozenset[int]:
+    """The label set of the video drawn from `seed` (its first draws), without rendering it."""
+    return frozenset(draw_object_labels(np.random.default_rng(seed)))
+
+
+def _write_one(job: _Job) -> None:
+    rng = np.random.default_rng(job.seed)
+    frames = render_multilabel_video(
+        draw_object_labels(rng),
+        rng=rng,
+        size=job.size,
+        num_frames=job.num_frames,
+        noise=job.noise,
+        distractors=job.distractors,
+    )
+    encode_h264(frames, job.path, fps=job.fps, gop=job.gop)
+
+
+def write_multilabel_dataset(
+    out: Path,
+    *,
+    seed: int = 0,
+    train_videos: int = 768,
+    val_videos: int = 192,
+    size: int = 48,
+    num_frames: int = 16,
+    fps: int = 15,
+    gop: int = 8,
+    noise: float = 4.0,
+    distractors: int = 1,
+    workers: int = 0,
+) -> MultiLabelSynthSummary:
+    """Write the multi-label demo to `out`: `videos/<split>/<split>_<k>.mp4`, `train.csv` and
+    `val.csv` (`path,labels`, paths relative to `out`, labels as `;`-separated class names in
+    class order; see `multilabel_annotations`) and `classes.txt`. The same seed gives the same
+    bytes; asking for more videos adds new ones and leaves the others unchanged; `workers=0`
+    picks a process count."""
+    if size % 2 or size < 16:
+        raise ValueError(f"size must be even and >= 16 (H.264 4:2:0), got {size}")
+    if num_frames < 4:
+        raise ValueError(f"num_frames must be >= 4, got {num_frames}")
+    if train_videos < 0 or val_videos < 0:
+        raise ValueError(f"video counts must be >= 0, got {train_videos} and {val_videos}")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    splits = (("train", train_videos), ("val", val_videos))
+    jobs = {
+        split: [
+            _Job(
+                out / f"videos/{split}/{split}_{k:05d}.mp4",
+                np.random.SeedSequence((seed, split == "val", k)),
+                size,
+                num_frames,
+                fps,
+                gop,
+                noise,
+                distractors,
+            )
+            for k in range(count)
+        ]
+        for split, count in splits
+    }
+    _run([job for split_jobs in jobs.values() for job in split_jobs], workers=workers)
+    (out / "classes.txt").write_text("\n".join(CLASSES) + "\n")
+    for split, split_jobs in jobs.items():
+        rows = [
+            (
+                job.path.relative_to(out).as_posix(),
+                [CLASSES[c] for c in sorted(video_labels(job.seed))],
+            )
+            for job in split_jobs
+        ]
+        write_multilabel_annotations(out / f"{split}.csv", rows)
+    return MultiLabelSynthSummary(out, len(CLASSES), train_videos, val_videos, size, num_frames)
+
+
+def _run(jobs: list[_Job], *, workers: int) -> None:
+    workers = workers or min(4, mp.cpu_count())
+    # Few videos: worker start-up costs more than it saves.
+    if workers > 1 and len(jobs) >= 64:
+        with mp.get_context("fork").Pool(workers) as pool:
+            pool.map(_write_one, jobs, chunksize=8)
+    else:
+        for job in jobs:
+            _write_one(job)
