@@ -28,7 +28,7 @@ if [ "$DRY_RUN" = 1 ]; then
   SYNTH="--train-per-class 1 --val-per-class 1 --size 32 --frames 8"
   SHARDS="--size 32 --frames 4 --workers 1 --warmup 1 --steps 2"
   PROFILE="--batch 2 --warmup 0"
-  LIMITS=(0 60 120 90 60 30)  # setup tests throughput shards profile report
+  LIMITS=(0 120 300 150 120 60)  # setup tests throughput shards profile report: 2 shared cores
 else
   DEVICE=cuda SETTING=bf16+cl SIZE=224 FRAMES=0 SHORT=256
   FILL="--batch 8 --max-batch 128 --warmup 3 --steps 10 --compile both --compile-only tsm_resnet50 slowfast_resnet50_8x8"
