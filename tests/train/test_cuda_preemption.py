@@ -20,6 +20,7 @@ from tests.train.test_preemption import (
     environment,
     logged_steps,
     overrides,
+    rank_of,
     run_to_end,
     train_losses,
     wait_for_step,
@@ -50,8 +51,8 @@ def test_nccl_run_sigtermed_mid_run_resumes_exactly(tiny_demo: Path, tmp_path: P
     cmd = torchrun_command(tiny_demo, run)
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=environment())
     wait_for_step(proc, run, STEPS // 2, timeout=180)
-    (worker,) = children(proc.pid)
-    os.kill(worker, signal.SIGTERM)
+    workers = {rank_of(pid): pid for pid in children(proc.pid)}  # other children: no RANK
+    os.kill(workers[0], signal.SIGTERM)
     _, err = proc.communicate(timeout=90)
     assert proc.returncode != 0, "the run finished before the signal reached it"
     assert f"exitcode  : {PREEMPTED_EXIT_CODE}" in err or str(PREEMPTED_EXIT_CODE) in err, err[
