@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import torch
 
 from vidscale.data.synthetic import write_synthetic_dataset
 
@@ -27,3 +28,13 @@ def tiny_demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("tiny_demo")
     write_synthetic_dataset(root, seed=1, train_per_class=2, val_per_class=1, size=32, num_frames=8)
     return root
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked `cuda` skip, saying why, where no CUDA device is available."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (scripts/gpu_checks.sh runs -m cuda)")
+    for item in items:
+        if item.get_closest_marker("cuda") is not None:
+            item.add_marker(skip)

@@ -22,7 +22,7 @@ from vidscale.models.registry import ModelConfig, build_model
 from vidscale.train.phase_switch import PhaseSwitch
 from vidscale.train.plan import Phase, Shape
 
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+needs_cuda = pytest.mark.cuda  # skipped, with the reason, without CUDA (tests/conftest.py)
 
 
 def env_of(world: int, device: str) -> DistEnv:

@@ -153,7 +153,7 @@ def test_two_ranks_follow_the_schedule_in_lock_step_and_resume_exactly(
             assert torch.equal(a, b)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.cuda
 def test_cuda_ranks_synchronise_batchnorm_where_the_batch_shrinks(
     demo64: Path, tmp_path: Path
 ) -> None:

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from vidscale.cli import bench_gpu_cmds
 from vidscale.cli.args import (
     _above,
     _at_least,
@@ -115,6 +116,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     _add_bench_flow(bench_sub)
     _add_bench_scaling(bench_sub)
     _add_bench_multigrid(bench_sub)
+    bench_gpu_cmds.add_parsers(bench_sub)
 
 
 # -- bench models ------------------------------------------------------------------------------
