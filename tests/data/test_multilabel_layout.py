@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from vidscale.cli import main
 from vidscale.config import ConfigError, RunConfig, apply_overrides, validate
 from vidscale.data.annotations import VideoRecord
 from vidscale.data.clip import ClipSpec
@@ -179,3 +180,12 @@ def test_prepared_sources_leave_the_check_to_the_index_and_overrides_are_typed()
     validate(with_data(layout="charades", multi_label=True, eval_aggregate="max"))
     with pytest.raises(ConfigError, match="data.eval_aggregate: 'median' is not one of"):
         apply_overrides(RunConfig(), ["data.eval_aggregate=median"])
+
+
+def test_synth_multi_label_writes_the_layout_with_counts_per_class(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    args = ["synth", "--multi-label", "--out", str(out), "--train-per-class", "1"]
+    assert main([*args, "--val-per-class", "1", "--size", "16", "--frames", "4"]) == 0
+    splits = read_layout("multilabel", out)
+    assert (len(splits.train), len(splits.val)) == (len(CLASSES), len(CLASSES))
+    assert all(r.label_set is not None for r in splits.train + splits.val)
