@@ -101,6 +101,11 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """The `synth` and `prepare` sub-commands, in `vidscale --help` order."""
+    _add_synth_parser(sub)
+    _add_prepare_parser(sub)
+
+
+def _add_synth_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("synth", help="write the built-in demo dataset (real H.264 or JPEG files)")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--images", action="store_true", help="the image set (imagefolder layout)")
@@ -130,6 +135,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     add_json_flag(p)
     p.set_defaults(fn=cmd_synth)
 
+
+def _add_prepare_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("prepare", help="videos + annotations -> JPEG frame shards + index")
     p.add_argument(
         "--layout",
