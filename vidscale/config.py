@@ -18,7 +18,6 @@ from typing import Any, Literal
 from vidscale.atomic import atomic_write_text
 from vidscale.data.clip import ClipSpec
 from vidscale.data.data_config import DataConfig as DataConfig
-from vidscale.data.layouts import check_layout_name
 from vidscale.distributed.aavg_config import AAVGConfig
 from vidscale.distributed.comm_hooks import CommConfig
 from vidscale.distributed.env import DistConfig
@@ -222,7 +221,7 @@ def validate(cfg: RunConfig) -> None:
         except ValueError as err:
             raise ConfigError(str(err)) from err
     try:  # names of registered parts: the registries list the known ones
-        check_layout_name(cfg.data.layout)
+        cfg.data.validate()
         check_strategy_name(cfg.dist.strategy)
     except ValueError as err:
         raise ConfigError(str(err)) from err

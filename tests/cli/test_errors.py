@@ -124,6 +124,7 @@ MORE_BAD = [
     Bad(("prepare", "--layout", "kinetics", "--root", "{empty}", "--out", "{tmp}/p2"), "train.csv"),
     Bad(("prepare", "--root", "{empty}", "--out", "{tmp}/p3", "--split", "4"), "--split"),
     Bad(("synth", "--out", "{tmp}/s", "--size", "33"), "--size must be even"),
+    Bad(("synth", "--out", "{tmp}/s", "--multi-label", "--images"), "--multi-label writes videos"),
     Bad(("sweep", "--out", "{tmp}/sw2", "--plot-only"), "no finished runs"),
     Bad(("aavg-study", "--out", "{tmp}/a1", "--ks", "1,x"), "--ks"),
     Bad(("multigrid-study", "--out", "{tmp}/m1", "--seeds", "0,x"), "--seeds"),

@@ -25,16 +25,20 @@ from vidscale.data.layouts.registry import LAYOUTS_BY_NAME, register_layout
 
 def with_layout(name: str) -> RunConfig:
     cfg = RunConfig()
-    return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, layout=name))
+    sets = name in LAYOUTS_BY_NAME and layout(name).multi_label
+    data = dataclasses.replace(cfg.data, layout=name, multi_label=sets)
+    return dataclasses.replace(cfg, data=data)
 
 
 def test_the_names_are_the_registered_readers_split_by_media() -> None:
     assert tuple(LAYOUTS_BY_NAME) == LAYOUTS
     assert set(LAYOUTS) == set(IMAGE_LAYOUTS) | set(VIDEO_LAYOUTS)
     assert {"imagenet", "imagefolder"} == set(IMAGE_LAYOUTS)
-    assert {"generic", "kinetics", "ucf101", "hmdb51", "ssv2"} == set(VIDEO_LAYOUTS)
+    video = {"generic", "kinetics", "ucf101", "hmdb51", "ssv2", "charades", "multilabel"}
+    assert video == set(VIDEO_LAYOUTS)
     assert RunConfig().data.layout in LAYOUTS
     assert {n for n in LAYOUTS if layout(n).numbered_splits} == {"ucf101", "hmdb51"}
+    assert {n for n in LAYOUTS if layout(n).multi_label} == {"charades", "multilabel"}
 
 
 @pytest.mark.parametrize("name", LAYOUTS)

@@ -5,37 +5,68 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from vidscale.cli.args import _above, _at_least
 from vidscale.cli.output import add_json_flag, print_result, progress_to_stderr
 from vidscale.config import ConfigError, DataConfig
 from vidscale.data.layouts import LAYOUTS
 
+if TYPE_CHECKING:
+    from vidscale.data.synthetic_multilabel import MultiLabelSynthSummary
+
 
 def cmd_synth(args: argparse.Namespace) -> int:
     from vidscale.data.synthetic import write_synthetic_dataset
     from vidscale.data.synthetic_images import write_synthetic_images
 
+    if args.images and args.multi_label:
+        raise ConfigError("--multi-label writes videos: leave out --images")
     # Per-class counts default by kind: images are cheaper and a batch study wants more of them.
     train, val = (256, 64) if args.images else (96, 24)
     counts = {
         "train_per_class": args.train_per_class or train,
         "val_per_class": args.val_per_class or val,
     }
+    # Three objects in a frame's corners need more pixels than the single-label demo's one.
+    size = args.size or (MULTI_LABEL_SIZE if args.multi_label else 32)
     if args.images:
         if args.frames is not None:
             raise ConfigError("--frames applies to videos, not --images")
-        images = write_synthetic_images(args.out, seed=args.seed, size=args.size, **counts)
+        images = write_synthetic_images(args.out, seed=args.seed, size=size, **counts)
         print_result(images, as_json=args.json)
         return 0
-    if args.size % 2:
-        raise ConfigError(f"--size must be even (H.264 4:2:0), got {args.size}")
-
+    if size % 2:
+        raise ConfigError(f"--size must be even (H.264 4:2:0), got {size}")
+    if args.multi_label:
+        print_result(_synth_multi_label(args, size=size, **counts), as_json=args.json)
+        return 0
     summary = write_synthetic_dataset(
-        args.out, seed=args.seed, size=args.size, num_frames=args.frames or 16, **counts
+        args.out, seed=args.seed, size=size, num_frames=args.frames or 16, **counts
     )
     print_result(summary, as_json=args.json)
     return 0
+
+
+MULTI_LABEL_SIZE = 48
+
+
+def _synth_multi_label(
+    args: argparse.Namespace, *, size: int, train_per_class: int, val_per_class: int
+) -> MultiLabelSynthSummary:
+    """The multi-label demo (`multilabel` layout); a per-class count N asks for N videos per
+    class in all, N x 8 videos, as the single-label demo has (each video has 2-3 classes)."""
+    from vidscale.data.synthetic import CLASSES
+    from vidscale.data.synthetic_multilabel import write_multilabel_dataset
+
+    return write_multilabel_dataset(
+        args.out,
+        seed=args.seed,
+        train_videos=train_per_class * len(CLASSES),
+        val_videos=val_per_class * len(CLASSES),
+        size=size,
+        num_frames=args.frames or 16,
+    )
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
@@ -70,17 +101,42 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """The `synth` and `prepare` sub-commands, in `vidscale --help` order."""
+    _add_synth_parser(sub)
+    _add_prepare_parser(sub)
+
+
+def _add_synth_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("synth", help="write the built-in demo dataset (real H.264 or JPEG files)")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--images", action="store_true", help="the image set (imagefolder layout)")
+    p.add_argument(
+        "--multi-label",
+        action="store_true",
+        help="the multi-label video set: 2-3 classes a video (multilabel layout)",
+    )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--train-per-class", type=_at_least(1), help="videos 96, images 256")
-    p.add_argument("--val-per-class", type=_at_least(1), help="videos 24, images 64")
-    p.add_argument("--size", type=_at_least(16), default=32, help="side in pixels (video: even)")
+    p.add_argument(
+        "--train-per-class",
+        type=_at_least(1),
+        help="videos 96, images 256 (--multi-label: N x 8 videos in all)",
+    )
+    p.add_argument(
+        "--val-per-class",
+        type=_at_least(1),
+        help="videos 24, images 64 (--multi-label: N x 8 videos in all)",
+    )
+    p.add_argument(
+        "--size",
+        type=_at_least(16),
+        default=None,
+        help=f"side in pixels (32; --multi-label {MULTI_LABEL_SIZE}; video: even)",
+    )
     p.add_argument("--frames", type=_at_least(4), help="frames per video (16)")
     add_json_flag(p)
     p.set_defaults(fn=cmd_synth)
 
+
+def _add_prepare_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("prepare", help="videos + annotations -> JPEG frame shards + index")
     p.add_argument(
         "--layout",

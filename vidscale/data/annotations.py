@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from vidscale.data.label_sets import LabelSet
+
 HEADER = ("path", "label")
 
 
@@ -23,8 +25,12 @@ class AnnotationError(ValueError):
 
 @dataclass(frozen=True)
 class VideoRecord:
+    """A listed video. Single-label: `label` is its class and `label_set` None. Multi-label
+    (`label_set` given, possibly with no positive): `label` is `NO_SINGLE_LABEL`."""
+
     path: Path
     label: int
+    label_set: LabelSet | None = None
 
 
 @dataclass(frozen=True)

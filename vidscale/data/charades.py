@@ -10,7 +10,8 @@
   its labels are negative); `length` is the video's duration in seconds.
 - Videos: `Charades_v1_480/<id>.mp4` (the 480p release) or `Charades_v1/<id>.mp4`.
 
-A video's label set is the union of its segments' classes. For a clip, `labels_for_clip` keeps
+A video's label set is the union of its segments' classes. For a clip, `labels_for_clip` (from
+`label_sets`, where the layout's records keep their segments) keeps
 the actions that overlap the time span of the sampled frames, which is PySlowFast's training
 target (`slowfast/datasets/charades.py`): it reads Charades as 24 fps frames, each labelled with
 the actions whose interval contains it, and a clip's target is the union of the labels of every
@@ -24,12 +25,13 @@ from __future__ import annotations
 import csv
 import math
 import warnings
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from vidscale.data.annotations import AnnotationError, MissingVideo
+from vidscale.data.label_sets import ActionSegment
+from vidscale.data.label_sets import labels_for_clip as labels_for_clip
 
 CLASS_FILE = "Charades_v1_classes.txt"
 SPLIT_FILES = {"train": "Charades_v1_train.csv", "test": "Charades_v1_test.csv"}
@@ -60,15 +62,6 @@ class CharadesClasses:
 
     def index(self) -> dict[str, int]:
         return {code: i for i, code in enumerate(self.codes)}
-
-
-@dataclass(frozen=True)
-class ActionSegment:
-    """One annotated action: class index, start and end in seconds (start <= end)."""
-
-    label: int
-    start_s: float
-    end_s: float
 
 
 @dataclass(frozen=True)
@@ -256,21 +249,3 @@ def read_charades(
     for item in found.missing:
         warnings.warn(f"{item.where}: missing video {item.path}; skipped", stacklevel=2)
     return CharadesSplit(classes, found.videos, found.missing)
-
-
-def labels_for_clip(
-    segments: Iterable[ActionSegment], clip_start_s: float, clip_end_s: float
-) -> frozenset[int]:
-    """The classes of the actions that overlap [clip_start_s, clip_end_s], the times of a clip's
-    first and last sampled frames: PySlowFast's rule (every frame between the first and the last
-    sampled one contributes its labels), in seconds instead of frames.
-
-    Both intervals are closed: an action that ends at the clip's first frame, or starts at its
-    last, counts (a frame at that instant lies inside both). Raises ValueError if the clip ends
-    before it starts.
-    """
-    if clip_end_s < clip_start_s:
-        raise ValueError(f"clip ends ({clip_end_s} s) before it starts ({clip_start_s} s)")
-    return frozenset(
-        s.label for s in segments if s.start_s <= clip_end_s and s.end_s >= clip_start_s
-    )

@@ -205,17 +205,45 @@ def _train_view(
     raise ValueError(f"crop must be one of {CROPS}, got {spec.crop!r}")
 
 
-def sample_views(
+@dataclass(frozen=True)
+class SampledClip:
+    """One item's clip (`views`, as `sample_views` returns it) and the source positions each
+    of its clips along time read (`clip_positions`, in time order): what a label that depends
+    on the clip's time span (Charades' per-clip targets) needs to know."""
+
+    views: torch.Tensor
+    positions: tuple[np.ndarray, ...]
+
+
+def sample_clip(
     source: FrameSource, spec: ClipSpec, *, train: bool, rng: np.random.Generator
-) -> torch.Tensor:
+) -> SampledClip:
     """One item's clip: (C, T, H, W) for training or a single view, else (V, C, T, H, W) with
-    V = num_clips * num_crops (clip-major). The only function that samples clips.
+    V = num_clips * num_crops (clip-major), with the positions it read. The only function that
+    samples clips.
 
     Training uses `rng` for positions and augmentation; evaluation ignores it.
     """
     views: list[torch.Tensor] = []
+    read: list[np.ndarray] = []
     for k in range(1 if train else spec.num_clips):
         positions = clip_positions(source.length, spec, rng=rng if train else None, clip_index=k)
+        read.append(positions)
         pixels = stack_channels(source.read(positions), frames=spec.frames)
         views.extend(make_clip(pixels, spec, train=train, rng=rng))
-    return views[0] if len(views) == 1 else torch.stack(views)
+    return SampledClip(views[0] if len(views) == 1 else torch.stack(views), tuple(read))
+
+
+def sample_views(
+    source: FrameSource, spec: ClipSpec, *, train: bool, rng: np.random.Generator
+) -> torch.Tensor:
+    """`sample_clip`'s views alone."""
+    return sample_clip(source, spec, train=train, rng=rng).views
+
+
+def frame_span(positions: tuple[np.ndarray, ...], modality: Modality) -> tuple[int, int]:
+    """The first and last frame a clip's `positions` cover: a position is a frame for RGB, and
+    for flow the flow from frame k to k + 1 (so its last frame is one past the position)."""
+    first = min(int(p.min()) for p in positions)
+    last = max(int(p.max()) for p in positions)
+    return first, last + 1 if modality == "flow" else last

@@ -4,16 +4,29 @@ data package (like each component's config), so that the loaders take it without
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 from vidscale.data.clip import ClipSpec
+from vidscale.data.layouts import check_layout_name, layout
 from vidscale.data.layouts.generic import GENERIC
 from vidscale.data.sources import FlowSettings
+
+ViewAggregate = Literal["mean", "max"]
+VIEW_AGGREGATES: tuple[str, ...] = get_args(ViewAggregate)
 
 
 @dataclass
 class DataConfig:
-    """Where the clips come from and how they are batched (per rank, per micro-batch)."""
+    """Where the clips come from and how they are batched (per rank, per micro-batch).
+
+    `multi_label`: the videos have label sets, not one class each (docs/design.md, "Multi-label
+    data"): items carry `"targets"` (K,) multi-hot and `"label"` -1. It must agree with the
+    layout (`data.layout=charades|multilabel` are multi-label, every other layout is not) when
+    videos are read, and with the prepared index when shards are (checked as it is read).
+    `eval_aggregate`: how an evaluation combines a video's views (`eval_clip.num_clips` x
+    `num_crops`): the mean of their scores, or the maximum per class (PySlowFast's
+    `ENSEMBLE_METHOD: max` for Charades).
+    """
 
     root: str = ""
     # videos: decode the files listed by the layout; shards: a `vidscale prepare`d directory
@@ -40,3 +53,22 @@ class DataConfig:
     # modality=flow: how optical flow is computed from raw videos (data.source=videos, predict);
     # prepared flow brings its own settings, which the run records here
     flow: FlowSettings = field(default_factory=FlowSettings)
+    multi_label: bool = False
+    eval_aggregate: ViewAggregate = "mean"
+
+    def validate(self) -> None:
+        """ValueError naming the field for an unknown layout, a `multi_label` the layout
+        contradicts (videos read through it), or an unknown `eval_aggregate`."""
+        check_layout_name(self.layout)
+        if self.eval_aggregate not in VIEW_AGGREGATES:
+            raise ValueError(
+                f"data.eval_aggregate must be one of {list(VIEW_AGGREGATES)}, "
+                f"got {self.eval_aggregate!r}"
+            )
+        sets = layout(self.layout).multi_label
+        if self.source == "videos" and self.multi_label != sets:
+            has = "label sets" if sets else "one label a video"
+            raise ValueError(
+                f"data.multi_label={str(self.multi_label).lower()} but data.layout="
+                f"{self.layout} has {has}: set data.multi_label={str(sets).lower()}"
+            )

@@ -2,7 +2,8 @@
 
 An item is `{"inputs": {modality: uint8 (C, T, H, W)}, "label": int, "index": int,
 "skipped": [...], "readable": bool}`: its inputs are named by modality ("rgb", "flow"), so a
-batch can carry one stream or two. Clips are sampled by `data.clip.sample_views` from a
+batch can carry one stream or two. Multi-label records add `"targets"`, the clip's multi-hot
+positives, with `"label"` -1 (`data.targets`). Clips are sampled by `data.clip.sample_views` from a
 `FrameSource` (`data.sources`): the dataset only says where pixels come from. Augmentation randomness comes from
 `np.random.default_rng((seed, epoch, index, attempt))`, so a sample does not depend on which
 worker produced it (exact resume). Each read failure goes into `skipped` as (path, reason) so the
@@ -28,10 +29,11 @@ import torch
 from torch.utils.data import Dataset
 
 from vidscale.data.annotations import VideoRecord
-from vidscale.data.clip import ClipSpec, FrameSource, sample_views
+from vidscale.data.clip import ClipSpec, FrameSource, SampledClip, sample_clip
 from vidscale.data.decode import VideoMeta, probe
 from vidscale.data.epoch_state import SharedInts
 from vidscale.data.sources import FlowSettings, file_source
+from vidscale.data.targets import check_label_sets, clip_span_s, collate_targets, label_fields
 
 META_CACHE_SIZE = 16_384  # probed videos remembered per worker (a few KiB each)
 
@@ -47,7 +49,8 @@ class VideoClipDataset(Dataset[dict[str, Any]]):
     leaves such items out of the batch's rows. Every other item has `"readable": True`. Each
     worker remembers probed videos (so an item decodes its video once) and videos that failed
     (so they are not read again). A flow spec computes optical flow from the frames with
-    `flow` (default `FlowSettings()`).
+    `flow` (default `FlowSettings()`). Multi-label records (`label_set` given) need
+    `num_classes`, the width of their items' `"targets"`.
     """
 
     def __init__(
@@ -59,10 +62,13 @@ class VideoClipDataset(Dataset[dict[str, Any]]):
         seed: int = 0,
         max_retries: int = 10,
         flow: FlowSettings | None = None,
+        num_classes: int = 0,
     ) -> None:
         if not records:
             raise ValueError("no videos to read")
         self.records = list(records)
+        self.num_classes = num_classes
+        self.multi_label = check_label_sets([r.label_set for r in self.records], num_classes)
         self.spec = spec
         self.flow = flow or FlowSettings()
         self.train = train
@@ -94,14 +100,15 @@ class VideoClipDataset(Dataset[dict[str, Any]]):
             try:
                 if path in self._failed:
                     raise _KnownBad(self._failed[path])
-                clip = self.load_views(current, rng, spec)
+                clip = self.load_clip(current, rng, spec)
+                labels = self.labels(current, clip, spec)
             except Exception as err:  # one unreadable video must not stop a long run
                 reason = self._failed.setdefault(path, f"{type(err).__name__}: {err}")
                 skipped.append((str(path), reason))
                 if not self.train:
                     return {
                         "inputs": {},
-                        "label": self.records[index].label,
+                        **self.labels(index, None, spec),
                         "index": index,
                         "skipped": skipped,
                         "readable": False,
@@ -110,10 +117,9 @@ class VideoClipDataset(Dataset[dict[str, Any]]):
                 pick = np.random.default_rng((self.seed, self.epoch, index, attempt, 1))
                 current = self._substitute(current, pick)
                 continue
-            label = self.records[current].label
             return {
-                "inputs": {spec.modality: clip},
-                "label": label,
+                "inputs": {spec.modality: clip.views},
+                **labels,
                 "index": index,
                 "skipped": skipped,
                 "readable": True,
@@ -128,8 +134,31 @@ class VideoClipDataset(Dataset[dict[str, Any]]):
     ) -> torch.Tensor:
         """Video `index` as (C, T, H, W), or (V, C, T, H, W) for multi-view evaluation, sampled
         by `spec` (default: the dataset's)."""
+        return self.load_clip(index, rng, spec).views
+
+    def load_clip(
+        self, index: int, rng: np.random.Generator, spec: ClipSpec | None = None
+    ) -> SampledClip:
+        """`load_views` with the positions the clip read."""
         spec = spec or self.spec
-        return sample_views(self.source(index, spec), spec, train=self.train, rng=rng)
+        return sample_clip(self.source(index, spec), spec, train=self.train, rng=rng)
+
+    def labels(self, index: int, clip: SampledClip | None, spec: ClipSpec) -> dict[str, Any]:
+        """Record `index`'s label fields (`data.targets`) for `clip`: a training clip of a
+        timed record is labelled by its time span, anything else by the whole video."""
+        record = self.records[index]
+        span = None
+        timed = record.label_set is not None and bool(record.label_set.segments)
+        if self.train and clip is not None and timed:
+            span = clip_span_s(clip, self.frame_rate(index), spec.modality)
+        return label_fields(
+            record.label, record.label_set, num_classes=self.num_classes, span_s=span
+        )
+
+    def frame_rate(self, index: int) -> float:
+        """Frames per second of record `index`'s positions (a subclass reading another storage
+        overrides it)."""
+        return self._probe(self.records[index].path).fps
 
     def source(self, index: int, spec: ClipSpec) -> FrameSource:
         """Where item `index`'s pixels come from: a subclass reading another storage
@@ -167,7 +196,8 @@ def collate(items: list[dict[str, Any]]) -> dict[str, Any]:
     substitutions and unreadable evaluation videos alike). `unreadable`: the reports of the
     items left out, one (path, reason) per item (an unreadable item reports exactly itself),
     so `len(batch["unreadable"])` is how many listed videos the batch could not read. An item
-    without a `"readable"` key counts as readable.
+    without a `"readable"` key counts as readable. Multi-label items add `targets`: float32
+    (N, K) of the same rows.
     """
     rows = [it for it in items if it.get("readable", True)]
     return {
@@ -179,4 +209,5 @@ def collate(items: list[dict[str, Any]]) -> dict[str, Any]:
         "index": torch.tensor([it["index"] for it in rows], dtype=torch.long),
         "skipped": [s for it in items for s in it["skipped"]],
         "unreadable": [s for it in items if not it.get("readable", True) for s in it["skipped"]],
+        **collate_targets(items, rows),
     }

@@ -5,7 +5,8 @@
 - stream: `StreamingShardDataset` reads it shard by shard and batches in its workers.
 
 The caller gives what the data config does not hold: the seed, this process's rank among
-`world_size`, and whether batches are pinned for a CUDA device.
+`world_size`, whether batches are pinned for a CUDA device, and for multi-label data
+(`data.multi_label`) `num_classes`, the width of the batches' `"targets"` (N, K).
 """
 
 from __future__ import annotations
@@ -100,17 +101,31 @@ class TrainData:
 
 
 def clip_dataset(
-    data: DataConfig, items: list[Any], spec: ClipSpec, *, train: bool, seed: int
+    data: DataConfig,
+    items: list[Any],
+    spec: ClipSpec,
+    *,
+    train: bool,
+    seed: int,
+    num_classes: int = 0,
 ) -> VideoClipDataset:
     """A random-access dataset of `items` sampled by `spec`: decoded videos, or prepared
     shards for `data.source` shards and stream (a streamed run evaluates by random access)."""
     if data.source == "videos":
-        return VideoClipDataset(items, spec, train=train, seed=seed, flow=data.flow)
-    return ShardClipDataset(items, spec, train=train, seed=seed)
+        return VideoClipDataset(
+            items, spec, train=train, seed=seed, flow=data.flow, num_classes=num_classes
+        )
+    return ShardClipDataset(items, spec, train=train, seed=seed, num_classes=num_classes)
 
 
 def train_data(
-    data: DataConfig, items: list[Any], *, seed: int, micro_batch: int, place: Placement
+    data: DataConfig,
+    items: list[Any],
+    *,
+    seed: int,
+    micro_batch: int,
+    place: Placement,
+    num_classes: int = 0,
 ) -> TrainData:
     """The training loader; `micro_batch` is a streamed dataset's batch until the first
     `TrainData.set_epoch` gives it the epoch's requests."""
@@ -136,24 +151,33 @@ def train_data(
             seed=seed,
             shuffle_buffer=data.shuffle_buffer,
             shuffle_initial=data.shuffle_initial,
+            num_classes=num_classes,
         )
         loader = DataLoader(stream, batch_size=None, **common)  # it yields whole batches
         return TrainData(loader, stream, None)
-    dataset = clip_dataset(data, items, data.train_clip, train=True, seed=seed)
+    dataset = clip_dataset(
+        data, items, data.train_clip, train=True, seed=seed, num_classes=num_classes
+    )
     sampler = TrainSampler(len(dataset), rank=place.rank, world_size=place.world_size, seed=seed)
     batches = RequestBatchSampler(sampler)
     loader = DataLoader(dataset, batch_sampler=batches, **common)
     return TrainData(loader, dataset, sampler, batches)
 
 
-def eval_dataset(data: DataConfig, items: list[Any], *, seed: int) -> VideoClipDataset:
+def eval_dataset(
+    data: DataConfig, items: list[Any], *, seed: int, num_classes: int = 0
+) -> VideoClipDataset:
     """The validation items as the run evaluates them (`data.eval_clip`, no substitution)."""
-    return clip_dataset(data, items, data.eval_clip, train=False, seed=seed)
+    return clip_dataset(
+        data, items, data.eval_clip, train=False, seed=seed, num_classes=num_classes
+    )
 
 
-def eval_loader(data: DataConfig, items: list[Any], *, seed: int, place: Placement) -> DataLoader:
+def eval_loader(
+    data: DataConfig, items: list[Any], *, seed: int, place: Placement, num_classes: int = 0
+) -> DataLoader:
     """The validation loader: every item exactly once over the ranks (`ExactEvalSampler`)."""
-    dataset = eval_dataset(data, items, seed=seed)
+    dataset = eval_dataset(data, items, seed=seed, num_classes=num_classes)
     sampler = ExactEvalSampler(len(dataset), rank=place.rank, world_size=place.world_size)
     return DataLoader(
         dataset,

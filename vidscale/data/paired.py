@@ -26,8 +26,8 @@ class PairedDataset(Dataset[dict[str, Any]]):
     """The videos every dataset of `datasets` holds, in the first dataset's order.
 
     Item i merges the datasets' items for the i-th shared video: `inputs` from each (their
-    names must differ: one per modality), its label (which must agree across datasets, else a
-    `ValueError` at construction), `skipped` from all, and `readable` only when every dataset
+    names must differ: one per modality), its label and multi-label targets (which must agree
+    across datasets, else a `ValueError` at construction), `skipped` from all, and `readable` only when every dataset
     could read the video. `index` is the position in this dataset. `only_in` lists, per
     dataset name, the videos the others lack (they are not evaluated).
     """
@@ -49,7 +49,13 @@ class PairedDataset(Dataset[dict[str, Any]]):
             if set(p) - set(shared)
         }
         for row, key in zip(self.rows, shared, strict=True):
-            labels = {name: self.datasets[name].records[i].label for name, i in row.items()}
+            labels = {
+                name: (
+                    self.datasets[name].records[i].label,
+                    self.datasets[name].records[i].label_set,
+                )
+                for name, i in row.items()
+            }
             if len(set(labels.values())) > 1:
                 raise ValueError(f"{key}: the datasets disagree on its label: {labels}")
         if not self.rows:
@@ -72,8 +78,11 @@ class PairedDataset(Dataset[dict[str, Any]]):
                 inputs.update(it["inputs"])
         else:  # an unreadable pair reports exactly one reason, as an unreadable item does
             skipped = skipped[:1] if skipped else [("?", "unreadable")]
+        # Training never pairs, so every dataset labels the video by its whole label set.
+        targets = {"targets": items[0]["targets"]} if "targets" in items[0] else {}
         return {
             "inputs": inputs,
+            **targets,
             "label": items[0]["label"],
             "index": index,
             "skipped": skipped,

@@ -11,7 +11,8 @@ Resumable and idempotent: a re-run keeps the videos of completed shards (see `sh
 discards half-written ones and prepares only what is left; a finished directory is left as is.
 Unreadable videos are skipped and listed with the reason in `manifest.json`; they never stop
 the run. Output: `classes.txt`, `index_train.jsonl`, `index_val.jsonl`, `manifest.json`,
-`prepare_options.json` and the shard directories.
+`prepare_options.json` and the shard directories. A multi-label video's entry also holds its
+label set and segments (`ShardEntry.label_set`), taken, like every label, from the current lists.
 
 With `flow`, the same decode also yields the optical flow between consecutive prepared frames
 (after the same resampling and resizing, so RGB frame i and flow i are aligned), stored as the
@@ -45,6 +46,7 @@ from tqdm import tqdm
 from vidscale.data.annotations import VideoRecord, read_class_names
 from vidscale.data.encode import EncodedVideo, encode_image, encode_video, flow_engine
 from vidscale.data.flow import FLOW_BOUND, FlowEngine, FlowMethod
+from vidscale.data.label_sets import LabelSet
 from vidscale.data.layouts import LayoutSplits, Media, layout, read_layout
 from vidscale.data.shards import (
     SHARD_PATTERN,
@@ -118,6 +120,7 @@ class _Job:
     rgb: bool = True  # False: the RGB frames are prepared already, only the flow is wanted
     flow: FlowMethod | None = None
     media: Media = "video"
+    label_set: LabelSet | None = None  # a multi-label video's positives (and segments)
 
 
 def _work(job: _Job) -> tuple[_Job, EncodedVideo | str]:
@@ -211,6 +214,7 @@ class _Output:
             job.video_id,
             frames,
             label=job.label,
+            label_set=job.label_set,
             fps=video.fps,
             path=job.path,
             width=video.width,
@@ -275,6 +279,7 @@ def _plan(
                     **options,
                     rgb=have_rgb is None,
                     flow=method if need_flow else None,
+                    label_set=records[i].label_set,
                 )
             )
     return plan
@@ -385,11 +390,11 @@ def _finish(
     atomic_write(out / "classes.txt", ("\n".join(splits.classes) + "\n").encode())
     counts = {"frames": 0, "shards": 0, "bytes": 0}
     for split, records in (("train", splits.train), ("val", splits.val)):
-        label_of = {_source(r): r.label for r in records}
+        label_of = {_source(r): (r.label, r.label_set) for r in records}
         shards = completed_shards(out / split)
         # Labels from the current lists: a corrected annotation needs no re-encoding.
         entries = [
-            replace(e, label=label_of[e.path])
+            replace(e, label=label_of[e.path][0], label_set=label_of[e.path][1])
             for shard in shards
             for e in read_index(sidecar_path(shard), root=out)
             if e.path in label_of

@@ -35,7 +35,7 @@ import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
 from vidscale.data.annotations import VideoRecord
-from vidscale.data.clip import ClipSpec, FrameSource, clip_positions, sample_views
+from vidscale.data.clip import ClipSpec, FrameSource, clip_positions, sample_clip
 from vidscale.data.dataset import VideoClipDataset
 from vidscale.data.decode import DecodeError
 from vidscale.data.epoch_state import SharedInts
@@ -48,6 +48,7 @@ from vidscale.data.sources import (
     shard_length,
     shard_positions,
 )
+from vidscale.data.targets import check_label_sets, clip_span_s, label_fields
 
 
 class ShardClipDataset(VideoClipDataset):
@@ -68,9 +69,17 @@ class ShardClipDataset(VideoClipDataset):
         seed: int = 0,
         max_retries: int = 10,
         reader: ShardReader | None = None,
+        num_classes: int = 0,
     ) -> None:
-        records = [VideoRecord(Path(e.path), e.label) for e in entries]
-        super().__init__(records, spec, train=train, seed=seed, max_retries=max_retries)
+        records = [VideoRecord(Path(e.path), e.label, e.label_set) for e in entries]
+        super().__init__(
+            records,
+            spec,
+            train=train,
+            seed=seed,
+            max_retries=max_retries,
+            num_classes=num_classes,
+        )
         self.entries = list(entries)
         self.reader = reader or ShardReader()
 
@@ -80,6 +89,10 @@ class ShardClipDataset(VideoClipDataset):
         if spec.modality == "flow":
             return ShardFlows(self.reader, entry)
         return ShardFrames(self.reader, entry)
+
+    def frame_rate(self, index: int) -> float:
+        """The prepared frames' rate (after any `prepare --fps` resampling)."""
+        return self.entries[index].fps
 
 
 @dataclass(frozen=True)
@@ -110,7 +123,8 @@ class StreamingShardDataset(IterableDataset):
     from the loader's worker p % num_workers, which reads a contiguous range of the epoch's
     order sized by its batches. `set_epoch(e, start_batches=b)` resumes after the rank's first
     `b` batches of epoch `e` (same `num_workers` required). Epoch, start and requests are
-    shared with the loader workers, so persistent workers follow `set_epoch`.
+    shared with the loader workers, so persistent workers follow `set_epoch`. Multi-label
+    entries need `num_classes`; their items carry `"targets"` as the map-style items do.
 
     A clip with another spec is sampled exactly as the map-style dataset samples item
     `(index, spec)`: each buffered video keeps the frames of every spec its epoch requests.
@@ -128,6 +142,7 @@ class StreamingShardDataset(IterableDataset):
         epoch: int = 0,
         shuffle_buffer: int = 256,
         shuffle_initial: int = 32,
+        num_classes: int = 0,
     ) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} outside world size {world_size}")
@@ -137,6 +152,8 @@ class StreamingShardDataset(IterableDataset):
                 "must be >= 1"
             )
         self.entries = list(entries)
+        self.num_classes = num_classes
+        check_label_sets([e.label_set for e in self.entries], num_classes)
         self.per_rank = len(self.entries) // world_size  # videos each rank may read per epoch
         self.batches = self.per_rank // batch_size
         if self.batches < 1:
@@ -297,15 +314,20 @@ class StreamingShardDataset(IterableDataset):
             item = next(pending)
             entry = self.entries[item.index]
             try:
-                clip = sample_views(item.source, spec, train=True, rng=item.rng)
+                clip = sample_clip(item.source, spec, train=True, rng=item.rng)
+                span = None
+                if entry.label_set is not None and entry.label_set.segments:
+                    span = clip_span_s(clip, entry.fps, spec.modality)
             except (DecodeError, ValueError, OSError) as err:
                 problems.append((entry.path, f"{type(err).__name__}: {err}"))
                 continue
             reports, problems[:] = list(problems), []
             items.append(
                 {
-                    "inputs": {spec.modality: clip},
-                    "label": entry.label,
+                    "inputs": {spec.modality: clip.views},
+                    **label_fields(
+                        entry.label, entry.label_set, num_classes=self.num_classes, span_s=span
+                    ),
                     "index": item.index,
                     "skipped": reports,
                     "readable": True,  # training only: an unreadable video is never yielded

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from vidscale.data.decode import DecodeError
+from vidscale.data.label_sets import LabelSet
 
 try:  # the fastest codec measured (DESIGN §4); OpenCV is the fallback
     import simplejpeg
@@ -132,6 +133,7 @@ class ShardEntry:
     """One prepared video: where its frames are and what it is.
 
     `offsets[i]`, `sizes[i]`: byte offset and size of frame i's JPEG data in `shard`.
+    `label_set`: a multi-label video's positives and segments (None: single-label, `label`).
     """
 
     id: str
@@ -143,6 +145,7 @@ class ShardEntry:
     path: str  # the source video
     width: int
     height: int
+    label_set: LabelSet | None = None
 
     @property
     def num_frames(self) -> int:
@@ -160,6 +163,7 @@ class ShardEntry:
             "path": self.path,
             "offsets": self.offsets.tolist(),
             "sizes": self.sizes.tolist(),
+            **(self.label_set.to_json() if self.label_set is not None else {}),
         }
 
 
@@ -183,6 +187,7 @@ def entry_from_json(obj: dict[str, Any], *, root: Path, where: str) -> ShardEntr
             path=str(obj["path"]),
             width=int(obj["width"]),
             height=int(obj["height"]),
+            label_set=LabelSet.from_json(obj),
         )
     except (KeyError, TypeError, ValueError) as err:
         raise ValueError(f"{where}: bad index entry: {err}") from err
@@ -270,6 +275,7 @@ class ShardWriter:
         path: str,
         width: int,
         height: int,
+        label_set: LabelSet | None = None,
     ) -> None:
         if not frames:
             raise ValueError(f"video {video_id} has no frames")
@@ -294,6 +300,7 @@ class ShardWriter:
                 path=path,
                 width=width,
                 height=height,
+                label_set=label_set,
             )
         )
 

@@ -24,11 +24,13 @@ from vidscale.errors import ConfigError
 
 @dataclass(frozen=True)
 class DataSplits:
-    """Class names and the train/val items: `VideoRecord`s, or `ShardEntry`s when prepared."""
+    """Class names and the train/val items: `VideoRecord`s, or `ShardEntry`s when prepared.
+    `multi_label`: the items have label sets (`label_set`), as `data.multi_label` says."""
 
     classes: list[str]
     train: list[Any]
     val: list[Any]
+    multi_label: bool = False
 
 
 def is_prepared(data: DataConfig) -> bool:
@@ -94,4 +96,24 @@ def _checked(
     for name, items in (("training", train), ("validation", val)):
         if not items:
             raise ConfigError(f"data.root={data.root}: the {name} split has no videos")
-    return DataSplits(classes=classes, train=list(train), val=list(val))
+    _check_label_kind(data, [*train, *val])
+    return DataSplits(
+        classes=classes, train=list(train), val=list(val), multi_label=data.multi_label
+    )
+
+
+def _check_label_kind(data: DataConfig, items: Sequence[Any]) -> None:
+    """The items are multi-label (all with label sets) exactly when `data.multi_label` says."""
+    with_sets = sum(item.label_set is not None for item in items)
+    if 0 < with_sets < len(items):
+        raise ConfigError(
+            f"data.root={data.root}: {with_sets} of {len(items)} videos have label sets; "
+            "a dataset's videos all have one or none"
+        )
+    multi = with_sets > 0
+    if multi != data.multi_label:
+        has = "label sets" if multi else "one label a video"
+        raise ConfigError(
+            f"data.root={data.root} has {has} but data.multi_label="
+            f"{str(data.multi_label).lower()}: set data.multi_label={str(multi).lower()}"
+        )

@@ -6,12 +6,14 @@ Names state model, frames, global batch and epochs (e.g. `tsm_r50_k400_8f_b96_e1
 # Importing the modules fills the registry.
 from vidscale.recipes import (  # noqa: F401
     aavg,
+    charades,
     demo,
     flow,
     imagenet,
     kinetics,
     multigrid,
     non_local,
+    ssv2,
 )
 from vidscale.recipes.registry import DOCS, RECIPES, get_recipe, list_recipes, register_recipe
 

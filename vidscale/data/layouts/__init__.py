@@ -8,7 +8,9 @@ the layout's own numbering where it has one (UCF101 `classInd.txt`, 1-based -> 0
 in `missing` as `(expected path, "file:line: reason")`).
 
 One module per family registers its readers (`registry.register_layout`): generic, kinetics,
-ucf_hmdb (ucf101, hmdb51), ssv2, images (imagenet, imagefolder). Importing this package
+ucf_hmdb (ucf101, hmdb51), ssv2, images (imagenet, imagefolder), and the multi-label ones,
+charades and multilabel, whose records carry label sets (`VideoRecord.label_set`, label -1;
+docs/design.md, "Multi-label data"). Importing this package
 imports them all, so `layout_names()` is complete: the CLI's `--layout` choices, the run
 config's validation and `prepare` read it.
 """
@@ -20,7 +22,7 @@ from pathlib import Path
 from vidscale.data.annotations import AnnotationError
 
 # Registration order is the order the names are listed in (`--layout` choices, messages).
-from vidscale.data.layouts import generic, kinetics, ucf_hmdb, ssv2, images  # noqa: F401  # isort: skip
+from vidscale.data.layouts import generic, kinetics, ucf_hmdb, ssv2, images, charades, multilabel  # noqa: F401  # isort: skip
 from vidscale.data.layouts.common import IMAGE_EXTENSIONS, VIDEO_EXTENSIONS, Missing, check_split
 from vidscale.data.layouts.kinetics import KINETICS_ANNOTATIONS
 from vidscale.data.layouts.registry import LAYOUTS_BY_NAME, Layout, LayoutSplits, Media
@@ -81,4 +83,11 @@ def read_layout(
     if found.numbered_splits:
         check_split(split)
     classes, train, val = found.read(root, ann, missing, split)
-    return LayoutSplits(classes, train, val, missing=missing.items, media=found.media)
+    return LayoutSplits(
+        classes,
+        train,
+        val,
+        missing=missing.items,
+        media=found.media,
+        multi_label=found.multi_label,
+    )

@@ -24,10 +24,14 @@ class Missing:
     ) -> None:
         if video is not None and video.is_file():
             out.append(VideoRecord(video, label))
-        elif self.skip:
-            self.items.append((str(expected), f"{where}: missing {self.what}"))
         else:
+            self.lost(expected, where=where)
+
+    def lost(self, expected: Path, *, where: str) -> None:
+        """A listed file that is not on disk: raised, or listed when skipping."""
+        if not self.skip:
             raise AnnotationError(f"{where}: missing {self.what} {expected}")
+        self.items.append((str(expected), f"{where}: missing {self.what}"))
 
     def note(self, path: Path, *, where: str, reason: str) -> None:
         """A problem that `skip_missing` lets pass: raised, or listed with `path`."""

@@ -22,13 +22,15 @@ Split = tuple[list[str], list[VideoRecord], list[VideoRecord]]
 
 @dataclass(frozen=True)
 class LayoutSplits:
-    """`media` says what the records' files are: "image" records are one-frame clips."""
+    """`media` says what the records' files are: "image" records are one-frame clips.
+    `multi_label`: every record has a `label_set` (and `label` -1)."""
 
     classes: list[str]
     train: list[VideoRecord]
     val: list[VideoRecord]
     missing: list[tuple[str, str]] = field(default_factory=list)
     media: Media = "video"
+    multi_label: bool = False
 
 
 class LayoutReader(Protocol):
@@ -40,12 +42,14 @@ class LayoutReader(Protocol):
 
 @dataclass(frozen=True)
 class Layout:
-    """A registered layout: its reader, what its files are, and whether it has splits 1-3."""
+    """A registered layout: its reader, what its files are, whether it has splits 1-3, and
+    whether its videos have label sets (`multi_label`: `data.multi_label` must say so)."""
 
     name: str
     read: LayoutReader
     media: Media = "video"
     numbered_splits: bool = False
+    multi_label: bool = False
 
 
 #: Every registered layout by name, in registration order.
@@ -53,14 +57,16 @@ LAYOUTS_BY_NAME: dict[str, Layout] = {}
 
 
 def register_layout(
-    name: str, *, media: Media = "video", numbered_splits: bool = False
+    name: str, *, media: Media = "video", numbered_splits: bool = False, multi_label: bool = False
 ) -> Callable[[LayoutReader], LayoutReader]:
     """Function decorator: register a reader as `data.layout=name`."""
 
     def register(read: LayoutReader) -> LayoutReader:
         if name in LAYOUTS_BY_NAME:
             raise ValueError(f"layout {name!r} registered twice")
-        LAYOUTS_BY_NAME[name] = Layout(name, read, media=media, numbered_splits=numbered_splits)
+        LAYOUTS_BY_NAME[name] = Layout(
+            name, read, media=media, numbered_splits=numbered_splits, multi_label=multi_label
+        )
         return read
 
     return register
