@@ -245,6 +245,10 @@ def validate(cfg: RunConfig) -> None:
             getattr(cfg.data, spec_name).check(f"data.{spec_name}")
         except ValueError as err:
             raise ConfigError(str(err)) from err
+    try:
+        cfg.data.unreadable_limit()
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
     try:  # names of registered parts: the registries list the known ones
         check_layout_name(cfg.data.layout)
         check_strategy_name(cfg.dist.strategy)

@@ -8,6 +8,7 @@ from typing import Literal
 
 from vidscale.data.clip import ClipSpec
 from vidscale.data.layouts.generic import GENERIC
+from vidscale.data.read_health import UnreadableLimit
 from vidscale.data.sources import FlowSettings
 
 
@@ -32,6 +33,12 @@ class DataConfig:
     # or spawn (a clean process: no state copied from a parent that runs threads)
     worker_start: Literal["auto", "fork", "forkserver", "spawn"] = "auto"
     skip_missing: bool = False
+    # Training stops (one line, `UnreadableData`) once more than this share of a process's
+    # last `unreadable_window` reads failed, after `unreadable_min_reads` reads: a few
+    # damaged files are replaced by others, a mostly unreadable dataset is not trained on.
+    max_unreadable_share: float = 0.5
+    unreadable_window: int = 64
+    unreadable_min_reads: int = 32
     # source=stream: clips held for shuffling, and how many before the first is yielded
     shuffle_buffer: int = 256
     shuffle_initial: int = 32
@@ -40,3 +47,9 @@ class DataConfig:
     # modality=flow: how optical flow is computed from raw videos (data.source=videos, predict);
     # prepared flow brings its own settings, which the run records here
     flow: FlowSettings = field(default_factory=FlowSettings)
+
+    def unreadable_limit(self) -> UnreadableLimit:
+        """The rule that stops training on a mostly unreadable dataset (`data.read_health`)."""
+        return UnreadableLimit(
+            self.max_unreadable_share, self.unreadable_window, self.unreadable_min_reads
+        )

@@ -9,7 +9,8 @@ worker produced it (exact resume). Each read failure goes into `skipped` as (pat
 run can report it. What happens next depends on the mode:
 
 - training: the unreadable video is replaced by another, deterministically chosen, sample (a
-  step needs a full batch, and an epoch's sample count must not depend on the data);
+  step needs a full batch, and an epoch's sample count must not depend on the data), until
+  most recent reads fail (`data.read_health`): then `UnreadableData` stops the run;
 - evaluation: nothing is substituted. The item is marked `"readable": False` with no inputs
   and the video's own label and index, so an evaluator can leave it out of every sum and name
   it; a substitute would be another video counted twice, with its own label, under this
@@ -31,6 +32,7 @@ from vidscale.data.annotations import VideoRecord
 from vidscale.data.clip import ClipSpec, FrameSource, sample_views
 from vidscale.data.decode import VideoMeta, probe
 from vidscale.data.epoch_state import SharedInts
+from vidscale.data.read_health import ReadHealth, UnreadableLimit
 from vidscale.data.sources import FlowSettings, file_source
 
 META_CACHE_SIZE = 16_384  # probed videos remembered per worker (a few KiB each)
@@ -39,11 +41,13 @@ META_CACHE_SIZE = 16_384  # probed videos remembered per worker (a few KiB each)
 class VideoClipDataset(Dataset[dict[str, Any]]):
     """Clips of `records` sampled and transformed by `spec`.
 
-    Item i is video i unless it cannot be read. Training (`train=True`): up to `max_retries`
-    substitutes, each drawn deterministically from (seed, epoch, i, attempt), are tried, and
-    every failure is reported in the item's `skipped` list as (path, reason). Evaluation
-    (`train=False`): the item is `{"inputs": {}, "label": record i's label, "index": i,
-    "skipped": [(path i, reason)], "readable": False}` (`max_retries` is not used); `collate`
+    Item i is video i unless it cannot be read. Training (`train=True`): substitutes, each
+    drawn deterministically from (seed, epoch, i, attempt), are tried until one reads, and
+    every failure is reported in the item's `skipped` list as (path, reason); `UnreadableData`
+    is raised instead once the failures break `unreadable` (default `UnreadableLimit()`) over
+    this process's recent reads. Evaluation (`train=False`): the item is `{"inputs": {},
+    "label": record i's label, "index": i, "skipped": [(path i, reason)], "readable": False}`
+    (no substitute, no limit); `collate`
     leaves such items out of the batch's rows. Every other item has `"readable": True`. Each
     worker remembers probed videos (so an item decodes its video once) and videos that failed
     (so they are not read again). A flow spec computes optical flow from the frames with
@@ -57,7 +61,7 @@ class VideoClipDataset(Dataset[dict[str, Any]]):
         *,
         train: bool,
         seed: int = 0,
-        max_retries: int = 10,
+        unreadable: UnreadableLimit | None = None,
         flow: FlowSettings | None = None,
     ) -> None:
         if not records:
@@ -67,7 +71,7 @@ class VideoClipDataset(Dataset[dict[str, Any]]):
         self.flow = flow or FlowSettings()
         self.train = train
         self.seed = seed
-        self.max_retries = max_retries
+        self.health = ReadHealth(unreadable or UnreadableLimit())
         self._epoch = SharedInts(1)  # reaches persistent loader workers
         self._meta: OrderedDict[Path, VideoMeta] = OrderedDict()
         self._failed: dict[Path, str] = {}
@@ -87,8 +91,8 @@ class VideoClipDataset(Dataset[dict[str, Any]]):
         (a multigrid batch request, `data.samplers.RequestBatchSampler`)."""
         index, spec = key if isinstance(key, tuple) else (key, self.spec)
         skipped: list[tuple[str, str]] = []
-        current = index
-        for attempt in range(self.max_retries + 1):
+        current, attempt = index, 0
+        while True:  # ends: a read succeeds, or `health` stops a run of failures
             rng = np.random.default_rng((self.seed, self.epoch, index, attempt))
             path = self.records[current].path
             try:
@@ -98,7 +102,9 @@ class VideoClipDataset(Dataset[dict[str, Any]]):
             except Exception as err:  # one unreadable video must not stop a long run
                 reason = self._failed.setdefault(path, f"{type(err).__name__}: {err}")
                 skipped.append((str(path), reason))
-                if not self.train:
+                if self.train:
+                    self.health.failed(str(path), reason)
+                else:
                     return {
                         "inputs": {},
                         "label": self.records[index].label,
@@ -109,7 +115,10 @@ class VideoClipDataset(Dataset[dict[str, Any]]):
                 # Its own generator: the choice must not depend on how far the read got.
                 pick = np.random.default_rng((self.seed, self.epoch, index, attempt, 1))
                 current = self._substitute(current, pick)
+                attempt += 1
                 continue
+            if self.train:
+                self.health.read()
             label = self.records[current].label
             return {
                 "inputs": {spec.modality: clip},
@@ -118,10 +127,6 @@ class VideoClipDataset(Dataset[dict[str, Any]]):
                 "skipped": skipped,
                 "readable": True,
             }
-        raise RuntimeError(
-            f"item {index}: {self.max_retries + 1} videos in a row could not be read; "
-            f"last: {skipped[-1][0]}: {skipped[-1][1]}"
-        )
 
     def load_views(
         self, index: int, rng: np.random.Generator, spec: ClipSpec | None = None

@@ -37,6 +37,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from vidscale.data.annotations import VideoRecord
 from vidscale.data.clip import ClipSpec, FrameSource, clip_positions, sample_views
 from vidscale.data.dataset import VideoClipDataset
+from vidscale.data.read_health import UnreadableLimit
 from vidscale.data.decode import DecodeError
 from vidscale.data.epoch_state import SharedInts
 from vidscale.data.samplers import BatchRequest, RequestCycle
@@ -66,11 +67,11 @@ class ShardClipDataset(VideoClipDataset):
         *,
         train: bool,
         seed: int = 0,
-        max_retries: int = 10,
+        unreadable: UnreadableLimit | None = None,
         reader: ShardReader | None = None,
     ) -> None:
         records = [VideoRecord(Path(e.path), e.label) for e in entries]
-        super().__init__(records, spec, train=train, seed=seed, max_retries=max_retries)
+        super().__init__(records, spec, train=train, seed=seed, unreadable=unreadable)
         self.entries = list(entries)
         self.reader = reader or ShardReader()
 
