@@ -37,9 +37,9 @@ from torch.utils.data import IterableDataset, get_worker_info
 from vidscale.data.annotations import VideoRecord
 from vidscale.data.clip import ClipSpec, FrameSource, clip_positions, sample_views
 from vidscale.data.dataset import VideoClipDataset
-from vidscale.data.read_health import UnreadableLimit
 from vidscale.data.decode import DecodeError
 from vidscale.data.epoch_state import SharedInts
+from vidscale.data.read_health import UnreadableLimit
 from vidscale.data.samplers import BatchRequest, RequestCycle
 from vidscale.data.shards import ShardEntry, ShardReader, iter_videos, record_start
 from vidscale.data.sources import (
