@@ -91,13 +91,37 @@ def load_config(path: Path) -> RunConfig:
     return from_dict(RunConfig, data, prefix="")
 
 
+def read_config_file(path: Path) -> RunConfig:
+    """A run config written as JSON (a run's `config.json`, `vidscale recipes NAME --json`),
+    validated.
+
+    Any problem of the file is one `ConfigError` naming the file and, where there is one, the
+    field: `my.json: data.batch_size: expected an integer, got 'x'`. A missing or unreadable
+    file is the `OSError` of reading it.
+    """
+    text = Path(path).read_text()
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{path}: not JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object of config sections, got {data!r:.60}")
+    try:
+        cfg: RunConfig = from_dict(RunConfig, data, prefix="")
+        validate(cfg)
+    except ConfigError as err:
+        raise ConfigError(f"{path}: {err}") from None
+    return cfg
+
+
 def from_dict(cls: type, data: dict[str, Any], *, prefix: str) -> Any:
     """Build dataclass `cls` from a dict, converting each value to its field's type."""
     hints = typing.get_type_hints(cls)
     known = {f.name for f in dataclasses.fields(cls)}
-    unknown = set(data) - known
+    unknown = sorted(set(data) - known)
     if unknown:
-        raise ConfigError(f"unknown config field(s): {sorted(prefix + k for k in unknown)}")
+        where = prefix.rstrip(".") or "the run config"
+        raise ConfigError(f"{prefix}{unknown[0]}: unknown field; known in {where}: {sorted(known)}")
     kwargs = {}
     for name, value in data.items():
         kwargs[name] = _convert(value, hints[name], f"{prefix}{name}")
@@ -220,6 +244,10 @@ def validate(cfg: RunConfig) -> None:
             getattr(cfg.data, spec_name).check(f"data.{spec_name}")
         except ValueError as err:
             raise ConfigError(str(err)) from err
+    try:
+        cfg.data.unreadable_limit()
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
     try:  # names of registered parts: the registries list the known ones
         cfg.data.validate()
         check_strategy_name(cfg.dist.strategy)

@@ -11,6 +11,7 @@ from vidscale.data.annotations import VideoRecord
 from vidscale.data.clip import ClipSpec
 from vidscale.data.dataset import VideoClipDataset, collate
 from vidscale.data.decode import decode_frames, probe
+from vidscale.data.read_health import UnreadableData, UnreadableLimit
 
 
 def records(tmp_path: Path) -> list[VideoRecord]:
@@ -185,11 +186,36 @@ def test_loader_workers_give_the_same_batches(tmp_path: Path) -> None:
     assert serial["skipped"] == parallel["skipped"]
 
 
-def test_gives_up_after_max_retries(tmp_path: Path) -> None:
+def test_stops_when_most_recent_reads_fail(tmp_path: Path) -> None:
     recs = records(tmp_path)[3:5]  # both unreadable
-    ds = VideoClipDataset(recs, ClipSpec(frames=4, crop_size=32), train=True, max_retries=3)
-    with pytest.raises(RuntimeError, match="4 videos in a row could not be read"):
+    limit = UnreadableLimit(max_share=0.5, window=8, min_reads=4)
+    ds = VideoClipDataset(recs, ClipSpec(frames=4, crop_size=32), train=True, unreadable=limit)
+    with pytest.raises(UnreadableData, match="4 of the last 4 reads failed") as err:
         ds[0]
+    assert len(str(err.value).splitlines()) == 1
+    assert "empty.mp4 (" in str(err.value) and "text.mp4" in str(err.value)
+    assert "`vidscale prepare` lists every unreadable file in its manifest" in str(err.value)
+
+
+def test_a_few_failures_among_many_reads_go_on(tmp_path: Path) -> None:
+    recs = records(tmp_path)[:5]  # 3 readable, 2 not
+    limit = UnreadableLimit(max_share=0.5, window=8, min_reads=4)
+    ds = VideoClipDataset(recs, ClipSpec(frames=4, crop_size=32), train=True, unreadable=limit)
+    items = [ds[i % 3] for i in range(20)] + [ds[3], ds[4]]
+    assert all(it["readable"] for it in items)
+    assert {Path(p).name for it in items for p, _ in it["skipped"]} == {"empty.mp4", "text.mp4"}
+
+
+def test_the_stop_raised_in_a_loader_worker_is_one_line(tmp_path: Path) -> None:
+    recs = records(tmp_path)[3:5]
+    limit = UnreadableLimit(max_share=0.5, window=8, min_reads=4)
+    ds = VideoClipDataset(recs, ClipSpec(frames=4, crop_size=32), train=True, unreadable=limit)
+    loader = DataLoader(ds, batch_size=2, num_workers=1, collate_fn=collate)
+    with pytest.raises(UnreadableData) as err:
+        next(iter(loader))
+    assert "Traceback" in err.value.args[0]  # DataLoader's re-raise carries the worker's
+    assert str(err.value).startswith("training data mostly unreadable: 4 of the last 4 reads")
+    assert len(str(err.value).splitlines()) == 1
 
 
 def test_multi_view_eval(tmp_path: Path) -> None:

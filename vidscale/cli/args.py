@@ -7,7 +7,7 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from vidscale.config import ConfigError, RunConfig, load_config, resolve
+from vidscale.config import ConfigError, RunConfig, load_config, read_config_file, resolve
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
@@ -30,21 +30,27 @@ def _with_data_root(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def resolve_config(args: argparse.Namespace, *, run_dir: Path | None = None) -> RunConfig:
-    """The recipe (or, without one, the saved config of the run in `run_dir`) + --data + --set,
-    validated (`config.resolve`).
+    """The recipe, or the config file of `--config` (a run's `config.json`, or what `vidscale
+    recipes NAME --json` wrote), or without either the saved config of the run in `run_dir`;
+    then --data and --set on top, validated (`config.resolve`).
 
     A re-run of the same command therefore resolves to the same config, and `vidscale train
-    --out RUN` alone continues RUN with its own settings.
+    --out RUN` alone continues RUN with its own settings. `--config` with `--recipe` is refused.
     """
     from vidscale.recipes import get_recipe
 
+    config_file: Path | None = getattr(args, "config", None)
     saved = run_dir / "config.json" if run_dir is not None else None
-    if args.recipe:
+    if config_file is not None and args.recipe:
+        raise ConfigError("--config and --recipe: give one of them, not both")
+    if config_file is not None:
+        cfg = read_config_file(config_file)
+    elif args.recipe:
         cfg = get_recipe(args.recipe)
     elif saved is not None and saved.exists():
         cfg = load_config(saved)
     else:
-        raise ConfigError("--recipe is required (see `vidscale recipes`)")
+        raise ConfigError("--recipe or --config is required (see `vidscale recipes`)")
     return resolve(cfg, list(_with_data_root(args)))
 
 

@@ -32,9 +32,14 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_recipes(args: argparse.Namespace) -> int:
+    from vidscale.config import resolve, to_dict
     from vidscale.recipes import DOCS, get_recipe, list_recipes
     from vidscale.train.plan import recipe_row
 
+    if args.json and args.filter in list_recipes():
+        # One recipe by its name: its whole config, the file `vidscale train --config` reads.
+        print_json(to_dict(resolve(get_recipe(args.filter), [])))
+        return 0
     names = [n for n in list_recipes() if not args.filter or args.filter in n]
     rows = [
         {
@@ -120,10 +125,20 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     add_json_flag(p)
     p.set_defaults(fn=cmd_models)
 
-    p = sub.add_parser("recipes", help="list named recipes with their resolved batch and LR")
+    p = sub.add_parser(
+        "recipes",
+        help="list named recipes with their resolved batch and LR",
+        description="List named recipes with their resolved batch and LR. With --json, a "
+        "recipe's exact name prints its full config instead, the JSON file `vidscale train "
+        "--config FILE` reads: `vidscale recipes demo_tsm_r18_8f_b32_e20 --json > my.json`.",
+    )
     p.add_argument("filter", nargs="?", default="", help="only names containing this")
     _add_run_size(p)
-    add_json_flag(p)
+    add_json_flag(
+        p,
+        help="print one JSON document on stdout: the listed rows, or for an exact recipe "
+        "name its full config (a file for `vidscale train --config`)",
+    )
     p.set_defaults(fn=cmd_recipes)
 
     p = sub.add_parser("schedule", help="a recipe's run epoch by epoch (multigrid stages, LR)")

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 
-def add_json_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--json", action="store_true", help="print one JSON document on stdout (for machines)"
-    )
+def add_json_flag(
+    p: argparse.ArgumentParser, help: str = "print one JSON document on stdout (for machines)"
+) -> None:
+    p.add_argument("--json", action="store_true", help=help)
 
 
 @contextlib.contextmanager

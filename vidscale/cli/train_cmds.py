@@ -45,6 +45,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     """The `train` sub-command."""
     p = sub.add_parser("train", help="train (one process, or every rank under torchrun)")
     _add_config_args(p)
+    p.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="train the run a JSON config describes instead of a recipe: a run's RUN/config.json "
+        "or `vidscale recipes NAME --json > FILE`; --data and --set apply on top",
+    )
     p.add_argument("--out", type=Path, required=True, help="run directory")
     p.add_argument(
         "--resume",

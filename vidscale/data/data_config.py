@@ -9,6 +9,7 @@ from typing import Literal, get_args
 from vidscale.data.clip import ClipSpec
 from vidscale.data.layouts import check_layout_name, layout
 from vidscale.data.layouts.generic import GENERIC
+from vidscale.data.read_health import UnreadableLimit
 from vidscale.data.sources import FlowSettings
 
 ViewAggregate = Literal["mean", "max"]
@@ -45,6 +46,12 @@ class DataConfig:
     # or spawn (a clean process: no state copied from a parent that runs threads)
     worker_start: Literal["auto", "fork", "forkserver", "spawn"] = "auto"
     skip_missing: bool = False
+    # Training stops (one line, `UnreadableData`) once more than this share of a process's
+    # last `unreadable_window` reads failed, after `unreadable_min_reads` reads: a few
+    # damaged files are replaced by others, a mostly unreadable dataset is not trained on.
+    max_unreadable_share: float = 0.5
+    unreadable_window: int = 64
+    unreadable_min_reads: int = 32
     # source=stream: clips held for shuffling, and how many before the first is yielded
     shuffle_buffer: int = 256
     shuffle_initial: int = 32
@@ -72,3 +79,9 @@ class DataConfig:
                 f"data.multi_label={str(self.multi_label).lower()} but data.layout="
                 f"{self.layout} has {has}: set data.multi_label={str(sets).lower()}"
             )
+
+    def unreadable_limit(self) -> UnreadableLimit:
+        """The rule that stops training on a mostly unreadable dataset (`data.read_health`)."""
+        return UnreadableLimit(
+            self.max_unreadable_share, self.unreadable_window, self.unreadable_min_reads
+        )

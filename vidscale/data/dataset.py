@@ -10,7 +10,8 @@ worker produced it (exact resume). Each read failure goes into `skipped` as (pat
 run can report it. What happens next depends on the mode:
 
 - training: the unreadable video is replaced by another, deterministically chosen, sample (a
-  step needs a full batch, and an epoch's sample count must not depend on the data);
+  step needs a full batch, and an epoch's sample count must not depend on the data), until
+  most recent reads fail (`data.read_health`): then `UnreadableData` stops the run;
 - evaluation: nothing is substituted. The item is marked `"readable": False` with no inputs
   and the video's own label and index, so an evaluator can leave it out of every sum and name
   it; a substitute would be another video counted twice, with its own label, under this
@@ -32,6 +33,7 @@ from vidscale.data.annotations import VideoRecord
 from vidscale.data.clip import ClipSpec, FrameSource, SampledClip, sample_clip
 from vidscale.data.decode import VideoMeta, probe
 from vidscale.data.epoch_state import SharedInts
+from vidscale.data.read_health import ReadHealth, UnreadableLimit
 from vidscale.data.sources import FlowSettings, file_source
 from vidscale.data.targets import check_label_sets, clip_span_s, collate_targets, label_fields
 
@@ -41,11 +43,13 @@ META_CACHE_SIZE = 16_384  # probed videos remembered per worker (a few KiB each)
 class VideoClipDataset(Dataset[dict[str, Any]]):
     """Clips of `records` sampled and transformed by `spec`.
 
-    Item i is video i unless it cannot be read. Training (`train=True`): up to `max_retries`
-    substitutes, each drawn deterministically from (seed, epoch, i, attempt), are tried, and
-    every failure is reported in the item's `skipped` list as (path, reason). Evaluation
-    (`train=False`): the item is `{"inputs": {}, "label": record i's label, "index": i,
-    "skipped": [(path i, reason)], "readable": False}` (`max_retries` is not used); `collate`
+    Item i is video i unless it cannot be read. Training (`train=True`): substitutes, each
+    drawn deterministically from (seed, epoch, i, attempt), are tried until one reads, and
+    every failure is reported in the item's `skipped` list as (path, reason); `UnreadableData`
+    is raised instead once the failures break `unreadable` (default `UnreadableLimit()`) over
+    this process's recent reads. Evaluation (`train=False`): the item is `{"inputs": {},
+    "label": record i's label, "index": i, "skipped": [(path i, reason)], "readable": False}`
+    (no substitute, no limit); `collate`
     leaves such items out of the batch's rows. Every other item has `"readable": True`. Each
     worker remembers probed videos (so an item decodes its video once) and videos that failed
     (so they are not read again). A flow spec computes optical flow from the frames with
@@ -60,7 +64,7 @@ class VideoClipDataset(Dataset[dict[str, Any]]):
         *,
         train: bool,
         seed: int = 0,
-        max_retries: int = 10,
+        unreadable: UnreadableLimit | None = None,
         flow: FlowSettings | None = None,
         num_classes: int = 0,
     ) -> None:
@@ -73,7 +77,7 @@ class VideoClipDataset(Dataset[dict[str, Any]]):
         self.flow = flow or FlowSettings()
         self.train = train
         self.seed = seed
-        self.max_retries = max_retries
+        self.health = ReadHealth(unreadable or UnreadableLimit())
         self._epoch = SharedInts(1)  # reaches persistent loader workers
         self._meta: OrderedDict[Path, VideoMeta] = OrderedDict()
         self._failed: dict[Path, str] = {}
@@ -93,8 +97,8 @@ class VideoClipDataset(Dataset[dict[str, Any]]):
         (a multigrid batch request, `data.samplers.RequestBatchSampler`)."""
         index, spec = key if isinstance(key, tuple) else (key, self.spec)
         skipped: list[tuple[str, str]] = []
-        current = index
-        for attempt in range(self.max_retries + 1):
+        current, attempt = index, 0
+        while True:  # ends: a read succeeds, or `health` stops a run of failures
             rng = np.random.default_rng((self.seed, self.epoch, index, attempt))
             path = self.records[current].path
             try:
@@ -105,7 +109,9 @@ class VideoClipDataset(Dataset[dict[str, Any]]):
             except Exception as err:  # one unreadable video must not stop a long run
                 reason = self._failed.setdefault(path, f"{type(err).__name__}: {err}")
                 skipped.append((str(path), reason))
-                if not self.train:
+                if self.train:
+                    self.health.failed(str(path), reason)
+                else:
                     return {
                         "inputs": {},
                         **self.labels(index, None, spec),
@@ -116,7 +122,10 @@ class VideoClipDataset(Dataset[dict[str, Any]]):
                 # Its own generator: the choice must not depend on how far the read got.
                 pick = np.random.default_rng((self.seed, self.epoch, index, attempt, 1))
                 current = self._substitute(current, pick)
+                attempt += 1
                 continue
+            if self.train:
+                self.health.read()
             return {
                 "inputs": {spec.modality: clip.views},
                 **labels,
@@ -124,10 +133,6 @@ class VideoClipDataset(Dataset[dict[str, Any]]):
                 "skipped": skipped,
                 "readable": True,
             }
-        raise RuntimeError(
-            f"item {index}: {self.max_retries + 1} videos in a row could not be read; "
-            f"last: {skipped[-1][0]}: {skipped[-1][1]}"
-        )
 
     def load_views(
         self, index: int, rng: np.random.Generator, spec: ClipSpec | None = None

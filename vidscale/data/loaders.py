@@ -85,6 +85,10 @@ class TrainData:
         self.dataset.set_epoch(epoch)
         self.batches.set_requests(phase.requests(step_in_epoch, base))
 
+    def close(self) -> None:
+        """End the loader's worker processes now (`stop_workers`)."""
+        stop_workers(self.loader)
+
     def base_shape_batches(self, epoch: int, *, batches: int, size: int) -> DataLoader:
         """The loader set to give `batches` batches of `size` clips of the recipe's own clip
         shape, from the start of `epoch`'s order (precise BN); `set_epoch` puts it back on
@@ -111,11 +115,20 @@ def clip_dataset(
 ) -> VideoClipDataset:
     """A random-access dataset of `items` sampled by `spec`: decoded videos, or prepared
     shards for `data.source` shards and stream (a streamed run evaluates by random access)."""
+    limit = data.unreadable_limit()
     if data.source == "videos":
         return VideoClipDataset(
-            items, spec, train=train, seed=seed, flow=data.flow, num_classes=num_classes
+            items,
+            spec,
+            train=train,
+            seed=seed,
+            unreadable=limit,
+            flow=data.flow,
+            num_classes=num_classes,
         )
-    return ShardClipDataset(items, spec, train=train, seed=seed, num_classes=num_classes)
+    return ShardClipDataset(
+        items, spec, train=train, seed=seed, unreadable=limit, num_classes=num_classes
+    )
 
 
 def train_data(
@@ -206,6 +219,20 @@ def worker_context(data: DataConfig) -> BaseContext | None:
     if data.worker_start == "forkserver":
         context.set_forkserver_preload(["vidscale.data.dataset", "vidscale.data.shard_dataset"])
     return context
+
+
+def stop_workers(loader: DataLoader) -> None:
+    """End the worker processes of `loader`'s current iterator now, if it has any.
+
+    Persistent workers otherwise end when the loader is collected. After an error that is too
+    late: the exception's traceback holds the iterator in a reference cycle, the garbage
+    collector may finalize its queues before the iterator, the workers then never receive
+    their stop message, and they ignore SIGTERM (`ignore_stop_signals`), so the process would
+    wait for them at exit for ever. DataLoader keeps that iterator in `_iterator`.
+    """
+    shutdown = getattr(getattr(loader, "_iterator", None), "_shutdown_workers", None)
+    if shutdown is not None:
+        shutdown()
 
 
 def ignore_stop_signals(worker_id: int) -> None:

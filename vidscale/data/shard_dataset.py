@@ -39,6 +39,7 @@ from vidscale.data.clip import ClipSpec, FrameSource, clip_positions, sample_cli
 from vidscale.data.dataset import VideoClipDataset
 from vidscale.data.decode import DecodeError
 from vidscale.data.epoch_state import SharedInts
+from vidscale.data.read_health import UnreadableLimit
 from vidscale.data.samplers import BatchRequest, RequestCycle
 from vidscale.data.shards import ShardEntry, ShardReader, iter_videos, record_start
 from vidscale.data.sources import (
@@ -67,18 +68,13 @@ class ShardClipDataset(VideoClipDataset):
         *,
         train: bool,
         seed: int = 0,
-        max_retries: int = 10,
+        unreadable: UnreadableLimit | None = None,
         reader: ShardReader | None = None,
         num_classes: int = 0,
     ) -> None:
         records = [VideoRecord(Path(e.path), e.label, e.label_set) for e in entries]
         super().__init__(
-            records,
-            spec,
-            train=train,
-            seed=seed,
-            max_retries=max_retries,
-            num_classes=num_classes,
+            records, spec, train=train, seed=seed, unreadable=unreadable, num_classes=num_classes
         )
         self.entries = list(entries)
         self.reader = reader or ShardReader()

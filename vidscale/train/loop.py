@@ -27,6 +27,7 @@ from torch import nn
 from vidscale.atomic import atomic_link
 from vidscale.config import ConfigError, RunConfig, validate
 from vidscale.data.inputs import ModelInput
+from vidscale.data.loaders import stop_workers
 from vidscale.distributed.averaging import merge_running_statistics
 from vidscale.distributed.collectives import (
     all_gather_object,
@@ -589,6 +590,8 @@ class Trainer:
         """End the loaders' worker processes now. They persist for the run and would otherwise
         live until the loaders are collected: in a process that trains again (a sweep), at an
         unknown moment, possibly while the next run forks its own workers."""
+        self.train_data.close()
+        stop_workers(self.val_loader)
         del self.train_data, self.val_loader
 
 
