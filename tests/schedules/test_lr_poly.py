@@ -10,7 +10,7 @@ import pytest
 from vidscale.config import ConfigError, RunConfig
 from vidscale.schedules.lr import LRConfig, lr_at, lr_table
 from vidscale.schedules.multigrid_config import MultigridConfig
-from vidscale.train.plan import make_plan, multigrid_spec
+from vidscale.train.timeline import multigrid_spec, run_sizes
 
 POLY = LRConfig(schedule="poly", warmup_epochs=2, warmup_start_factor=0.0, power=2.0)
 
@@ -89,6 +89,6 @@ def test_power_must_be_positive(power: float) -> None:
 
 def test_multigrid_refuses_poly_instead_of_running_a_constant_rate() -> None:
     cfg = RunConfig(lr=POLY, multigrid=MultigridConfig(long_cycle=True))
-    plan = make_plan(cfg, world_size=1, train_size=10_000)
+    plan = run_sizes(cfg, world_size=1, train_size=10_000)
     with pytest.raises(ConfigError, match="polynomial"):
         multigrid_spec(cfg, plan)

@@ -33,7 +33,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 def cmd_recipes(args: argparse.Namespace) -> int:
     from vidscale.recipes import DOCS, get_recipe, list_recipes
-    from vidscale.train.plan import recipe_row
+    from vidscale.train.timeline import recipe_row
 
     names = [n for n in list_recipes() if not args.filter or args.filter in n]
     rows = [

@@ -28,7 +28,7 @@ from vidscale.recipes import get_recipe
 from vidscale.schedules.batch_scaling import SCALED_OPTIMIZERS, LRRule, batch_scaled_lr
 from vidscale.studies.sweep_report import collect_run, finished_runs, format_table, write_report
 from vidscale.train.builders import load_splits
-from vidscale.train.plan import make_plan
+from vidscale.train.timeline import run_sizes
 
 # Fields the sweep sets for every run; a --set of one of them would silently change the study.
 CONTROLLED_KEYS = (
@@ -122,7 +122,7 @@ def check_dataset_fits(runs: Sequence[SweepRun], *, nproc: int) -> dict[str, int
     """Steps per epoch of every run; ConfigError when a batch exceeds the training set."""
     splits = load_splits(runs[0].cfg)
     return {
-        run.name: make_plan(run.cfg, world_size=nproc, train_size=len(splits.train)).steps_per_epoch
+        run.name: run_sizes(run.cfg, world_size=nproc, train_size=len(splits.train)).steps_per_epoch
         for run in runs
     }
 

@@ -41,7 +41,7 @@ from vidscale.studies.sweep import (
 )
 from vidscale.train.builders import load_splits, resolve_data
 from vidscale.train.metrics import validation_curve
-from vidscale.train.plan import requested_global_batch
+from vidscale.train.timeline import requested_global_batch
 
 RGB_RECIPE = "demo_tsm_r18_8f_b32_e20"
 FLOW_RECIPE = "demo_tsm_r18_flow_8f_b32_e20"

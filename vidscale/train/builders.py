@@ -47,8 +47,8 @@ from vidscale.fastpath.probe import (
 from vidscale.fastpath.settings import FastPath, apply_to_model, resolve_fast_path
 from vidscale.models.registry import build_model as build_registered_model
 from vidscale.train.init_from import describe, initialise_from
-from vidscale.train.plan import Phase
 from vidscale.train.run_ref import resolve_path
+from vidscale.train.timeline import Phase
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ class DataSplits:
 class TrainData:
     """The training loader and how to position it at (epoch, step in epoch) of a phase.
 
-    The batches of an epoch follow its phase (`train.plan.Phase`: batch sizes and clip shapes
+    The batches of an epoch follow its phase (`train.timeline.Phase`: batch sizes and clip shapes
     per step): through the `RequestBatchSampler`, or, for a streamed dataset, which batches in
     its workers, through the phase's `RequestCycle`.
     """

@@ -126,7 +126,7 @@ def newest_loadable(run_dir: Path) -> Search:
 def upgrade(state: dict[str, Any]) -> dict[str, Any]:
     """A checkpoint written before plans and per-rank counters were recorded, in today's layout:
     progress from its top-level keys, rank 0's counters for every rank, the epoch's running
-    sums unknown (zero). Its plan cannot be checked (`resume.plan_start` says so)."""
+    sums unknown (zero). Its plan cannot be checked (`resume.resolve_start` says so)."""
     if "progress" in state or "step" not in state:
         return state
     progress = {k: int(state[k]) for k in ("epoch", "step", "step_in_epoch")}
