@@ -18,11 +18,12 @@ import torch
 from torch import nn
 
 from vidscale.atomic import atomic_link
-from vidscale.config import ConfigError
+from vidscale.config import ConfigError, RunConfig
 from vidscale.distributed.collectives import all_gather_object, barrier
 from vidscale.distributed.ddp import unwrap
 from vidscale.distributed.env import DistEnv
 from vidscale.distributed.parallel import DataParallel
+from vidscale.fastpath.probe import RECORD_KEY, FastPathDecision
 from vidscale.train.adaptive_batch import AdaptiveBatch
 from vidscale.train.checkpoint import (
     LAST,
@@ -40,8 +41,9 @@ from vidscale.train.resilience import (
     StopSignals,
     weights_finite,
 )
-from vidscale.train.resume import Progress
+from vidscale.train.resume import Progress, checkpoint_record
 from vidscale.train.run_log import RunLog
+from vidscale.train.timeline import RunSizes
 
 
 @dataclass
@@ -56,6 +58,17 @@ class RunState:
     guard: DivergenceGuard
     adaptive: AdaptiveBatch
     phase_switch: PhaseSwitch
+
+
+def run_record(cfg: RunConfig, sizes: RunSizes, *, fast_path: FastPathDecision) -> dict[str, Any]:
+    """What every checkpoint of a run says of how it was made: its sizes at start and config
+    (what a resume checks), its fast-path choice (which a resume continues with), its model."""
+    return {
+        RECORD_KEY: fast_path.record(),
+        **checkpoint_record(cfg, sizes),
+        "model_name": cfg.model.name,
+        "num_classes": cfg.model.num_classes,
+    }
 
 
 class Checkpointer:

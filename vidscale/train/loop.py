@@ -10,7 +10,8 @@ and exits on SIGTERM / SIGINT / SIGUSR1 at the next step, and skips non-finite s
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -24,11 +25,10 @@ from vidscale.distributed.collectives import broadcast_object
 from vidscale.distributed.env import DistEnv, init_distributed
 from vidscale.distributed.failure import fail_together
 from vidscale.distributed.strategy import build_strategy
-from vidscale.fastpath.probe import RECORD_KEY
 from vidscale.optim.factory import build_optimizer
 from vidscale.train import builders
 from vidscale.train.adaptive_batch import AdaptiveBatch, sizes_for_batch
-from vidscale.train.checkpointer import Checkpointer, RunState
+from vidscale.train.checkpointer import Checkpointer, RunState, run_record
 from vidscale.train.evaluate import EvalResult, Stream, evaluate
 from vidscale.train.phase_switch import PhaseSwitch
 from vidscale.train.precise_bn import precise_bn
@@ -40,7 +40,7 @@ from vidscale.train.resilience import (
     StopSignals,
     any_rank,
 )
-from vidscale.train.resume import ResumeMode, checkpoint_record, find_start, prepare_run_dir
+from vidscale.train.resume import ResumeMode, find_start, prepare_run_dir
 from vidscale.train.run_log import RunLog
 from vidscale.train.step import StepContext, StepResult, seed_step, train_step
 from vidscale.train.timeline import Phase, make_timeline
@@ -85,7 +85,17 @@ class Trainer:
         self.guard = DivergenceGuard(cfg.train.max_bad_steps)
         self.bn_snapshot = BatchNormSnapshot(self.model)
         self.checkpointer = self._build_checkpointer()
-        self.step_context = self._build_step_context()
+        self.step_context = StepContext(
+            model=self.ddp_model,
+            optimizer=self.optimizer,
+            prepare=self.prepare,
+            device=env.device,
+            autocast=self.autocast,
+            micro_batch=self.strategy.micro_batch,
+            world_size=env.world_size,
+            clip_grad_norm=cfg.optim.clip_grad_norm,
+            stop_requested=lambda: self.signals.requested,
+        )
         if state is not None:
             self.checkpointer.load(state, exact=start.exact, source=self.resumed_from)
         if env.is_main:
@@ -114,9 +124,8 @@ class Trainer:
         self.ddp_model = self.strategy.wrap(self.model, self.optimizer)
 
     def _build_schedule(self, exact_state: dict[str, Any] | None) -> None:
-        """The batch size now (adapted from the start's, restored from `exact_state`, a
-        checkpoint resumed exactly), the sizes and phase timeline it gives, and the phase the
-        model enters at the current epoch."""
+        """The batch size now (restored from `exact_state`, a checkpoint resumed exactly), the
+        sizes and timeline it gives, and the phase the model enters at the current epoch."""
         cfg, env = self.cfg, self.env
         self.adaptive = AdaptiveBatch.from_config(
             cfg, world_size=env.world_size, global_batch=self.start_sizes.global_batch
@@ -129,13 +138,7 @@ class Trainer:
         self.phase_switch.enter(self.timeline.phase_at(self.progress.epoch))
 
     def _build_checkpointer(self) -> Checkpointer:
-        cfg = self.cfg
-        record = {
-            RECORD_KEY: self.fast_choice.record(),  # a resume continues with this setting
-            **checkpoint_record(cfg, self.start_sizes),
-            "model_name": cfg.model.name,
-            "num_classes": cfg.model.num_classes,
-        }
+        record = run_record(self.cfg, self.start_sizes, fast_path=self.fast_choice)
         parts = RunState(
             model=self.model,
             optimizer=self.optimizer,
@@ -146,22 +149,9 @@ class Trainer:
             adaptive=self.adaptive,
             phase_switch=self.phase_switch,
         )
-        keep = cfg.train.keep_checkpoints
+        keep = self.cfg.train.keep_checkpoints
         return Checkpointer(
             self.run_dir, self.env, parts, record=record, keep=keep, signals=self.signals
-        )
-
-    def _build_step_context(self) -> StepContext:
-        return StepContext(
-            model=self.ddp_model,
-            optimizer=self.optimizer,
-            prepare=self.prepare,
-            device=self.env.device,
-            autocast=self.autocast,
-            micro_batch=self.strategy.micro_batch,
-            world_size=self.env.world_size,
-            clip_grad_norm=self.cfg.optim.clip_grad_norm,
-            stop_requested=lambda: self.signals.requested,
         )
 
     # -- epochs ------------------------------------------------------------------------------
@@ -199,21 +189,8 @@ class Trainer:
             return
         self.sizes = sizes
         self.timeline = make_timeline(self.cfg, sizes)  # the loader follows it from next epoch
-        learner = sizes.global_batch // self.adaptive.learners
-        self.run_log.write(
-            "batch",
-            step=self.progress.step,
-            epoch=epochs_done,
-            global_batch=sizes.global_batch,
-            learner_batch=learner,
-            micro_batch=sizes.micro_batch,
-            accumulate=sizes.accumulate,
-            base_lr=sizes.base_lr,
-        )
-        self.run_log.say(
-            f"accuracy {accuracy:.2f} < best {self.adaptive.best:.2f} x "
-            f"{self.adaptive.b1:g}: batch per learner -> {learner} (global "
-            f"{sizes.global_batch}, {sizes.micro_batch} x {sizes.accumulate} per process)"
+        self.run_log.batch_adapted(
+            sizes, self.adaptive, accuracy=accuracy, step=self.progress.step, epoch=epochs_done
         )
 
     def train_epoch(self) -> None:
@@ -275,7 +252,8 @@ class Trainer:
     def evaluate(self) -> EvalResult:
         """Top-1/top-5 and loss on the validation split, the same model on every rank."""
         with self.strategy.consensus():  # every rank evaluates the same model
-            self._precise_bn()
+            if self.cfg.multigrid.enabled and self.cfg.multigrid.precise_bn_batches:
+                self._precise_bn(self.cfg.multigrid.precise_bn_batches)
             result = evaluate(
                 Stream(self.model, self.prepare),
                 self.val_loader,
@@ -285,26 +263,15 @@ class Trainer:
         self.run_log.evaluated(result)
         return result
 
-    def _precise_bn(self) -> None:
-        """Multigrid (`multigrid.precise_bn_batches`): BN statistics recomputed over batches of
-        the recipe's own clip shape and batch before evaluation (PySlowFast), then pooled over
-        ranks so that every rank evaluates the same model."""
-        batches = self.cfg.multigrid.precise_bn_batches
-        if not (batches and self.cfg.multigrid.enabled):
-            return
+    def _precise_bn(self, batches: int) -> None:
+        """Multigrid: BN statistics over `batches` batches of the recipe's own clip shape and
+        batch, then pooled over ranks (`pooled_precise_bn`)."""
         loader = self.train_data.base_shape_batches(
             self.progress.epoch, batches=batches, size=self.sizes.micro_batch
         )
-        device = self.env.device
-        inputs = (self.prepare(b["inputs"], device) for b in loader)
-
-        def forward(model: nn.Module, clips: torch.Tensor) -> object:
-            with self.autocast():
-                return model(clips)
-
+        inputs = (self.prepare(b["inputs"], self.env.device) for b in loader)
         with self.phase_switch.plain_batchnorm():
-            precise_bn(self.model, inputs, num_batches=batches, forward=forward)
-            merge_running_statistics(self.model)
+            pooled_precise_bn(self.model, inputs, num_batches=batches, autocast=self.autocast)
 
     def finish(self) -> dict[str, Any]:
         return self.run_log.finish(
@@ -329,6 +296,25 @@ class Trainer:
         live until the loaders are collected: in a process that trains again (a sweep), at an
         unknown moment, possibly while the next run forks its own workers."""
         del self.train_data, self.val_loader
+
+
+def pooled_precise_bn(
+    model: nn.Module,
+    inputs: Iterator[torch.Tensor],
+    *,
+    num_batches: int,
+    autocast: Callable[[], AbstractContextManager[Any]],
+) -> None:
+    """Multigrid (`multigrid.precise_bn_batches`): BN statistics recomputed over `num_batches`
+    batches of `inputs` before evaluation (PySlowFast), forward passes inside `autocast`, then
+    pooled over ranks so that every rank evaluates the same model."""
+
+    def forward(model: nn.Module, clips: torch.Tensor) -> object:
+        with autocast():
+            return model(clips)
+
+    precise_bn(model, inputs, num_batches=num_batches, forward=forward)
+    merge_running_statistics(model)
 
 
 def train(cfg: RunConfig, *, run_dir: Path, resume: ResumeMode = "auto") -> dict[str, Any]:

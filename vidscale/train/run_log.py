@@ -17,10 +17,12 @@ from tqdm import tqdm
 from vidscale.distributed.collectives import all_gather_object, all_reduce_max
 from vidscale.distributed.env import DistEnv
 from vidscale.distributed.traffic import Traffic
+from vidscale.train.adaptive_batch import AdaptiveBatch
 from vidscale.train.evaluate import EvalResult
 from vidscale.train.metrics import MetricsLog, plot_run, progress, read_metrics
 from vidscale.train.step import StepResult
 from vidscale.train.summary import EpochTotals, RunCounters, write_summary
+from vidscale.train.timeline import RunSizes
 
 
 class RunLog:
@@ -122,6 +124,27 @@ class RunLog:
             clips_per_second=result.clips / result.seconds,
         )
         self.traffic_since_record = Traffic()
+
+    def batch_adapted(
+        self, sizes: RunSizes, adaptive: AdaptiveBatch, *, accuracy: float, step: int, epoch: int
+    ) -> None:
+        """The batch size `adaptive` chose after `epoch` epochs (Alg. 1 lines 13-21)."""
+        learner = sizes.global_batch // adaptive.learners
+        self.write(
+            "batch",
+            step=step,
+            epoch=epoch,
+            global_batch=sizes.global_batch,
+            learner_batch=learner,
+            micro_batch=sizes.micro_batch,
+            accumulate=sizes.accumulate,
+            base_lr=sizes.base_lr,
+        )
+        self.say(
+            f"accuracy {accuracy:.2f} < best {adaptive.best:.2f} x {adaptive.b1:g}: batch per "
+            f"learner -> {learner} (global {sizes.global_batch}, {sizes.micro_batch} x "
+            f"{sizes.accumulate} per process)"
+        )
 
     # -- epochs ------------------------------------------------------------------------------
     def evaluated(self, result: EvalResult) -> None:
