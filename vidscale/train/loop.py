@@ -85,6 +85,8 @@ class Trainer:
         self.guard = DivergenceGuard(cfg.train.max_bad_steps)
         self.bn_snapshot = BatchNormSnapshot(self.model)
         self.checkpointer = self._build_checkpointer()
+        signals = self.signals  # not `self`: a trainer in a reference cycle would outlive
+        # its last reference, and its loaders' persistent workers with it
         self.step_context = StepContext(
             model=self.ddp_model,
             optimizer=self.optimizer,
@@ -94,7 +96,7 @@ class Trainer:
             micro_batch=self.strategy.micro_batch,
             world_size=env.world_size,
             clip_grad_norm=cfg.optim.clip_grad_norm,
-            stop_requested=lambda: self.signals.requested,
+            stop_requested=lambda: signals.requested,
         )
         if state is not None:
             self.checkpointer.load(state, exact=start.exact, source=self.resumed_from)
