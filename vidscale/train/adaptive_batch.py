@@ -91,7 +91,7 @@ def largest_divisor_at_most(n: int, cap: int) -> int:
 
 
 def sizes_for_batch(cfg: RunConfig, start: RunSizes, *, global_batch: int) -> RunSizes:
-    """`start` (the run's plan at its own batch) moved to `global_batch` on the same processes:
+    """`start` (the run's sizes at its own batch) moved to `global_batch` on the same processes:
     the loader batch as large as `aavg.max_micro_batch` allows, the rest accumulated; the peak
     LR per `aavg.lr_rule`."""
     if global_batch == start.global_batch:

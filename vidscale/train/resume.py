@@ -40,7 +40,7 @@ ResumeMode = Literal["auto", "never", "must"]
 RESUME_MODES: tuple[str, ...] = ("auto", "never", "must")
 
 FIXED_FIELDS = ("model.name", "model.num_classes", "model.in_channels")
-PLAN_FIELDS = ("train.epochs", "optim.name", "optim.lr_per_8_clips")
+CHECKED_FIELDS = ("train.epochs", "optim.name", "optim.lr_per_8_clips")
 GLOBAL_BATCH, TRAIN_VIDEOS = "global batch", "training videos"
 
 
@@ -58,7 +58,7 @@ class Progress:
 
 @dataclass(frozen=True)
 class Start:
-    """The plan a run follows and where it starts in it."""
+    """The sizes a run follows and where it starts in them."""
 
     sizes: RunSizes
     progress: Progress
@@ -88,16 +88,16 @@ def fingerprint(flat: dict[str, Any]) -> str:
 
 
 def checkpoint_record(cfg: RunConfig, sizes: RunSizes) -> dict[str, Any]:
-    """What a checkpoint stores of the run's plan and config."""
+    """What a checkpoint stores of the run's sizes and config (under the format's key "plan")."""
     flat = flat_config(cfg)
     return {"plan": sizes.record(), "config": flat, "fingerprint": fingerprint(flat)}
 
 
-def _plan_values(
+def _checked_values(
     flat: dict[str, Any], *, global_batch: int | str, train_size: int
 ) -> dict[str, Any]:
     schedule = (k for k in flat if k.startswith(("lr.", "multigrid.")))
-    values = {k: flat.get(k) for k in (*PLAN_FIELDS, *schedule)}
+    values = {k: flat.get(k) for k in (*CHECKED_FIELDS, *schedule)}
     values[GLOBAL_BATCH] = global_batch
     values[TRAIN_VIDEOS] = train_size
     return values
@@ -121,11 +121,11 @@ def _changes(
         asked: int | str = requested_global_batch(cfg, world_size=old.world_size)
     except ConfigError:  # the new settings cannot even run on the old process count
         asked = "(not a valid batch on the old process count)"
-    old_values = _plan_values(old_flat, global_batch=old.global_batch, train_size=old.train_size)
-    new_values = _plan_values(new_flat, global_batch=asked, train_size=train_size)
-    plan_keys = dict.fromkeys([*old_values, *new_values])
-    others = sorted((set(old_flat) | set(new_flat)) - set(plan_keys))
-    return _diff(old_values, new_values, plan_keys), _diff(old_flat, new_flat, others)
+    old_values = _checked_values(old_flat, global_batch=old.global_batch, train_size=old.train_size)
+    new_values = _checked_values(new_flat, global_batch=asked, train_size=train_size)
+    checked_keys = dict.fromkeys([*old_values, *new_values])
+    others = sorted((set(old_flat) | set(new_flat)) - set(checked_keys))
+    return _diff(old_values, new_values, checked_keys), _diff(old_flat, new_flat, others)
 
 
 def _process_count_notes(
@@ -154,13 +154,13 @@ def resolve_start(
     train_size: int,
     source: str = "",
 ) -> Start:
-    """The plan and starting point for `cfg` on `world_size` processes, from a checkpoint's
+    """The sizes and starting point for `cfg` on `world_size` processes, from a checkpoint's
     `state` (None: a fresh run). Raises `ConfigError` naming the fields of a refused change."""
     if state is None or "plan" not in state:
         sizes = run_sizes(cfg, world_size=world_size, train_size=train_size)
         if state is None:
             return Start(sizes, Progress(), True, [])
-        # Written before plans were recorded: nothing to check against.
+        # Written before run sizes were recorded: nothing to check against.
         note = f"{source} records no plan: not checked, and this epoch's metrics restart"
         return Start(sizes, Progress(**state["progress"]), True, [note])
     progress = Progress(**state["progress"])

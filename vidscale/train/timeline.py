@@ -101,7 +101,7 @@ def run_sizes(
 def schedule_position(sizes: RunSizes, *, epoch: int, step_in_epoch: int) -> int:
     """Where a run is on its LR schedule, in steps of `sizes`: counted from epochs, so that a
     batch size changed between epochs (fewer, larger steps) continues the same curve over
-    epochs. Equal to the optimizer step count while the plan never changed."""
+    epochs. Equal to the optimizer step count while the sizes never changed."""
     return epoch * sizes.steps_per_epoch + step_in_epoch
 
 
