@@ -20,7 +20,7 @@ from vidscale.bench.multigrid import (
 from vidscale.config import apply_overrides
 from vidscale.fastpath.settings import Candidate
 from vidscale.recipes import get_recipe
-from vidscale.train.plan import Shape, make_plan, make_timeline
+from vidscale.train.timeline import Shape, make_timeline, run_sizes
 
 K400 = "slowfast_r50_k400_8x8_multigrid_b64_e239"
 
@@ -38,7 +38,7 @@ def test_every_step_of_every_phase_is_counted_once() -> None:
     assert baseline.total_steps == 239 * (240_000 // 64)
     # Both cycles: the trainer's own plan of the recipe, and PySlowFast's 3.42x fewer iterations.
     both, counts = plans["both"]
-    own = make_timeline(cfg, make_plan(cfg, world_size=1, train_size=240_000))
+    own = make_timeline(cfg, run_sizes(cfg, world_size=1, train_size=240_000))
     assert both.phases == own.phases
     assert both.multigrid is not None
     assert both.multigrid.iteration_saving() == pytest.approx(3.42, abs=0.005)
@@ -53,7 +53,7 @@ def test_every_step_of_every_phase_is_counted_once() -> None:
 def test_counts_equal_a_step_by_step_walk_of_the_run() -> None:
     """Epochs whose steps end in the middle of a short cycle included (768 videos)."""
     cfg = get_recipe("demo_tsm_r18_8f_multigrid_b32_e20")
-    timeline = make_timeline(cfg, make_plan(cfg, world_size=2, train_size=768))
+    timeline = make_timeline(cfg, run_sizes(cfg, world_size=2, train_size=768))
     assert any(p.steps_per_epoch % len(p.shapes) for p in timeline.phases)
     walked: Counter[Shape] = Counter()
     for epoch in range(timeline.epochs):

@@ -11,7 +11,7 @@ from tests.distributed.multiproc import run_ranks
 from vidscale.data.inputs import ModelInput
 from vidscale.distributed.ddp import gradient_sync, wrap_ddp
 from vidscale.distributed.env import DistEnv
-from vidscale.train.loop import train_step
+from vidscale.train.step import StepContext, train_step
 
 GLOBAL = 8  # clips per optimizer step over all ranks and micro-batches
 
@@ -55,18 +55,14 @@ def one_step(model: nn.Module, batches, accumulate: int, clips: int) -> list[tor
     # Capture the all-reduced gradient: lr = 1 and zero-initialised momentum-free SGD means
     # w_new = w - g, so g = w_old - w_new.
     before = [p.detach().clone() for p in model.parameters()]
-    train_step(
-        model,
-        opt,
-        iter(batches),
-        accumulate=accumulate,
-        micro_batch=lambda last: gradient_sync(model, sync=last),
-        clips=clips,
-        lr=1.0,
+    context = StepContext(
+        model=model,
+        optimizer=opt,
         prepare=prepare,
-        autocast=lambda: __import__("contextlib").nullcontext(),
         device=torch.device("cpu"),
+        micro_batch=lambda last: gradient_sync(model, sync=last),
     )
+    train_step(context, iter(batches), accumulate=accumulate, clips=clips, lr=1.0)
     return [b - p.detach() for b, p in zip(before, model.parameters(), strict=True)]
 
 

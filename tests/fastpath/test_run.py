@@ -98,7 +98,7 @@ def test_the_record_wins_over_a_new_measurement(
     cfg = config(tiny_demo, tmp_path / "cache.json")
     env = init_distributed("cpu")
     trainer = loop.Trainer(cfg, run, env, resume="must")
-    trainer.stop_loader_workers()
+    loop.stop_loader_workers(trainer)
     assert trainer.fast_choice.source == "checkpoint" and trainer.fast.candidate == other
     # `vidscale eval` of the run evaluates with the arithmetic it trained with.
     assert (
@@ -109,7 +109,7 @@ def test_the_record_wins_over_a_new_measurement(
     del state[RECORD_KEY]
     save_checkpoint(state, run / "checkpoints" / "epoch_0001.pt")
     trainer = loop.Trainer(cfg, run, env, resume="must")
-    trainer.stop_loader_workers()
+    loop.stop_loader_workers(trainer)
     assert trainer.fast_choice.source == "hardware" and trainer.fast.candidate == hardware_rule(
         env.device
     )

@@ -5,7 +5,7 @@ import pytest
 from vidscale.cli import main
 from vidscale.recipes import get_recipe
 from vidscale.recipes.kinetics import TABLE3_GPUS
-from vidscale.train.plan import recipe_row
+from vidscale.train.timeline import recipe_row
 
 K400 = 240_000
 

@@ -18,7 +18,7 @@ from vidscale.recipes.aavg import CROP_SIDES, FRAME_HW, TEST_SAMPLES
 from vidscale.train.adaptive_batch import AdaptiveBatch
 from vidscale.train.builders import load_splits, resolve_num_classes
 from vidscale.train.eval_run import Views
-from vidscale.train.plan import make_plan, recipe_row, step_lr
+from vidscale.train.timeline import recipe_row, run_sizes, step_lr
 
 TRAIN_SIZE = {"ucf101": 9537, "hmdb51": 3570}  # split 1 training videos
 CLASSES = {"ucf101": 101, "hmdb51": 51}
@@ -37,7 +37,7 @@ def test_every_paper_recipe_is_registered_and_valid() -> None:
 @pytest.mark.parametrize("dataset", DATASETS)
 def test_baseline_is_sgd_at_001_halved_every_50_epochs(dataset: str) -> None:
     cfg = get_recipe(BASELINES[dataset])
-    plan = make_plan(cfg, world_size=1, train_size=TRAIN_SIZE[dataset])
+    plan = run_sizes(cfg, world_size=1, train_size=TRAIN_SIZE[dataset])
     assert (plan.global_batch, plan.accumulate, plan.warmup_steps) == (32, 1, 0)
     assert plan.base_lr == pytest.approx(0.01)
     assert (cfg.optim.name, cfg.dist.strategy, cfg.train.epochs) == ("sgd", "ddp", 500)
@@ -49,7 +49,7 @@ def test_baseline_is_sgd_at_001_halved_every_50_epochs(dataset: str) -> None:
 
 def test_baseline_is_one_learner() -> None:
     with pytest.raises(ConfigError, match="simulate_world_size"):
-        make_plan(get_recipe(BASELINES["ucf101"]), world_size=2, train_size=9537)
+        run_sizes(get_recipe(BASELINES["ucf101"]), world_size=2, train_size=9537)
 
 
 @pytest.mark.parametrize(("variant", "dataset"), list(AAVG))

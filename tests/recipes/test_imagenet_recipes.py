@@ -8,7 +8,7 @@ from vidscale.cli import main
 from vidscale.config import apply_overrides
 from vidscale.recipes import get_recipe
 from vidscale.schedules.batch_scaling import batch_scaled_lr
-from vidscale.train.plan import make_plan, recipe_row, step_lr
+from vidscale.train.timeline import recipe_row, run_sizes, step_lr
 
 IMAGENET = 1_281_167  # ILSVRC-2012 training images
 
@@ -67,7 +67,7 @@ def test_every_imagenet_recipe_trains_on_imagenet_images() -> None:
 def test_goyal_step_schedule_and_warmup() -> None:
     cfg = get_recipe("resnet50_imagenet_b8k_e90_sgd")
     assert (cfg.optim.name, cfg.optim.weight_decay, cfg.lr.schedule) == ("sgd", 1e-4, "step")
-    plan = make_plan(cfg, world_size=1, train_size=IMAGENET)
+    plan = run_sizes(cfg, world_size=1, train_size=IMAGENET)
     spe = plan.steps_per_epoch
 
     def lr(epoch: float) -> float:
@@ -79,7 +79,7 @@ def test_goyal_step_schedule_and_warmup() -> None:
     got = [lr(e) for e in (5, 29.99, 30, 59.99, 60, 79.99, 80, 89.99)]
     assert got == pytest.approx([3.2, 3.2, 0.32, 0.32, 0.032, 0.032, 0.0032, 0.0032])
     base = get_recipe("resnet50_imagenet_b256_e90_sgd")
-    base_plan = make_plan(base, world_size=1, train_size=IMAGENET)
+    base_plan = run_sizes(base, world_size=1, train_size=IMAGENET)
     assert step_lr(base_plan, base, 0) == pytest.approx(0.1)
     assert step_lr(base_plan, base, 30 * base_plan.steps_per_epoch) == pytest.approx(0.01)
 
@@ -95,7 +95,7 @@ def test_lars_poly_schedule(name: str, weight_decay: float, epochs: int) -> None
     cfg = get_recipe(name)
     assert (cfg.optim.name, cfg.optim.eta, cfg.optim.weight_decay) == ("lars", 1e-3, weight_decay)
     assert (cfg.lr.schedule, cfg.lr.power, cfg.lr.warmup_start_factor) == ("poly", 2.0, 0.0)
-    plan = make_plan(cfg, world_size=1, train_size=IMAGENET)
+    plan = run_sizes(cfg, world_size=1, train_size=IMAGENET)
     decay = plan.total_steps - plan.warmup_steps
     assert step_lr(plan, cfg, 0) == 0.0
     assert step_lr(plan, cfg, 195) == pytest.approx(16.0)  # half way up the 390-step warmup

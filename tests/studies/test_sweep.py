@@ -16,8 +16,8 @@ from vidscale.studies import runs as study_runs
 from vidscale.studies import sweep as sw
 from vidscale.studies.runs import StudyRun
 from vidscale.train.metrics import MetricsLog, read_metrics
-from vidscale.train.plan import make_plan
 from vidscale.train.summary import RunCounters, write_summary
+from vidscale.train.timeline import run_sizes
 
 RECIPE = "demo_tsm_r18_8f_b32_e20"
 
@@ -35,7 +35,7 @@ def test_design_reaches_each_batch_by_accumulation(tmp_path: Path, nproc: int) -
         f"{o}_b{b}" for o in ("sgd", "lars", "lamb") for b in (32, 128, 768)
     ]
     for run in runs:
-        plan = make_plan(run.cfg, world_size=nproc, train_size=768)
+        plan = run_sizes(run.cfg, world_size=nproc, train_size=768)
         assert plan.global_batch == run.lr.global_batch
         assert plan.accumulate == run.lr.global_batch // (16 * nproc)  # micro-batch unchanged
         assert plan.base_lr == pytest.approx(run.lr.peak_lr)

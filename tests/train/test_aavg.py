@@ -110,7 +110,7 @@ ACCURACY = [50.0, 40.0, 60.0, 55.0, 70.0]  # scripted evaluations, one per epoch
 class ScriptedAccuracy(loop.Trainer):
     """The loop with its evaluation replaced by a scripted accuracy sequence."""
 
-    def validate(self) -> EvalResult:
+    def evaluate(self) -> EvalResult:
         with self.strategy.consensus():
             top1 = ACCURACY[self.progress.epoch]
         return EvalResult(top1, top1, 1.0, 1, [], [], 1)
@@ -129,15 +129,14 @@ def adaptive_run(env: Any, root: str, run: str, *extra: str) -> dict[str, Any]:
     seen: list[tuple[int, int, int, int]] = []
     real_epoch = trainer.train_epoch
 
-    def epoch_with_sizes() -> dict[str, float]:
+    def epoch_with_sizes() -> None:
         start = trainer.progress.step
-        stats = real_epoch()
+        real_epoch()
         data = trainer.train_data
         # The micro-batches the loader was asked for (a streamed dataset's workers make them).
         requests = data.batches.requests if data.batches else data.dataset.requests  # type: ignore[union-attr]
         size = requests[0].size
-        seen.append((trainer.plan.global_batch, size, trainer.progress.step - start, 0))
-        return stats
+        seen.append((trainer.sizes.global_batch, size, trainer.progress.step - start, 0))
 
     trainer.train_epoch = epoch_with_sizes  # type: ignore[method-assign]
     summary = trainer.run()

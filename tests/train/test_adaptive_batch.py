@@ -1,4 +1,4 @@
-"""The adaptive batch rule (Cong et al. Alg. 1 lines 13-21) and the plans it leads to."""
+"""The adaptive batch rule (Cong et al. Alg. 1 lines 13-21) and the run sizes it leads to."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 
 from vidscale.config import RunConfig, apply_overrides
 from vidscale.recipes import get_recipe
-from vidscale.train.adaptive_batch import AdaptiveBatch, largest_divisor_at_most, plan_for_batch
-from vidscale.train.plan import make_plan, schedule_position
+from vidscale.train.adaptive_batch import AdaptiveBatch, largest_divisor_at_most, sizes_for_batch
+from vidscale.train.timeline import run_sizes, schedule_position
 
 
 def cfg(*extra: str) -> RunConfig:
@@ -43,25 +43,25 @@ def test_b1_sets_the_margin_and_eval_every_the_checks() -> None:
     assert not off.due(epochs_done=1)
 
 
-def test_plans_for_a_grown_batch_keep_the_learner_batch_per_micro_batch() -> None:
+def test_sizes_for_a_grown_batch_keep_the_learner_batch_per_micro_batch() -> None:
     c = cfg()
-    start = make_plan(c, world_size=1, train_size=768)  # 1 process standing for 2 learners
+    start = run_sizes(c, world_size=1, train_size=768)  # 1 process standing for 2 learners
     assert (start.micro_batch, start.accumulate, start.steps_per_epoch) == (16, 2, 24)
-    grown = plan_for_batch(c, start, global_batch=64)
+    grown = sizes_for_batch(c, start, global_batch=64)
     assert (grown.micro_batch, grown.accumulate, grown.steps_per_epoch) == (32, 2, 12)
     assert grown.base_lr == start.base_lr  # lr_rule unchanged (Adam)
-    linear = plan_for_batch(cfg("aavg.lr_rule=linear"), start, global_batch=64)
+    linear = sizes_for_batch(cfg("aavg.lr_rule=linear"), start, global_batch=64)
     assert linear.base_lr == pytest.approx(2 * start.base_lr)
-    capped = plan_for_batch(cfg("aavg.max_micro_batch=24"), start, global_batch=64)
+    capped = sizes_for_batch(cfg("aavg.max_micro_batch=24"), start, global_batch=64)
     assert (capped.micro_batch, capped.accumulate) == (16, 4)  # largest divisor of 64 <= 24
-    assert plan_for_batch(c, start, global_batch=32) is start
+    assert sizes_for_batch(c, start, global_batch=32) is start
 
 
 def test_the_schedule_continues_over_epochs_when_steps_per_epoch_change() -> None:
     c = cfg()
-    start = make_plan(c, world_size=2, train_size=768)
-    grown = plan_for_batch(c, start, global_batch=64)
-    # Epoch 3 starts at the same point of the schedule under either plan.
+    start = run_sizes(c, world_size=2, train_size=768)
+    grown = sizes_for_batch(c, start, global_batch=64)
+    # Epoch 3 starts at the same point of the schedule under either size.
     assert schedule_position(start, epoch=3, step_in_epoch=0) / start.steps_per_epoch == 3
     assert schedule_position(grown, epoch=3, step_in_epoch=0) / grown.steps_per_epoch == 3
     assert schedule_position(start, epoch=2, step_in_epoch=5) == 2 * 24 + 5

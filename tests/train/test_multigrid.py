@@ -21,7 +21,7 @@ from vidscale.distributed.sync_batchnorm import GroupSyncBatchNorm
 from vidscale.models.batchnorm import SubBatchNorm2d
 from vidscale.recipes import get_recipe
 from vidscale.train import loop
-from vidscale.train.plan import make_plan, make_timeline
+from vidscale.train.timeline import make_timeline, run_sizes
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +53,7 @@ def multigrid_config(root: Path, *extra: str) -> RunConfig:
 
 def test_the_test_schedule_has_two_phases_with_short_cycles(demo64: Path) -> None:
     cfg = multigrid_config(demo64)
-    timeline = make_timeline(cfg, make_plan(cfg, world_size=2, train_size=64))
+    timeline = make_timeline(cfg, run_sizes(cfg, world_size=2, train_size=64))
     first, second = timeline.phases
     assert [(s.frames, s.crop, s.micro_batch) for s in first.shapes] == [
         (2, 16, 16),
@@ -207,7 +207,7 @@ def test_one_process_lars_and_accumulation_with_both_cycles(demo64: Path, tmp_pa
     cfg = multigrid_config(
         demo64, "optim.simulate_world_size=2", "optim.name=lars", "multigrid.precise_bn_batches=0"
     )
-    timeline = make_timeline(cfg, make_plan(cfg, world_size=1, train_size=64))
+    timeline = make_timeline(cfg, run_sizes(cfg, world_size=1, train_size=64))
     assert all(p.accumulate == 2 for p in timeline.phases)
     summary = loop.train(cfg, run_dir=tmp_path / "run")
     assert summary["train_steps"] == timeline.total_steps == 12

@@ -213,7 +213,7 @@ def test_non_finite_weights_are_never_checkpointed(tiny_demo: Path, tmp_path: Pa
     with torch.no_grad():
         next(trainer.model.parameters()).fill_(float("inf"))
     with pytest.raises(Diverged, match="weights not finite at step 0"):
-        trainer.save(epoch_end=False)
+        trainer.checkpointer.save(epoch_end=False)
     assert not (run / "checkpoints" / "last.pt").exists()
 
 
@@ -236,7 +236,7 @@ def test_resume_on_one_process_keeps_the_global_batch_and_lr(
     trainer = loop.Trainer(
         config(tiny_demo, "optim.simulate_world_size=0"), one, init_distributed("cpu")
     )
-    assert (trainer.plan.global_batch, trainer.plan.accumulate) == (8, 2)
+    assert (trainer.sizes.global_batch, trainer.sizes.accumulate) == (8, 2)
     trainer.run()
     ref, got = records(two, "train"), records(one, "train")
     assert [r["step"] for r in got] == [1, 2, 3, 4]

@@ -61,7 +61,7 @@ from vidscale.fastpath.settings import Candidate, apply_to_model, resolve_fast_p
 from vidscale.models.registry import build_model
 from vidscale.optim.factory import OptimConfig, build_optimizer
 from vidscale.schedules.lr import scaled_lr
-from vidscale.train.loop import train_step
+from vidscale.train.step import StepContext, train_step
 
 
 class RandomClips(Dataset[dict[str, Any]]):
@@ -258,23 +258,20 @@ def measure(
     run = _build(cfg, env, name, variant, setting)
     lr = scaled_lr(OptimConfig().lr_per_8_clips, cfg.batch * env.world_size)
     samples = StepSamples.empty(env.rank)
+    context = StepContext(
+        model=run.model,
+        optimizer=run.optimizer,
+        prepare=ModelInput("rgb", 3),
+        device=env.device,
+        autocast=run.autocast,
+        micro_batch=run.strategy.micro_batch,
+        world_size=env.world_size,
+    )
     run.strategy.take_traffic()
     for step in range(cfg.warmup + cfg.steps):
         synchronize(env.device)
         start, start_cpu = time.perf_counter(), time.thread_time()
-        result = train_step(
-            run.model,
-            run.optimizer,
-            run.batches,
-            accumulate=1,
-            micro_batch=lambda last: run.strategy.micro_batch(last=last),
-            clips=cfg.batch,
-            lr=lr,
-            prepare=ModelInput("rgb", 3),
-            autocast=run.autocast,
-            device=env.device,
-            world_size=env.world_size,
-        )
+        result = train_step(context, run.batches, accumulate=1, clips=cfg.batch, lr=lr)
         # The warm-up is an epoch of its own: AAVG averages at its end (as at every epoch end),
         # so the first averaging's one-time costs stay out, and every k-th measured step.
         in_epoch = step + 1 if step < cfg.warmup else step - cfg.warmup + 1

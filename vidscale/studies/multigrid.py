@@ -42,7 +42,7 @@ from vidscale.studies.runs import (
 from vidscale.studies.skeleton import Study, run_study
 from vidscale.train.builders import load_splits
 from vidscale.train.metrics import validation_curve
-from vidscale.train.plan import Timeline, make_plan, make_timeline, requested_global_batch
+from vidscale.train.timeline import Timeline, make_timeline, requested_global_batch, run_sizes
 
 VARIANTS: dict[str, tuple[bool, bool]] = {  # name: (long cycle, short cycle)
     "baseline": (False, False),
@@ -130,7 +130,7 @@ def _macs(model: str, num_classes: int, frames: int, crop: int) -> float:
 def computed_macs(cfg: RunConfig, timeline: Timeline) -> float:
     """Multiply-accumulates of every training clip's forward pass, all processes, whole run."""
     total = 0.0
-    world = timeline.plan.world_size
+    world = timeline.sizes.world_size
     for phase in timeline.phases:
         for step in range(phase.steps_per_epoch):
             shape = phase.shape_at(step)
@@ -146,7 +146,7 @@ def computed_macs(cfg: RunConfig, timeline: Timeline) -> float:
 def collect_multigrid_run(run_dir: Path) -> dict[str, Any]:
     summary = json.loads((run_dir / "summary.json").read_text())
     cfg = load_config(run_dir / "config.json")
-    plan = make_plan(cfg, world_size=int(summary["world_size"]), train_size=_train_size(run_dir))
+    plan = run_sizes(cfg, world_size=int(summary["world_size"]), train_size=_train_size(run_dir))
     timeline = make_timeline(cfg, plan)
     curve = validation_curve(run_dir)
     return {
@@ -293,7 +293,7 @@ class MultigridStudy(Study[list[dict[str, Any]]]):
         check_dataset_fits(runs, nproc=self.nproc)
         videos = len(load_splits(runs[0].cfg).train)
         for run in runs:  # every stage's batch must fit the training set too
-            make_timeline(run.cfg, make_plan(run.cfg, world_size=self.nproc, train_size=videos))
+            make_timeline(run.cfg, run_sizes(run.cfg, world_size=self.nproc, train_size=videos))
 
     def finished(self) -> list[Path]:
         _check_spec(self.spec)

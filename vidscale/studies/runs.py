@@ -19,7 +19,7 @@ from typing import Any, Literal
 from vidscale.config import ConfigError, RunConfig, load_config, to_dict
 from vidscale.schedules.batch_scaling import LRRule
 from vidscale.train.builders import load_splits
-from vidscale.train.plan import make_plan
+from vidscale.train.timeline import run_sizes
 
 RunState = Literal["done", "resume", "fresh"]
 
@@ -50,7 +50,7 @@ def check_dataset_fits(runs: Sequence[StudyRun], *, nproc: int) -> dict[str, int
     """Steps per epoch of every run; ConfigError when a batch exceeds the training set."""
     splits = load_splits(runs[0].cfg)
     return {
-        run.name: make_plan(run.cfg, world_size=nproc, train_size=len(splits.train)).steps_per_epoch
+        run.name: run_sizes(run.cfg, world_size=nproc, train_size=len(splits.train)).steps_per_epoch
         for run in runs
     }
 

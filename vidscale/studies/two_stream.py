@@ -42,7 +42,7 @@ from vidscale.studies.runs import (
 from vidscale.studies.skeleton import Study, run_study
 from vidscale.train.builders import load_data
 from vidscale.train.metrics import validation_curve
-from vidscale.train.plan import requested_global_batch
+from vidscale.train.timeline import requested_global_batch
 
 RGB_RECIPE = "demo_tsm_r18_8f_b32_e20"
 FLOW_RECIPE = "demo_tsm_r18_flow_8f_b32_e20"

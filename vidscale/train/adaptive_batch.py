@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vidscale.config import RunConfig
-from vidscale.train.plan import Plan, make_plan
+from vidscale.train.timeline import RunSizes, run_sizes
 
 
 @dataclass
@@ -90,8 +90,8 @@ def largest_divisor_at_most(n: int, cap: int) -> int:
     return 1
 
 
-def plan_for_batch(cfg: RunConfig, start: Plan, *, global_batch: int) -> Plan:
-    """`start` (the run's plan at its own batch) moved to `global_batch` on the same processes:
+def sizes_for_batch(cfg: RunConfig, start: RunSizes, *, global_batch: int) -> RunSizes:
+    """`start` (the run's sizes at its own batch) moved to `global_batch` on the same processes:
     the loader batch as large as `aavg.max_micro_batch` allows, the rest accumulated; the peak
     LR per `aavg.lr_rule`."""
     if global_batch == start.global_batch:
@@ -104,7 +104,7 @@ def plan_for_batch(cfg: RunConfig, start: Plan, *, global_batch: int) -> Plan:
     base_lr = start.base_lr
     if cfg.aavg.lr_rule == "linear":
         base_lr = start.base_lr * global_batch / start.global_batch
-    return make_plan(
+    return run_sizes(
         cfg,
         world_size=start.world_size,
         train_size=start.train_size,

@@ -3,7 +3,7 @@
 A checkpoint is written to a temporary file in the same directory, fsynced, renamed over the
 target and the directory fsynced (`vidscale.atomic`), so a crash never leaves a truncated
 `last.pt`. Everything that training state depends on is in it: model, optimizer, progress, the
-epoch's running totals, the per-rank counters and the plan the run was made with. Randomness is a
+epoch's running totals, the per-rank counters and the sizes the run was made with. Randomness is a
 pure function of (seed, rank, step), so no RNG state needs saving for an exact resume.
 """
 
@@ -124,9 +124,9 @@ def newest_loadable(run_dir: Path) -> Search:
 
 
 def upgrade(state: dict[str, Any]) -> dict[str, Any]:
-    """A checkpoint written before plans and per-rank counters were recorded, in today's layout:
+    """A checkpoint written before run sizes and per-rank counters were recorded, in today's layout:
     progress from its top-level keys, rank 0's counters for every rank, the epoch's running
-    sums unknown (zero). Its plan cannot be checked (`resume.plan_start` says so)."""
+    sums unknown (zero). Its sizes cannot be checked (`resume.resolve_start` says so)."""
     if "progress" in state or "step" not in state:
         return state
     progress = {k: int(state[k]) for k in ("epoch", "step", "step_in_epoch")}

@@ -20,8 +20,8 @@ from torch import Tensor, nn
 from vidscale.distributed.env import DistEnv
 from vidscale.distributed.sync_batchnorm import set_batchnorm_sync, sync_group_size
 from vidscale.models.batchnorm import load_split_state, set_batchnorm_splits, split_state
-from vidscale.train.metrics import MetricsLog
-from vidscale.train.plan import Phase
+from vidscale.train.run_log import RunLog
+from vidscale.train.timeline import Phase
 
 
 class PhaseSwitch:
@@ -35,7 +35,7 @@ class PhaseSwitch:
         self.splits = 1  # sub-batch BN groups of clips in every layer now
         self.sync = 1  # processes per synchronised-BN group in every layer now
 
-    def enter(self, phase: Phase, *, log: MetricsLog | None = None, step: int = 0) -> Phase:
+    def enter(self, phase: Phase, *, log: RunLog | None = None, step: int = 0) -> Phase:
         """Make `phase` the current one (no-op when it already is) and, given a `log`, announce
         it there and on the console once; returns it."""
         if phase != self.current:
@@ -50,7 +50,7 @@ class PhaseSwitch:
                 self._report(phase, log, step=step)
         return phase
 
-    def _report(self, phase: Phase, log: MetricsLog, *, step: int) -> None:
+    def _report(self, phase: Phase, log: RunLog, *, step: int) -> None:
         shapes = [[s.frames, s.crop, s.micro_batch] for s in phase.shapes]
         log.write(
             "phase",

@@ -34,13 +34,13 @@ from vidscale.distributed.collectives import all_gather_object
 from vidscale.distributed.env import DistEnv
 from vidscale.train.checkpoint import newest_loadable
 from vidscale.train.metrics import truncate_metrics
-from vidscale.train.plan import Plan, make_plan, requested_global_batch
+from vidscale.train.timeline import RunSizes, requested_global_batch, run_sizes
 
 ResumeMode = Literal["auto", "never", "must"]
 RESUME_MODES: tuple[str, ...] = ("auto", "never", "must")
 
 FIXED_FIELDS = ("model.name", "model.num_classes", "model.in_channels")
-PLAN_FIELDS = ("train.epochs", "optim.name", "optim.lr_per_8_clips")
+CHECKED_FIELDS = ("train.epochs", "optim.name", "optim.lr_per_8_clips")
 GLOBAL_BATCH, TRAIN_VIDEOS = "global batch", "training videos"
 
 
@@ -58,9 +58,9 @@ class Progress:
 
 @dataclass(frozen=True)
 class Start:
-    """The plan a run follows and where it starts in it."""
+    """The sizes a run follows and where it starts in them."""
 
-    plan: Plan
+    sizes: RunSizes
     progress: Progress
     exact: bool  # the same run continues (False after a carried-over plan change)
     notes: list[str]
@@ -87,17 +87,17 @@ def fingerprint(flat: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(flat, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def checkpoint_record(cfg: RunConfig, plan: Plan) -> dict[str, Any]:
-    """What a checkpoint stores of the run's plan and config."""
+def checkpoint_record(cfg: RunConfig, sizes: RunSizes) -> dict[str, Any]:
+    """What a checkpoint stores of the run's sizes and config (under the format's key "plan")."""
     flat = flat_config(cfg)
-    return {"plan": plan.record(), "config": flat, "fingerprint": fingerprint(flat)}
+    return {"plan": sizes.record(), "config": flat, "fingerprint": fingerprint(flat)}
 
 
-def _plan_values(
+def _checked_values(
     flat: dict[str, Any], *, global_batch: int | str, train_size: int
 ) -> dict[str, Any]:
     schedule = (k for k in flat if k.startswith(("lr.", "multigrid.")))
-    values = {k: flat.get(k) for k in (*PLAN_FIELDS, *schedule)}
+    values = {k: flat.get(k) for k in (*CHECKED_FIELDS, *schedule)}
     values[GLOBAL_BATCH] = global_batch
     values[TRAIN_VIDEOS] = train_size
     return values
@@ -108,7 +108,7 @@ def _diff(old: dict[str, Any], new: dict[str, Any], keys: Any) -> list[str]:
 
 
 def _changes(
-    cfg: RunConfig, state: dict[str, Any], old: Plan, *, train_size: int
+    cfg: RunConfig, state: dict[str, Any], old: RunSizes, *, train_size: int
 ) -> tuple[list[str], list[str]]:
     """The plan fields that `cfg` changes, and every other changed field (`field old -> new`).
 
@@ -121,19 +121,21 @@ def _changes(
         asked: int | str = requested_global_batch(cfg, world_size=old.world_size)
     except ConfigError:  # the new settings cannot even run on the old process count
         asked = "(not a valid batch on the old process count)"
-    old_values = _plan_values(old_flat, global_batch=old.global_batch, train_size=old.train_size)
-    new_values = _plan_values(new_flat, global_batch=asked, train_size=train_size)
-    plan_keys = dict.fromkeys([*old_values, *new_values])
-    others = sorted((set(old_flat) | set(new_flat)) - set(plan_keys))
-    return _diff(old_values, new_values, plan_keys), _diff(old_flat, new_flat, others)
+    old_values = _checked_values(old_flat, global_batch=old.global_batch, train_size=old.train_size)
+    new_values = _checked_values(new_flat, global_batch=asked, train_size=train_size)
+    checked_keys = dict.fromkeys([*old_values, *new_values])
+    others = sorted((set(old_flat) | set(new_flat)) - set(checked_keys))
+    return _diff(old_values, new_values, checked_keys), _diff(old_flat, new_flat, others)
 
 
-def _process_count_notes(cfg: RunConfig, old: Plan, plan: Plan, progress: Progress) -> list[str]:
-    if plan.world_size == old.world_size:
+def _process_count_notes(
+    cfg: RunConfig, old: RunSizes, sizes: RunSizes, progress: Progress
+) -> list[str]:
+    if sizes.world_size == old.world_size:
         return []
     notes = [
-        f"{old.world_size} -> {plan.world_size} processes: global batch {plan.global_batch} "
-        f"kept, accumulation {old.accumulate} -> {plan.accumulate}"
+        f"{old.world_size} -> {sizes.world_size} processes: global batch {sizes.global_batch} "
+        f"kept, accumulation {old.accumulate} -> {sizes.accumulate}"
     ]
     if cfg.data.source == "stream" and progress.step_in_epoch:
         # Streaming cuts each epoch into one contiguous range per (rank, worker).
@@ -144,7 +146,7 @@ def _process_count_notes(cfg: RunConfig, old: Plan, plan: Plan, progress: Progre
     return notes
 
 
-def plan_start(
+def resolve_start(
     cfg: RunConfig,
     state: dict[str, Any] | None,
     *,
@@ -152,27 +154,27 @@ def plan_start(
     train_size: int,
     source: str = "",
 ) -> Start:
-    """The plan and starting point for `cfg` on `world_size` processes, from a checkpoint's
+    """The sizes and starting point for `cfg` on `world_size` processes, from a checkpoint's
     `state` (None: a fresh run). Raises `ConfigError` naming the fields of a refused change."""
     if state is None or "plan" not in state:
-        plan = make_plan(cfg, world_size=world_size, train_size=train_size)
+        sizes = run_sizes(cfg, world_size=world_size, train_size=train_size)
         if state is None:
-            return Start(plan, Progress(), True, [])
-        # Written before plans were recorded: nothing to check against.
+            return Start(sizes, Progress(), True, [])
+        # Written before run sizes were recorded: nothing to check against.
         note = f"{source} records no plan: not checked, and this epoch's metrics restart"
-        return Start(plan, Progress(**state["progress"]), True, [note])
+        return Start(sizes, Progress(**state["progress"]), True, [note])
     progress = Progress(**state["progress"])
-    old = Plan(**state["plan"])
+    old = RunSizes(**state["plan"])
     fixed = _diff(state["config"], flat_config(cfg), FIXED_FIELDS)
     if fixed:
         raise ConfigError(f"--resume: {source} holds another model: {'; '.join(fixed)}")
     changed, others = _changes(cfg, state, old, train_size=train_size)
     notes = [f"changed since {source}: {'; '.join(others)}"] if others else []
     if not changed:
-        plan = make_plan(
+        sizes = run_sizes(
             cfg, world_size=world_size, train_size=train_size, global_batch=old.global_batch
         )
-        return Start(plan, progress, True, notes + _process_count_notes(cfg, old, plan, progress))
+        return Start(sizes, progress, True, notes + _process_count_notes(cfg, old, sizes, progress))
     if not cfg.train.allow_plan_change:
         raise ConfigError(
             f"--resume: the plan of {source} would change: {'; '.join(changed)} "
@@ -189,15 +191,15 @@ def plan_start(
             "run's steps differ from phase to phase, so its progress cannot be carried over "
             "as clips seen (use a new run directory)"
         )
-    plan = make_plan(cfg, world_size=world_size, train_size=train_size)
+    sizes = run_sizes(cfg, world_size=world_size, train_size=train_size)
     clips_seen = progress.step * old.global_batch
-    step = min(clips_seen // plan.global_batch, plan.total_steps)
-    epoch, in_epoch = divmod(step, plan.steps_per_epoch)
+    step = min(clips_seen // sizes.global_batch, sizes.total_steps)
+    epoch, in_epoch = divmod(step, sizes.steps_per_epoch)
     notes.append(
         f"plan changed ({'; '.join(changed)}): {clips_seen} clips seen -> step {step} of "
-        f"{plan.total_steps}"
+        f"{sizes.total_steps}"
     )
-    return Start(plan, Progress(epoch, step, in_epoch), False, notes)
+    return Start(sizes, Progress(epoch, step, in_epoch), False, notes)
 
 
 def check_directory(run_dir: Path, *, mode: ResumeMode, has_checkpoint: bool) -> None:
@@ -226,7 +228,7 @@ def find_start(
         for bad, reason in search.unreadable:
             instead = f"resuming from {search.path}" if search.path else "starting afresh"
             print(f"vidscale: warning: {bad} is unreadable ({reason}); {instead}", flush=True)
-    start = plan_start(
+    start = resolve_start(
         cfg, search.state, world_size=env.world_size, train_size=train_size, source=str(search.path)
     )
     return dataclasses.replace(start, path=search.path, state=search.state)
@@ -248,7 +250,7 @@ def prepare_run_dir(run_dir: Path, cfg: RunConfig, start: Start, *, classes: lis
     for note in start.notes:
         print(f"vidscale: {note}", flush=True)
     if start.path is not None:
-        where = f"epoch {p.epoch + 1}, step {p.step}/{start.plan.total_steps}"
+        where = f"epoch {p.epoch + 1}, step {p.step}/{start.sizes.total_steps}"
         if p.epoch >= cfg.train.epochs:
             where = f"all {cfg.train.epochs} epochs done"
         print(f"vidscale: resuming {run_dir} from {start.path} ({where})", flush=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from vidscale.config import RunConfig
 from vidscale.schedules.multigrid_table import format_table, write_csv
-from vidscale.train.plan import Timeline, make_plan, make_timeline
+from vidscale.train.timeline import Timeline, make_timeline, run_sizes
 
 
 @dataclass(frozen=True)
@@ -56,8 +56,8 @@ class ScheduleReport:
 
 def schedule_report(cfg: RunConfig, *, world_size: int, train_size: int) -> ScheduleReport:
     """The schedule of `cfg` on `world_size` processes and `train_size` training videos."""
-    plan = make_plan(cfg, world_size=world_size, train_size=train_size)
-    timeline = make_timeline(cfg, plan)
+    sizes = run_sizes(cfg, world_size=world_size, train_size=train_size)
+    timeline = make_timeline(cfg, sizes)
     if timeline.multigrid is None:
         return ScheduleReport(timeline, _plain_rows(cfg, timeline), {})
     schedule = timeline.multigrid
@@ -65,7 +65,7 @@ def schedule_report(cfg: RunConfig, *, world_size: int, train_size: int) -> Sche
 
     def only(long: bool, short: bool) -> float:
         variant = replace(cfg, multigrid=replace(mg, long_cycle=long, short_cycle=short))
-        other = make_timeline(variant, plan).multigrid
+        other = make_timeline(variant, sizes).multigrid
         assert other is not None
         return other.iteration_saving()
 
@@ -75,7 +75,7 @@ def schedule_report(cfg: RunConfig, *, world_size: int, train_size: int) -> Sche
         "long_only_iterations": only(True, False),
         "short_only_iterations": only(False, True),
         "steps": float(timeline.total_steps),
-        "steps_plain": float(plan.total_steps),
+        "steps_plain": float(sizes.total_steps),
     }
     return ScheduleReport(timeline, schedule.rows(), savings)
 

@@ -12,8 +12,10 @@ from vidscale.distributed.traffic import Traffic
 
 
 class _Step(Protocol):
-    wait_s: float
-    skipped: list[tuple[str, str]]
+    @property
+    def wait_s(self) -> float: ...
+    @property
+    def skipped(self) -> list[tuple[str, str]]: ...
 
 
 @dataclass

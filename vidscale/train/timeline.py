@@ -1,6 +1,6 @@
 """A run's sizes, fixed at start; its phases; and the LR as a pure function of the position.
 
-`Plan` holds the sizes of the recipe's base shape (the global batch, accumulation, steps per
+`RunSizes` holds the sizes of the recipe's base shape (the global batch, accumulation, steps per
 epoch and base LR a checkpoint records and a resume checks). `Timeline` is what the run does
 epoch by epoch: a list of `Phase`s computed up front by `make_timeline` (one phase for a plain
 run; a multigrid run has one per long-cycle stage, Wu et al. §3) and the LR at every step. Both
@@ -23,7 +23,7 @@ from vidscale.schedules.multigrid import MultigridSchedule, MultigridSpec, multi
 
 
 @dataclass(frozen=True)
-class Plan:
+class RunSizes:
     global_batch: int
     accumulate: int  # micro-batches per optimizer step on this world size
     steps_per_epoch: int
@@ -49,7 +49,7 @@ def requested_global_batch(cfg: RunConfig, *, world_size: int) -> int:
     return cfg.data.batch_size * world_size * accumulate
 
 
-def make_plan(
+def run_sizes(
     cfg: RunConfig,
     *,
     world_size: int,
@@ -57,7 +57,7 @@ def make_plan(
     global_batch: int | None = None,
     micro_batch: int | None = None,
     base_lr: float | None = None,
-) -> Plan:
+) -> RunSizes:
     """The run's sizes on `world_size` processes.
 
     `global_batch` (a resumed run's) is kept whatever the process count: accumulation adapts,
@@ -87,7 +87,7 @@ def make_plan(
     warmup = round(cfg.lr.warmup_epochs * steps_per_epoch)
     if base_lr is None:
         base_lr = scaled_lr(cfg.optim.lr_per_8_clips, global_batch)
-    return Plan(
+    return RunSizes(
         global_batch,
         accumulate,
         steps_per_epoch,
@@ -100,46 +100,46 @@ def make_plan(
     )
 
 
-def schedule_position(plan: Plan, *, epoch: int, step_in_epoch: int) -> int:
-    """Where a run is on its LR schedule, in steps of `plan`: counted from epochs, so that a
+def schedule_position(sizes: RunSizes, *, epoch: int, step_in_epoch: int) -> int:
+    """Where a run is on its LR schedule, in steps of `sizes`: counted from epochs, so that a
     batch size changed between epochs (fewer, larger steps) continues the same curve over
-    epochs. Equal to the optimizer step count while the plan never changed."""
-    return epoch * plan.steps_per_epoch + step_in_epoch
+    epochs. Equal to the optimizer step count while the sizes never changed."""
+    return epoch * sizes.steps_per_epoch + step_in_epoch
 
 
-def step_lr(plan: Plan, cfg: RunConfig, position: int) -> float:
+def step_lr(sizes: RunSizes, cfg: RunConfig, position: int) -> float:
     """The LR at schedule `position` (`schedule_position`)."""
-    return _plan_lr(plan, cfg.lr, position)
+    return _lr_at_position(sizes, cfg.lr, position)
 
 
-def _plan_lr(plan: Plan, lr_config: LRConfig, position: int) -> float:
+def _lr_at_position(sizes: RunSizes, lr_config: LRConfig, position: int) -> float:
     return lr_at(
         position,
-        base_lr=plan.base_lr,
-        total_steps=plan.total_steps,
-        warmup_steps=plan.warmup_steps,
+        base_lr=sizes.base_lr,
+        total_steps=sizes.total_steps,
+        warmup_steps=sizes.warmup_steps,
         cfg=lr_config,
-        steps_per_epoch=plan.steps_per_epoch,
+        steps_per_epoch=sizes.steps_per_epoch,
     )
 
 
 def recipe_row(name: str, cfg: RunConfig, *, world_size: int, train_size: int) -> dict[str, object]:
     """What a recipe resolves to on `world_size` processes for a dataset of `train_size` videos."""
-    plan = make_plan(cfg, world_size=world_size, train_size=train_size)
+    sizes = run_sizes(cfg, world_size=world_size, train_size=train_size)
     return {
         "recipe": name,
         "model": cfg.model.name,
         "frames": cfg.data.train_clip.frames,
         "recipe_gpus": cfg.optim.simulate_world_size or world_size,
         "clips_per_gpu": cfg.data.batch_size,
-        "accumulate": plan.accumulate,
-        "global_batch": plan.global_batch,
-        "lr": plan.base_lr,
+        "accumulate": sizes.accumulate,
+        "global_batch": sizes.global_batch,
+        "lr": sizes.base_lr,
         "warmup_epochs": cfg.lr.warmup_epochs,
-        "warmup_steps": plan.warmup_steps,
-        "steps_per_epoch": plan.steps_per_epoch,
+        "warmup_steps": sizes.warmup_steps,
+        "steps_per_epoch": sizes.steps_per_epoch,
         "epochs": cfg.train.epochs,
-        "total_steps": plan.total_steps,
+        "total_steps": sizes.total_steps,
         "optimizer": cfg.optim.name,
     }
 
@@ -237,7 +237,7 @@ def steps_in_epoch(per_process: int, shapes: tuple[Shape, ...], accumulate: int)
 class Timeline:
     """The run's phases and its LR at every (epoch, step in epoch)."""
 
-    plan: Plan
+    sizes: RunSizes
     phases: tuple[Phase, ...]
     lr_config: LRConfig
     multigrid: MultigridSchedule | None = None
@@ -267,8 +267,8 @@ class Timeline:
         phase = self.phase_at(epoch)
         if self.multigrid is not None:
             return self.multigrid.lr_at(epoch + step_in_epoch / phase.steps_per_epoch)
-        position = schedule_position(self.plan, epoch=epoch, step_in_epoch=step_in_epoch)
-        return _plan_lr(self.plan, self.lr_config, position)
+        position = schedule_position(self.sizes, epoch=epoch, step_in_epoch=step_in_epoch)
+        return _lr_at_position(self.sizes, self.lr_config, position)
 
     def evaluates_after(self, epochs_done: int, *, every: int) -> bool:
         """Whether the run evaluates after `epochs_done` epochs: every `every` epochs, or, with
@@ -281,31 +281,31 @@ class Timeline:
         return epochs_done % every == 0
 
 
-def make_timeline(cfg: RunConfig, plan: Plan) -> Timeline:
-    """The phases of a run of `cfg` under `plan`: one for a plain run; one per multigrid stage
+def make_timeline(cfg: RunConfig, sizes: RunSizes) -> Timeline:
+    """The phases of a run of `cfg` under `sizes`: one for a plain run; one per multigrid stage
     (`schedules.multigrid`) when `multigrid.long_cycle` or `multigrid.short_cycle` is set."""
     clip = cfg.data.train_clip
     if not cfg.multigrid.enabled:
-        shape = Shape(clip.frames, clip.crop_size, plan.micro_batch)
+        shape = Shape(clip.frames, clip.crop_size, sizes.micro_batch)
         phase = Phase(
             first_epoch=0,
             epochs=cfg.train.epochs,
             first_step=0,
-            steps_per_epoch=plan.steps_per_epoch,
+            steps_per_epoch=sizes.steps_per_epoch,
             shapes=(shape,),
-            accumulate=plan.accumulate,
-            global_batch=plan.global_batch,
+            accumulate=sizes.accumulate,
+            global_batch=sizes.global_batch,
         )
-        return Timeline(plan, (phase,), cfg.lr)
-    schedule = multigrid_schedule(multigrid_spec(cfg, plan))
-    per_process = plan.train_size // plan.world_size
+        return Timeline(sizes, (phase,), cfg.lr)
+    schedule = multigrid_schedule(multigrid_spec(cfg, sizes))
+    per_process = sizes.train_size // sizes.world_size
     phases: list[Phase] = []
     step = 0
     for stage in schedule.stages:
         if stage.epochs == 0:
             continue
         shapes = tuple(Shape(stage.frames, crop, batch) for crop, batch in stage.short_cycle)
-        spe = steps_in_epoch(per_process, shapes, plan.accumulate)
+        spe = steps_in_epoch(per_process, shapes, sizes.accumulate)
         if spe < 1:
             raise ConfigError(
                 f"multigrid: {per_process} clips per process cannot fill one step of the stage "
@@ -319,7 +319,7 @@ def make_timeline(cfg: RunConfig, plan: Plan) -> Timeline:
                 first_step=step,
                 steps_per_epoch=spe,
                 shapes=shapes,
-                accumulate=plan.accumulate,
+                accumulate=sizes.accumulate,
                 global_batch=stage.global_batch,
                 lr_factor=stage.lr_factor,
                 bn_mode=stage.bn,
@@ -328,10 +328,10 @@ def make_timeline(cfg: RunConfig, plan: Plan) -> Timeline:
             )
         )
         step += stage.epochs * spe
-    return Timeline(plan, tuple(phases), cfg.lr, schedule)
+    return Timeline(sizes, tuple(phases), cfg.lr, schedule)
 
 
-def multigrid_spec(cfg: RunConfig, plan: Plan) -> MultigridSpec:
+def multigrid_spec(cfg: RunConfig, sizes: RunSizes) -> MultigridSpec:
     """The multigrid schedule's inputs from the run: base shape and batch, LR schedule.
 
     Each micro-batch of a step counts as one device's batch (`num_devices` = processes x
@@ -339,17 +339,17 @@ def multigrid_spec(cfg: RunConfig, plan: Plan) -> MultigridSpec:
     """
     mg, clip, lr = cfg.multigrid, cfg.data.train_clip, cfg.lr
     # `cfg` is validated (`config.validate`): no adaptive batch, epoch milestones, no poly LR.
-    devices = plan.world_size * plan.accumulate
-    bn_base = mg.bn_base_size or plan.global_batch // devices
-    warmup_start = plan.base_lr * lr.warmup_start_factor
+    devices = sizes.world_size * sizes.accumulate
+    bn_base = mg.bn_base_size or sizes.global_batch // devices
+    warmup_start = sizes.base_lr * lr.warmup_start_factor
     constant = MultigridSpec(
         frames=clip.frames,
         crop=clip.crop_size,
-        global_batch=plan.global_batch,
+        global_batch=sizes.global_batch,
         num_devices=devices,
         sampling_rate=clip.stride if clip.sampling == "dense" else 1,
         max_epoch=cfg.train.epochs,
-        base_lr=plan.base_lr,
+        base_lr=sizes.base_lr,
         lr_policy="steps",
         steps=(0.0,),
         lrs=(1.0,),

@@ -11,25 +11,25 @@ from vidscale.data.clip import ClipSpec
 from vidscale.data.samplers import BatchRequest
 from vidscale.recipes import get_recipe
 from vidscale.schedules.lr import lr_at
-from vidscale.train.plan import Phase, Shape, make_plan, make_timeline, steps_in_epoch
+from vidscale.train.timeline import Phase, Shape, make_timeline, run_sizes, steps_in_epoch
 
 DEMO = "demo_tsm_r18_8f_b32_e20"
 
 
-def test_a_plain_run_is_one_phase_with_the_plans_sizes_and_lr() -> None:
+def test_a_plain_run_is_one_phase_with_the_run_sizes_and_lr() -> None:
     cfg = get_recipe(DEMO)
-    plan = make_plan(cfg, world_size=2, train_size=768)
-    timeline = make_timeline(cfg, plan)
+    sizes = run_sizes(cfg, world_size=2, train_size=768)
+    timeline = make_timeline(cfg, sizes)
     (phase,) = timeline.phases
     assert phase.shapes == (Shape(8, 32, 16),)
     assert (phase.steps_per_epoch, phase.accumulate, phase.global_batch) == (24, 1, 32)
-    assert timeline.epochs == 20 and timeline.total_steps == plan.total_steps == 480
+    assert timeline.epochs == 20 and timeline.total_steps == sizes.total_steps == 480
     for epoch, step in [(0, 0), (1, 7), (10, 23), (19, 23)]:
         expected = lr_at(
             epoch * 24 + step,
-            base_lr=plan.base_lr,
+            base_lr=sizes.base_lr,
             total_steps=480,
-            warmup_steps=plan.warmup_steps,
+            warmup_steps=sizes.warmup_steps,
             cfg=cfg.lr,
             steps_per_epoch=24,
         )
@@ -47,7 +47,7 @@ def test_a_plain_run_is_one_phase_with_the_plans_sizes_and_lr() -> None:
 
 def test_accumulated_steps_request_every_micro_batch() -> None:
     cfg = get_recipe(DEMO)
-    timeline = make_timeline(cfg, make_plan(cfg, world_size=1, train_size=768))
+    timeline = make_timeline(cfg, run_sizes(cfg, world_size=1, train_size=768))
     (phase,) = timeline.phases
     assert phase.accumulate == 2 and phase.steps_per_epoch == 24
     assert len(phase.requests(0, cfg.data.train_clip)) == 48
@@ -91,7 +91,7 @@ def test_steps_in_epoch_equals_the_plain_rule() -> None:
 
 def test_timeline_phase_at_finds_each_epochs_phase() -> None:
     cfg = apply_overrides(get_recipe(DEMO), [])
-    timeline = make_timeline(cfg, make_plan(cfg, world_size=2, train_size=768))
+    timeline = make_timeline(cfg, run_sizes(cfg, world_size=2, train_size=768))
     assert timeline.phase_at(0) is timeline.phases[0] is timeline.phase_at(25)
 
 
@@ -101,8 +101,8 @@ K400 = "slowfast_r50_k400_8x8_multigrid_b64_e239"
 def test_the_k400_multigrid_recipe_gives_pyslowfasts_stages_on_any_process_count() -> None:
     cfg = get_recipe(K400)
     for world_size in (1, 2, 8):
-        plan = make_plan(cfg, world_size=world_size, train_size=240_000)
-        timeline = make_timeline(cfg, plan)
+        sizes = run_sizes(cfg, world_size=world_size, train_size=240_000)
+        timeline = make_timeline(cfg, sizes)
         assert timeline.epochs == 358
         first = timeline.phases[0]
         # 8 "devices" (processes x accumulation) of 64 clips at 8 x 158^2, short cycle 112^2.
@@ -120,7 +120,7 @@ def test_the_k400_multigrid_recipe_gives_pyslowfasts_stages_on_any_process_count
 
 def test_multigrid_lr_inside_an_epoch_uses_the_exact_epoch() -> None:
     cfg = get_recipe(K400)
-    timeline = make_timeline(cfg, make_plan(cfg, world_size=8, train_size=240_000))
+    timeline = make_timeline(cfg, run_sizes(cfg, world_size=8, train_size=240_000))
     phase = timeline.phase_at(0)
     half = phase.steps_per_epoch // 2
     exact = timeline.multigrid.lr_at(half / phase.steps_per_epoch)  # type: ignore[union-attr]
@@ -154,7 +154,7 @@ def test_every_cycle_combination_runs_on_one_process_and_tiles_the_epochs(
             "multigrid.bn_base_size=0",
         ],
     )
-    timeline = make_timeline(cfg, make_plan(cfg, world_size=1, train_size=768))
+    timeline = make_timeline(cfg, run_sizes(cfg, world_size=1, train_size=768))
     assert timeline.epochs == 30
     assert sum(p.epochs for p in timeline.phases) == 30
     assert all(len(p.shapes) == (3 if short else 1) for p in timeline.phases)

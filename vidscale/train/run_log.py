@@ -1,0 +1,194 @@
+"""What a run records of itself: the epoch's totals, the run's counters, its communication,
+`metrics.jsonl` and TensorBoard (`metrics.MetricsLog`), the console and the progress bar.
+
+The trainer calls it at named points (a step done, a step skipped, traffic read, an epoch
+evaluated, the run finished); every rank calls, rank 0 writes. The totals and counters are
+checkpointed (`checkpointer`), so a resumed run reports what an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from vidscale.distributed.collectives import all_gather_object, all_reduce_max
+from vidscale.distributed.env import DistEnv
+from vidscale.distributed.traffic import Traffic
+from vidscale.train.adaptive_batch import AdaptiveBatch
+from vidscale.train.evaluate import EvalResult
+from vidscale.train.metrics import MetricsLog, plot_run, progress, read_metrics
+from vidscale.train.step import StepResult
+from vidscale.train.summary import EpochTotals, RunCounters, write_summary
+from vidscale.train.timeline import RunSizes
+
+
+class RunLog:
+    """The run's records on this rank. `open` it once the run directory is prepared (a resumed
+    run's `metrics.jsonl` trimmed to its start); before that it only counts."""
+
+    def __init__(self, env: DistEnv, *, log_every: int, show_progress: bool) -> None:
+        self.env = env
+        self.log_every = log_every
+        self.show_progress = show_progress
+        self.totals = EpochTotals()
+        self.counters = RunCounters()
+        self.traffic_since_record = Traffic()  # goes into the next "train" record
+        self.run_dir: Path | None = None
+        self._sink = MetricsLog(Path("."), enabled=False)
+        self._mark = time.perf_counter()
+
+    def open(self, run_dir: Path, *, resumed_at: int | None) -> None:
+        """Start writing to `run_dir` (rank 0); `resumed_at`: the step a resumed run continues
+        from (TensorBoard hides what an earlier attempt wrote after it). The run's wall time
+        counts from here."""
+        self.run_dir = run_dir
+        self._sink = MetricsLog(run_dir, enabled=self.env.is_main, resumed_at=resumed_at)
+        self._mark = time.perf_counter()
+
+    def restore(self, state: dict[str, Any], *, exact: bool) -> None:
+        """The counters from a checkpoint, and the epoch's totals if it continues exactly (a
+        carried-over run starts its epoch afresh)."""
+        env = self.env
+        self.counters = RunCounters.restored(
+            state["rank_counters"], rank=env.rank, world_size=env.world_size
+        )
+        if exact:
+            self.totals = EpochTotals(**state["epoch_totals"])
+
+    def write(self, kind: str, *, step: int, **values: Any) -> None:
+        """One record of `kind` in `metrics.jsonl` (and TensorBoard) on rank 0."""
+        self._sink.write(kind, step=step, **values)
+
+    def say(self, message: str) -> None:
+        if self.env.is_main:
+            print(f"vidscale: {message}", flush=True)
+
+    def tick(self) -> None:
+        """Add the wall time since the last tick to the run's counters (before a checkpoint)."""
+        now = time.perf_counter()
+        self.counters.wall_seconds += now - self._mark
+        self._mark = now
+
+    def progress_bar(self, total: int, *, desc: str, initial: int) -> tqdm:
+        return progress(
+            total, enabled=self.env.is_main and self.show_progress, desc=desc, initial=initial
+        )
+
+    # -- steps -------------------------------------------------------------------------------
+    def skipped_step(self, result: StepResult, *, step: int, epoch: int) -> None:
+        """A step not finite on some rank: counted, recorded and said."""
+        self.counters.bad_steps.append(step)
+        self.write("bad_step", step=step, epoch=epoch, loss=result.loss)
+        self.say(f"step {step}: loss or gradient not finite; skipped")
+
+    def step_done(self, result: StepResult) -> None:
+        """A step (applied or skipped) into the epoch's totals and the run's counters."""
+        agreed = result.agreed
+        self.totals.add(
+            loss=agreed.loss,
+            hits=agreed.hits,
+            clips=agreed.clips,
+            finite=agreed.finite,
+            wait=result.wait_s,
+            seconds=result.seconds,
+        )
+        self.counters.add_step(result, seconds=result.seconds, global_batch=result.clips)
+
+    def traffic(self, traffic: Traffic, *, step: int, epoch: int, own_record: bool) -> None:
+        """A step's communication into the epoch, the run and the next train record; with
+        `own_record`, a round (a model averaging) also gets a record of its own."""
+        self.totals.add_traffic(traffic)
+        self.counters.add_traffic(traffic)
+        self.traffic_since_record += traffic
+        if traffic.rounds and own_record:
+            since = {"comm_bytes": traffic.bytes_sent, "comm_seconds": traffic.seconds}
+            self.write("sync", step=step, epoch=epoch, **since)
+
+    def train_record(self, result: StepResult, *, step: int, epoch: int) -> None:
+        """Every `log_every` steps, a finite step's record."""
+        if step % self.log_every or not result.agreed.finite:
+            return
+        since = self.traffic_since_record
+        self.write(
+            "train",
+            step=step,
+            loss=result.agreed.loss,
+            lr=result.lr,
+            epoch=epoch,
+            grad_norm=result.grad_norm,
+            comm_bytes=since.bytes_sent,  # since the previous train record
+            comm_seconds=since.seconds,
+            clips_per_second=result.clips / result.seconds,
+        )
+        self.traffic_since_record = Traffic()
+
+    def batch_adapted(
+        self, sizes: RunSizes, adaptive: AdaptiveBatch, *, accuracy: float, step: int, epoch: int
+    ) -> None:
+        """The batch size `adaptive` chose after `epoch` epochs (Alg. 1 lines 13-21)."""
+        learner = sizes.global_batch // adaptive.learners
+        self.write(
+            "batch",
+            step=step,
+            epoch=epoch,
+            global_batch=sizes.global_batch,
+            learner_batch=learner,
+            micro_batch=sizes.micro_batch,
+            accumulate=sizes.accumulate,
+            base_lr=sizes.base_lr,
+        )
+        self.say(
+            f"accuracy {accuracy:.2f} < best {adaptive.best:.2f} x {adaptive.b1:g}: batch per "
+            f"learner -> {learner} (global {sizes.global_batch}, {sizes.micro_batch} x "
+            f"{sizes.accumulate} per process)"
+        )
+
+    # -- epochs ------------------------------------------------------------------------------
+    def evaluated(self, result: EvalResult) -> None:
+        """An evaluation's unreadable and skipped videos into the run's counters."""
+        self.counters.add_skipped(result.skipped)
+        self.counters.val_videos = result.count
+        self.counters.val_unreadable = [(p, r) for p, r in result.unreadable]
+
+    def epoch_done(
+        self, val: EvalResult | None, *, step: int, epochs_done: int, epochs: int, lr: float
+    ) -> None:
+        """The epoch's record and console line (a collective: the data wait is the slowest
+        rank's); its totals start afresh."""
+        stats = self.totals.stats()
+        wait = all_reduce_max(stats["data_wait_fraction"])
+        values: dict[str, Any] = {**stats, "data_wait_fraction": wait}
+        values["epoch"] = epochs_done
+        values["lr"] = lr
+        if val is not None:
+            values.update(val_top1=val.top1, val_top5=val.top5, val_loss=val.loss)
+            values["val_count"] = val.count
+            values["val_unreadable"] = len(val.unreadable)
+            self.counters.add_val(val.top1)
+        self.write("epoch", step=step, **values)
+        if self.env.is_main:
+            msg = (
+                f"epoch {epochs_done}/{epochs}: "
+                f"train loss {stats['train_loss']:.4f} top1 {stats['train_top1']:.1f}"
+            )
+            if val is not None:
+                msg += f" | val top1 {val.top1:.2f} top5 {val.top5:.2f} ({val.count} videos"
+                msg += f", {len(val.unreadable)} unreadable)" if val.unreadable else ")"
+            msg += f" | {stats['epoch_seconds']:.1f}s, data wait {100 * wait:.1f}%"
+            print(msg, flush=True)
+        self.totals = EpochTotals()
+
+    def finish(self, **fields: Any) -> dict[str, Any]:
+        """The run's summary from every rank's counters (a collective) with `fields` (model,
+        world_size, global_batch, epochs, num_classes, extra); rank 0 writes `summary.json`
+        and the plots. Closes the log."""
+        merged = RunCounters.merge(all_gather_object(self.counters.as_dict()))
+        summary = merged.summary(**fields)
+        if self.env.is_main and self.run_dir is not None:
+            write_summary(summary, self.run_dir / "summary.json")
+            plot_run(read_metrics(self.run_dir / "metrics.jsonl"), self.run_dir)
+        self._sink.close()
+        return summary
