@@ -28,11 +28,11 @@ import statistics
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
 from vidscale.bench.flops import model_info
 from vidscale.config import RunConfig
@@ -41,7 +41,8 @@ from vidscale.fastpath import hardware
 from vidscale.fastpath.settings import Candidate, FastPath, apply_to_model, resolve_fast_path
 from vidscale.fastpath.timing import spread, time_round_robin
 from vidscale.models.registry import build_model
-from vidscale.train.builders import decide_fast_path
+from vidscale.train.builders import decide_fast_path, model_input
+from vidscale.train.step import StepContext, forward_backward
 from vidscale.train.timeline import Shape, Timeline, make_timeline, run_sizes
 
 # (long cycle, short cycle) of each variant.
@@ -128,45 +129,31 @@ def _fast_path(
 
 def _shape_calls(
     cfg: RunConfig, shapes: Sequence[Shape], *, fast: FastPath, device: torch.device
-) -> tuple[dict[str, Callable[[], None]], Callable[[], None]]:
-    """One forward + backward per shape (gradients accumulate, as in an accumulated step) and
-    the optimizer step, on one model in training mode."""
+) -> tuple[dict[str, Callable[[], object]], Callable[[], None]]:
+    """One forward + backward per shape, run as training runs it (`train.step.forward_backward`:
+    uint8 clips normalised on the device, the autocast, the loss in float32; gradients
+    accumulate, as in an accumulated step), and the optimizer step, on one model in training
+    mode."""
     torch.manual_seed(cfg.train.seed)
     model = apply_to_model(build_model(cfg.model).to(device), fast)
     model.train()
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-6, momentum=0.9, weight_decay=1e-4)
-    classes = cfg.model.num_classes
-    calls: dict[str, Callable[[], None]] = {}
+    prepare = model_input(cfg)
+    ctx = StepContext(model, optimizer, prepare, device, autocast=fast.autocast())
+    calls: dict[str, Callable[[], object]] = {}
     for shape in shapes:
-        clips = torch.randn(
-            shape.micro_batch,
-            cfg.model.in_channels,
-            shape.frames,
-            shape.crop,
-            shape.crop,
-            device=device,
-        )
-        labels = torch.randint(classes, (shape.micro_batch,), device=device)
-        calls[shape_key(shape)] = _forward_backward(model, clips, labels, fast)
+        size = (shape.micro_batch, prepare.channels, shape.frames, shape.crop, shape.crop)
+        batch = {
+            "inputs": {prepare.name: torch.randint(256, size, dtype=torch.uint8, device=device)},
+            "label": torch.randint(cfg.model.num_classes, (shape.micro_batch,), device=device),
+        }
+        calls[shape_key(shape)] = partial(forward_backward, ctx, batch, clips=shape.micro_batch)
 
     def step() -> None:
         optimizer.step()
         optimizer.zero_grad(set_to_none=False)
 
     return calls, step
-
-
-def _forward_backward(
-    model: nn.Module, clips: torch.Tensor, labels: torch.Tensor, fast: FastPath
-) -> Callable[[], None]:
-    autocast = fast.autocast()
-
-    def run() -> None:
-        with autocast():
-            logits = model(clips)
-        nn.functional.cross_entropy(logits.float(), labels).backward()
-
-    return run
 
 
 def shape_key(shape: Shape) -> str:

@@ -23,7 +23,7 @@ class RoundRobinSamples(NamedTuple):
 
 
 def time_round_robin(
-    calls: Mapping[str, Callable[[], None]],
+    calls: Mapping[str, Callable[[], object]],
     *,
     warmup: int,
     repeats: int,
