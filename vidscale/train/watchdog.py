@@ -65,8 +65,8 @@ from vidscale.distributed.failure import flush_standard_streams
 # restart the group while it has restarts left.
 HANG_EXIT_CODE = 124
 FIRST_UNIT_FACTOR = 5.0
-# How long the workers are given to write their stacks before the process ends.
-_WORKER_STACKS_WAIT_S = 1.0
+# How long each loader worker is given to write its stacks before the next is asked.
+_WORKER_STACKS_WAIT_S = 0.3
 
 T = TypeVar("T")
 
@@ -247,11 +247,10 @@ class Watchdog:
             out.write("\n")
             out.flush()  # faulthandler writes to the descriptor, past Python's buffer
             faulthandler.dump_traceback(out, all_threads=True)
-        for pid in workers:
+        for pid in workers:  # one at a time: stacks written together interleave on stderr
             with contextlib.suppress(OSError):  # already gone
                 os.kill(pid, STACKS_SIGNAL)
-        if workers:
-            time.sleep(_WORKER_STACKS_WAIT_S)
+                time.sleep(_WORKER_STACKS_WAIT_S)
         record = {
             "rank": self.rank,
             "kind": unit.kind,
