@@ -155,7 +155,7 @@ def test_a_stopped_rank_is_detected_by_its_peer_and_the_run_resumes_exactly(
     assert f"vidscale: rank 0 hung in {record['phase']}: no progress for " in err, err[-3000:]
     stacks = (run / "hangs" / record["stacks"]).read_text()
     assert f"hung in {record['phase']}" in stacks
-    assert "agree_step" in stacks or "barrier" in stacks  # where rank 0 waited
+    assert "vidscale/distributed/collectives.py" in stacks  # rank 0 waits in a collective
     assert history(run) == history(uninterrupted)
     assert took < DIST_TIMEOUT_S / 4, f"{took:.0f} s from the stall to the end of the run"
 
