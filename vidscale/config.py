@@ -55,6 +55,11 @@ class TrainConfig:
     # A step whose loss or gradient norm is not finite on any rank is skipped on every rank;
     # more than this many in a row stop the run (divergence, not a stray batch).
     max_bad_steps: int = 5
+    # Hang watchdog (train/watchdog.py): a step, evaluation batch or checkpoint that has not
+    # finished within max(hang_floor_s, hang_factor x the slowest one so far) ends the rank
+    # with its stacks written to RUN/hangs/; 0 in either disables it.
+    hang_floor_s: float = 120.0
+    hang_factor: float = 10.0
     # Resume under a changed global batch, epochs, LR or schedule: carry progress over as clips
     # seen instead of refusing (the resumed run is then not the run it would have been).
     allow_plan_change: bool = False
@@ -285,6 +290,8 @@ def _value_checks(cfg: RunConfig) -> list[Check]:
         (cfg.train.checkpoint_every_steps >= 0, "train.checkpoint_every_steps must be >= 0"),
         (cfg.train.threads >= 0, "train.threads must be >= 0"),
         (cfg.train.max_bad_steps >= 0, "train.max_bad_steps must be >= 0"),
+        (cfg.train.hang_floor_s >= 0, "train.hang_floor_s must be >= 0 (0: no hang watchdog)"),
+        (cfg.train.hang_factor >= 0, "train.hang_factor must be >= 0 (0: no hang watchdog)"),
         (cfg.model.num_classes >= 0, "model.num_classes must be >= 0 (0: from the class list)"),
         (0.0 <= cfg.model.dropout < 1.0, "model.dropout must be in [0, 1)"),
     ]

@@ -11,6 +11,7 @@ The caller gives what the data config does not hold: the seed, this process's ra
 
 from __future__ import annotations
 
+import faulthandler
 import multiprocessing as mp
 import signal
 from dataclasses import dataclass
@@ -30,6 +31,9 @@ from vidscale.data.samplers import (
     TrainSampler,
 )
 from vidscale.data.shard_dataset import ShardClipDataset, StreamingShardDataset
+
+# A loader worker writes every thread's Python stack to its stderr when it receives this.
+STACKS_SIGNAL = signal.SIGUSR2
 
 
 @dataclass(frozen=True)
@@ -152,7 +156,7 @@ def train_data(
         "persistent_workers": data.workers > 0,
         "multiprocessing_context": worker_context(data),
         "prefetch_factor": 4 if data.workers > 0 else None,
-        "worker_init_fn": ignore_stop_signals,
+        "worker_init_fn": init_worker,
     }
     if data.source == "stream":
         stream = StreamingShardDataset(
@@ -202,7 +206,7 @@ def eval_loader(
         drop_last=False,
         persistent_workers=data.workers > 0,
         multiprocessing_context=worker_context(data),
-        worker_init_fn=ignore_stop_signals,
+        worker_init_fn=init_worker,
     )
 
 
@@ -233,6 +237,19 @@ def stop_workers(loader: DataLoader) -> None:
     shutdown = getattr(getattr(loader, "_iterator", None), "_shutdown_workers", None)
     if shutdown is not None:
         shutdown()
+
+
+def worker_pids(loader: DataLoader) -> list[int]:
+    """The process ids of `loader`'s current workers (none before its first iteration)."""
+    workers = getattr(getattr(loader, "_iterator", None), "_workers", None) or []
+    return [w.pid for w in workers if w.pid is not None]
+
+
+def init_worker(worker_id: int) -> None:
+    """Every loader worker: stop signals left to the training process, and its stacks on
+    `STACKS_SIGNAL` (the training process's hang watchdog asks for them)."""
+    ignore_stop_signals(worker_id)
+    faulthandler.register(STACKS_SIGNAL, all_threads=True)  # to stderr: the rank's log
 
 
 def ignore_stop_signals(worker_id: int) -> None:

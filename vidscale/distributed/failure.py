@@ -206,11 +206,11 @@ class _Watch:
             with contextlib.suppress(dist.DistError):  # counted out: the host need not wait
                 self.store.add(self.left_key, 1)
             _stderr(f"vidscale: {report}; stopping rank {self.env.rank}")
-            _flush_standard_streams(timeout_s=2.0)
+            flush_standard_streams(timeout_s=2.0)
             os._exit(PEER_FAILED_EXIT_CODE)
 
 
-def _flush_standard_streams(*, timeout_s: float) -> None:
+def flush_standard_streams(*, timeout_s: float) -> None:
     """Flush stdout and stderr, giving up after `timeout_s`: a main thread blocked while
     writing to a pipe nobody reads would hold their locks for ever."""
 

@@ -44,6 +44,7 @@ from vidscale.train.resilience import (
 from vidscale.train.resume import Progress, checkpoint_record
 from vidscale.train.run_log import RunLog
 from vidscale.train.timeline import RunSizes
+from vidscale.train.watchdog import Watchdog
 
 
 @dataclass
@@ -85,11 +86,13 @@ class Checkpointer:
         record: dict[str, Any],
         keep: int,
         signals: StopSignals,
+        watchdog: Watchdog | None = None,
     ) -> None:
         self.dir = run_dir / "checkpoints"
         self.run_dir, self.env, self.parts = run_dir, env, parts
         self.record, self.keep, self.signals = record, keep, signals
         self.last_good = "none yet"  # named when the run diverges
+        self.watchdog = watchdog or Watchdog.disabled()  # each save is one watched unit
 
     # -- load --------------------------------------------------------------------------------
     def load(self, state: dict[str, Any], *, exact: bool, source: Path | None) -> None:
@@ -146,6 +149,10 @@ class Checkpointer:
     def save(self, *, epoch_end: bool) -> None:
         """Checkpoint where the run is. Weights that are not finite are never written: the
         last good checkpoint must survive rotation (`Diverged` instead)."""
+        with self.watchdog.watching("checkpoint", f"checkpoint at step {self.parts.progress.step}"):
+            self._save(epoch_end=epoch_end)
+
+    def _save(self, *, epoch_end: bool) -> None:
         parts, step = self.parts, self.parts.progress.step
         if not weights_finite(parts.model, device=self.env.device):
             raise Diverged(f"weights not finite at step {step}; last good: {self.last_good}")

@@ -45,6 +45,7 @@ from vidscale.train.resume import ResumeMode, find_start, prepare_run_dir
 from vidscale.train.run_log import RunLog
 from vidscale.train.step import StepContext, StepResult, seed_step, train_step
 from vidscale.train.timeline import Phase, make_timeline
+from vidscale.train.watchdog import Watchdog
 
 
 class Trainer:
@@ -84,6 +85,7 @@ class Trainer:
         self.run_log = RunLog(env, log_every=cfg.train.log_every, show_progress=cfg.train.progress)
         self.guard = DivergenceGuard(cfg.train.max_bad_steps)
         self.bn_snapshot = BatchNormSnapshot(self.model)
+        self.watchdog = Watchdog.for_run(cfg, run_dir, env, self.train_data.loader, self.val_loader)
         self.checkpointer = self._build_checkpointer()
         signals = self.signals  # not `self`: a trainer in a reference cycle would outlive
         # its last reference, and its loaders' persistent workers with it
@@ -151,9 +153,10 @@ class Trainer:
             adaptive=self.adaptive,
             phase_switch=self.phase_switch,
         )
-        keep = self.cfg.train.keep_checkpoints
+        env, keep = self.env, self.cfg.train.keep_checkpoints
+        signals, watchdog = self.signals, self.watchdog
         return Checkpointer(
-            self.run_dir, self.env, parts, record=record, keep=keep, signals=self.signals
+            self.run_dir, env, parts, record=record, keep=keep, signals=signals, watchdog=watchdog
         )
 
     # -- epochs ------------------------------------------------------------------------------
@@ -229,12 +232,14 @@ class Trainer:
         skipped everywhere (its BatchNorm statistics restored too)."""
         p = self.progress
         lr = self.timeline.lr(epoch=p.epoch, step_in_epoch=p.step_in_epoch)
-        clips = phase.shape_at(p.step_in_epoch).micro_batch * phase.accumulate
+        shape = phase.shape_at(p.step_in_epoch)  # a new shape's first step may compile
+        clips = shape.micro_batch * phase.accumulate
         seed_step(self.cfg, self.env, p.step)
         self.bn_snapshot.take()
-        result = train_step(
-            self.step_context, batches, accumulate=phase.accumulate, clips=clips, lr=lr
-        )
+        with self.watchdog.watching("step", f"step {p.step + 1} of epoch {p.epoch + 1}", key=shape):
+            result = train_step(
+                self.step_context, batches, accumulate=phase.accumulate, clips=clips, lr=lr
+            )
         p.step += 1
         p.step_in_epoch += 1
         finite = result.agreed.finite
@@ -256,12 +261,13 @@ class Trainer:
         with self.strategy.consensus():  # every rank evaluates the same model
             if self.cfg.multigrid.enabled and self.cfg.multigrid.precise_bn_batches:
                 self._precise_bn(self.cfg.multigrid.precise_bn_batches)
-            result = evaluate(
-                Stream(self.model, self.prepare),
-                self.val_loader,
-                device=self.env.device,
-                autocast=self.autocast,
-            )
+            with self.watchdog.watching("eval", f"evaluation at step {self.progress.step}") as w:
+                result = evaluate(
+                    Stream(self.model, self.prepare),
+                    w.each(self.val_loader),
+                    device=self.env.device,
+                    autocast=self.autocast,
+                )
         self.run_log.evaluated(result)
         return result
 
@@ -336,6 +342,7 @@ def train(cfg: RunConfig, *, run_dir: Path, resume: ResumeMode = "auto") -> dict
     with fail_together(env, expected=(Preempted, Diverged)), signals.installed():
         trainer = Trainer(replace(cfg), run_dir, env, resume=resume, signals=signals)
         try:
-            return trainer.run()
+            with trainer.watchdog.running():  # a stalled step ends the rank (`watchdog`)
+                return trainer.run()
         finally:
             stop_loader_workers(trainer)
