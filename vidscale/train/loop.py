@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from vidscale.config import RunConfig, validate
+from vidscale.config import RunConfig, to_dict, validate
 from vidscale.data.loaders import stop_workers
 from vidscale.distributed.averaging import merge_running_statistics
 from vidscale.distributed.collectives import broadcast_object
@@ -31,6 +31,7 @@ from vidscale.train import builders
 from vidscale.train.adaptive_batch import AdaptiveBatch, sizes_for_batch
 from vidscale.train.checkpointer import Checkpointer, RunState, run_record
 from vidscale.train.evaluate import EvalResult, Stream, evaluate
+from vidscale.train.loggers import LoggerChoice
 from vidscale.train.phase_switch import PhaseSwitch
 from vidscale.train.precise_bn import precise_bn
 from vidscale.train.resilience import (
@@ -64,6 +65,7 @@ class Trainer:
         signals: StopSignals | None = None,
     ) -> None:
         validate(cfg)
+        loggers = LoggerChoice.checked(cfg.train)  # a missing package stops the run here
         cfg, splits = builders.load_data(cfg)
         self.cfg, self.run_dir, self.env, self.splits = cfg, run_dir, env, splits
         self.signals = signals or StopSignals()
@@ -81,7 +83,9 @@ class Trainer:
         )
         self.val_loader = builders.build_eval_loader(cfg, env, splits.val)
         self.prepare = builders.model_input(cfg)
-        self.run_log = RunLog(env, log_every=cfg.train.log_every, show_progress=cfg.train.progress)
+        self.run_log = RunLog(
+            env, log_every=cfg.train.log_every, show_progress=cfg.train.progress, loggers=loggers
+        )
         self.guard = DivergenceGuard(cfg.train.max_bad_steps)
         self.bn_snapshot = BatchNormSnapshot(self.model)
         self.checkpointer = self._build_checkpointer()
@@ -104,7 +108,8 @@ class Trainer:
             print(f"vidscale: {env.world_size} process(es), {self.fast.describe()}", flush=True)
             print(f"vidscale: fast path: {self.fast_choice.describe()}", flush=True)
             prepare_run_dir(run_dir, cfg, start, classes=splits.classes)
-        self.run_log.open(run_dir, resumed_at=self.progress.step if state else None)
+        resumed_at = self.progress.step if state else None
+        self.run_log.open(run_dir, resumed_at=resumed_at, config=to_dict(cfg))
 
     def _build_model(self, state: dict[str, Any] | None, *, micro_batch: int) -> None:
         """The fast path, the model (fresh weights only without a checkpoint to load), its
@@ -338,4 +343,5 @@ def train(cfg: RunConfig, *, run_dir: Path, resume: ResumeMode = "auto") -> dict
         try:
             return trainer.run()
         finally:
+            trainer.run_log.close(completed=False)  # closed already when the run completed
             stop_loader_workers(trainer)
