@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Create .venv (if missing) and install vidscale with its pinned dependencies.
-# torch is installed first, pinned (torch==2.13.0: the CPU wheel on CPU hosts). On a GPU host
-# whose Python already has a CUDA torch, the venv sees it (--system-site-packages) and keeps it.
+# Create .venv (if missing) and install vidscale with its dependencies.
+# torch is installed first, pinned (torch==2.13.0: the CPU wheel on CPU hosts); pyproject.toml
+# declares a range (torch>=2.11,<2.14) that the installed 2.13.0 satisfies, so the editable
+# install after it adds no other torch. On a GPU host whose Python already has a CUDA torch,
+# the venv sees it (--system-site-packages) and keeps it: whatever its version, everything else
+# is installed without letting pip resolve torch.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}

@@ -63,6 +63,13 @@ class TrainConfig:
     # Resume under a changed global batch, epochs, LR or schedule: carry progress over as clips
     # seen instead of refusing (the resumed run is then not the run it would have been).
     allow_plan_change: bool = False
+    # Where the run's scalars go besides metrics.jsonl (train/loggers.py), on rank 0. wandb
+    # needs the `tracking` extra; offline it writes under the run directory and needs no
+    # network (`wandb sync` uploads it later). wandb_dir "": the run directory.
+    loggers: tuple[Literal["tensorboard", "wandb"], ...] = ("tensorboard",)
+    wandb_project: str = "vidscale"
+    wandb_mode: Literal["offline", "online"] = "offline"
+    wandb_dir: str = ""
 
 
 @dataclass
@@ -292,6 +299,11 @@ def _value_checks(cfg: RunConfig) -> list[Check]:
         (cfg.train.max_bad_steps >= 0, "train.max_bad_steps must be >= 0"),
         (cfg.train.hang_floor_s >= 0, "train.hang_floor_s must be >= 0 (0: no hang watchdog)"),
         (cfg.train.hang_factor >= 0, "train.hang_factor must be >= 0 (0: no hang watchdog)"),
+        (
+            len(set(cfg.train.loggers)) == len(cfg.train.loggers),
+            f"train.loggers: {list(cfg.train.loggers)} names a logger twice",
+        ),
+        (cfg.train.wandb_project != "", "train.wandb_project must not be empty"),
         (cfg.model.num_classes >= 0, "model.num_classes must be >= 0 (0: from the class list)"),
         (0.0 <= cfg.model.dropout < 1.0, "model.dropout must be in [0, 1)"),
     ]

@@ -10,18 +10,15 @@ and exits on SIGTERM / SIGINT / SIGUSR1 at the next step, and skips non-finite s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
-from vidscale.config import RunConfig, validate
+from vidscale.config import RunConfig, to_dict, validate
 from vidscale.data.loaders import stop_workers
-from vidscale.distributed.averaging import merge_running_statistics
 from vidscale.distributed.collectives import broadcast_object
 from vidscale.distributed.env import DistEnv, init_distributed
 from vidscale.distributed.failure import fail_together
@@ -31,8 +28,9 @@ from vidscale.train import builders
 from vidscale.train.adaptive_batch import AdaptiveBatch, sizes_for_batch
 from vidscale.train.checkpointer import Checkpointer, RunState, run_record
 from vidscale.train.evaluate import EvalResult, Stream, evaluate
+from vidscale.train.loggers import LoggerChoice
 from vidscale.train.phase_switch import PhaseSwitch
-from vidscale.train.precise_bn import precise_bn
+from vidscale.train.precise_bn import pooled_precise_bn
 from vidscale.train.resilience import (
     BatchNormSnapshot,
     Diverged,
@@ -65,6 +63,7 @@ class Trainer:
         signals: StopSignals | None = None,
     ) -> None:
         validate(cfg)
+        loggers = LoggerChoice.checked(cfg.train)  # a missing package stops the run here
         cfg, splits = builders.load_data(cfg)
         self.cfg, self.run_dir, self.env, self.splits = cfg, run_dir, env, splits
         self.signals = signals or StopSignals()
@@ -82,31 +81,22 @@ class Trainer:
         )
         self.val_loader = builders.build_eval_loader(cfg, env, splits.val)
         self.prepare = builders.model_input(cfg)
-        self.run_log = RunLog(env, log_every=cfg.train.log_every, show_progress=cfg.train.progress)
+        self.run_log = RunLog(
+            env, log_every=cfg.train.log_every, show_progress=cfg.train.progress, loggers=loggers
+        )
         self.guard = DivergenceGuard(cfg.train.max_bad_steps)
         self.bn_snapshot = BatchNormSnapshot(self.model)
         self.watchdog = Watchdog.for_run(cfg, run_dir, env, self.train_data.loader, self.val_loader)
         self.checkpointer = self._build_checkpointer()
-        signals = self.signals  # not `self`: a trainer in a reference cycle would outlive
-        # its last reference, and its loaders' persistent workers with it
-        self.step_context = StepContext(
-            model=self.ddp_model,
-            optimizer=self.optimizer,
-            prepare=self.prepare,
-            device=env.device,
-            autocast=self.autocast,
-            micro_batch=self.strategy.micro_batch,
-            world_size=env.world_size,
-            clip_grad_norm=cfg.optim.clip_grad_norm,
-            stop_requested=lambda: signals.requested,
-        )
+        self.step_context = step_context(self)
         if state is not None:
             self.checkpointer.load(state, exact=start.exact, source=self.resumed_from)
         if env.is_main:
             print(f"vidscale: {env.world_size} process(es), {self.fast.describe()}", flush=True)
             print(f"vidscale: fast path: {self.fast_choice.describe()}", flush=True)
             prepare_run_dir(run_dir, cfg, start, classes=splits.classes)
-        self.run_log.open(run_dir, resumed_at=self.progress.step if state else None)
+        resumed_at = self.progress.step if state else None
+        self.run_log.open(run_dir, resumed_at=resumed_at, config=to_dict(cfg))
 
     def _build_model(self, state: dict[str, Any] | None, *, micro_batch: int) -> None:
         """The fast path, the model (fresh weights only without a checkpoint to load), its
@@ -300,6 +290,23 @@ class Trainer:
         )
 
 
+def step_context(trainer: Trainer) -> StepContext:
+    """The context every step of `trainer`'s run uses (`train.step`), built once."""
+    signals = trainer.signals  # not `trainer`: a trainer in a reference cycle would outlive
+    # its last reference, and its loaders' persistent workers with it
+    return StepContext(
+        model=trainer.ddp_model,
+        optimizer=trainer.optimizer,
+        prepare=trainer.prepare,
+        device=trainer.env.device,
+        autocast=trainer.autocast,
+        micro_batch=trainer.strategy.micro_batch,
+        world_size=trainer.env.world_size,
+        clip_grad_norm=trainer.cfg.optim.clip_grad_norm,
+        stop_requested=lambda: signals.requested,
+    )
+
+
 def stop_loader_workers(trainer: Trainer) -> None:
     """End the trainer's loader worker processes now. They persist for the run and would
     otherwise live until the loaders are collected: in a process that trains again (a sweep),
@@ -307,25 +314,6 @@ def stop_loader_workers(trainer: Trainer) -> None:
     trainer.train_data.close()
     stop_workers(trainer.val_loader)
     del trainer.train_data, trainer.val_loader
-
-
-def pooled_precise_bn(
-    model: nn.Module,
-    inputs: Iterator[torch.Tensor],
-    *,
-    num_batches: int,
-    autocast: Callable[[], AbstractContextManager[Any]],
-) -> None:
-    """Multigrid (`multigrid.precise_bn_batches`): BN statistics recomputed over `num_batches`
-    batches of `inputs` before evaluation (PySlowFast), forward passes inside `autocast`, then
-    pooled over ranks so that every rank evaluates the same model."""
-
-    def forward(model: nn.Module, clips: torch.Tensor) -> object:
-        with autocast():
-            return model(clips)
-
-    precise_bn(model, inputs, num_batches=num_batches, forward=forward)
-    merge_running_statistics(model)
 
 
 def train(cfg: RunConfig, *, run_dir: Path, resume: ResumeMode = "auto") -> dict[str, Any]:
@@ -345,4 +333,5 @@ def train(cfg: RunConfig, *, run_dir: Path, resume: ResumeMode = "auto") -> dict
             with trainer.watchdog.running():  # a stalled step ends the rank (`watchdog`)
                 return trainer.run()
         finally:
+            trainer.run_log.close(completed=False)  # closed already when the run completed
             stop_loader_workers(trainer)

@@ -1,4 +1,4 @@
-"""Run observability on rank 0: JSON lines, TensorBoard events, progress bar, end-of-run plots."""
+"""Run observability on rank 0: JSON lines (and the run's loggers), progress bar, end-of-run plots."""
 
 from __future__ import annotations
 
@@ -6,14 +6,17 @@ import json
 import math
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
 from vidscale.atomic import atomic_write_text
+
+if TYPE_CHECKING:  # for annotations only: reading a run's records needs no run config
+    from vidscale.train.loggers import RunLogger
 
 # tqdm's monitor thread starts and exits with the bars; a thread exiting while a DataLoader forks
 # its workers can leave the child deadlocked (CPython 3.11), and the monitor only tunes how
@@ -22,22 +25,16 @@ tqdm.monitor_interval = 0
 
 
 class MetricsLog:
-    """Appends one JSON object per event to `metrics.jsonl` and mirrors scalars to TensorBoard.
+    """Appends one JSON object per event to `metrics.jsonl` and hands its finite numbers to the
+    run's loggers (`loggers.RunLogger`: TensorBoard, W&B) as `kind/field` scalars.
 
     Only rank 0 writes; other ranks hold a disabled log so call sites need no rank checks.
     """
 
-    def __init__(self, run_dir: Path, *, enabled: bool, resumed_at: int | None = None) -> None:
-        """`resumed_at`: the optimizer step a resumed run continues from; TensorBoard hides the
-        events a previous attempt wrote after it (they are written again)."""
+    def __init__(self, run_dir: Path, *, enabled: bool, loggers: Sequence[RunLogger] = ()) -> None:
         self.enabled = enabled
         self.path = run_dir / "metrics.jsonl"
-        self._tb: Any = None
-        if enabled:
-            from torch.utils.tensorboard import SummaryWriter  # heavy import: rank 0 only
-
-            purge = resumed_at + 1 if resumed_at is not None else None
-            self._tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"), purge_step=purge)
+        self.loggers = list(loggers) if enabled else []
 
     def write(self, kind: str, *, step: int, **values: Any) -> None:
         if not self.enabled:
@@ -45,15 +42,21 @@ class MetricsLog:
         record = {"kind": kind, "step": step, "time": time.time(), **values}
         with self.path.open("a") as f:
             f.write(json.dumps(record) + "\n")
-        for key, value in values.items():
-            is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if is_number and math.isfinite(value):
-                self._tb.add_scalar(f"{kind}/{key}", value, step)
+        scalars = {f"{kind}/{key}": value for key, value in values.items() if _is_scalar(value)}
+        for logger in self.loggers:
+            logger.log_scalars(scalars, step=step)
 
-    def close(self) -> None:
-        if self._tb is not None:
-            self._tb.flush()
-            self._tb.close()
+    def close(self, *, completed: bool = True) -> None:
+        """Finish the loggers (once; a second call does nothing)."""
+        loggers, self.loggers = self.loggers, []
+        for logger in loggers:
+            logger.finish(completed=completed)
+
+
+def _is_scalar(value: Any) -> bool:
+    """A finite int or float (not a bool): what the loggers plot."""
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return is_number and math.isfinite(value)
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:

@@ -22,11 +22,15 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.optim.swa_utils import update_bn
+
+from vidscale.distributed.averaging import merge_running_statistics
 
 
 def _call(model: nn.Module, batch: Tensor) -> object:
@@ -123,3 +127,22 @@ class _SavedState:
             # training step (update_bn leaves them at the number of batches it ran).
             for buffer, saved in self.buffers if statistics else self.counters:
                 buffer.copy_(saved)
+
+
+def pooled_precise_bn(
+    model: nn.Module,
+    inputs: Iterator[torch.Tensor],
+    *,
+    num_batches: int,
+    autocast: Callable[[], AbstractContextManager[Any]],
+) -> None:
+    """Multigrid (`multigrid.precise_bn_batches`): BN statistics recomputed over `num_batches`
+    batches of `inputs` before evaluation (PySlowFast), forward passes inside `autocast`, then
+    pooled over ranks so that every rank evaluates the same model."""
+
+    def forward(model: nn.Module, clips: torch.Tensor) -> object:
+        with autocast():
+            return model(clips)
+
+    precise_bn(model, inputs, num_batches=num_batches, forward=forward)
+    merge_running_statistics(model)

@@ -1,5 +1,6 @@
 """What a run records of itself: the epoch's totals, the run's counters, its communication,
-`metrics.jsonl` and TensorBoard (`metrics.MetricsLog`), the console and the progress bar.
+`metrics.jsonl` and the run's loggers (`metrics.MetricsLog`, `loggers`: TensorBoard, W&B), the
+console and the progress bar.
 
 The trainer calls it at named points (a step done, a step skipped, traffic read, an epoch
 evaluated, the run finished); every rank calls, rank 0 writes. The totals and counters are
@@ -9,6 +10,7 @@ checkpointed (`checkpointer`), so a resumed run reports what an uninterrupted on
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ from vidscale.distributed.env import DistEnv
 from vidscale.distributed.traffic import Traffic
 from vidscale.train.adaptive_batch import AdaptiveBatch
 from vidscale.train.evaluate import EvalResult
+from vidscale.train.loggers import LoggerChoice
 from vidscale.train.metrics import MetricsLog, plot_run, progress, read_metrics
 from vidscale.train.step import StepResult
 from vidscale.train.summary import EpochTotals, RunCounters, write_summary
@@ -29,10 +32,19 @@ class RunLog:
     """The run's records on this rank. `open` it once the run directory is prepared (a resumed
     run's `metrics.jsonl` trimmed to its start); before that it only counts."""
 
-    def __init__(self, env: DistEnv, *, log_every: int, show_progress: bool) -> None:
+    def __init__(
+        self,
+        env: DistEnv,
+        *,
+        log_every: int,
+        show_progress: bool,
+        loggers: LoggerChoice | None = None,
+    ) -> None:
+        """`loggers`: where scalars go besides metrics.jsonl (default: TensorBoard)."""
         self.env = env
         self.log_every = log_every
         self.show_progress = show_progress
+        self.loggers = loggers if loggers is not None else LoggerChoice()
         self.totals = EpochTotals()
         self.counters = RunCounters()
         self.traffic_since_record = Traffic()  # goes into the next "train" record
@@ -40,13 +52,24 @@ class RunLog:
         self._sink = MetricsLog(Path("."), enabled=False)
         self._mark = time.perf_counter()
 
-    def open(self, run_dir: Path, *, resumed_at: int | None) -> None:
-        """Start writing to `run_dir` (rank 0); `resumed_at`: the step a resumed run continues
-        from (TensorBoard hides what an earlier attempt wrote after it). The run's wall time
-        counts from here."""
+    def open(
+        self, run_dir: Path, *, resumed_at: int | None, config: Mapping[str, Any] | None = None
+    ) -> None:
+        """Start writing to `run_dir` (rank 0) and open the loggers, given `config` (the run's
+        resolved config); `resumed_at`: the step a resumed run continues from (TensorBoard
+        hides what an earlier attempt wrote after it, W&B continues the same run). The run's
+        wall time counts from here."""
         self.run_dir = run_dir
-        self._sink = MetricsLog(run_dir, enabled=self.env.is_main, resumed_at=resumed_at)
+        loggers = []
+        if self.env.is_main:
+            loggers = self.loggers.open(run_dir, resumed_at=resumed_at, config=config or {})
+        self._sink = MetricsLog(run_dir, enabled=self.env.is_main, loggers=loggers)
         self._mark = time.perf_counter()
+
+    def close(self, *, completed: bool) -> None:
+        """Finish the loggers; `completed`: the run reached its end. `finish` closes them
+        too; a second close does nothing."""
+        self._sink.close(completed=completed)
 
     def restore(self, state: dict[str, Any], *, exact: bool) -> None:
         """The counters from a checkpoint, and the epoch's totals if it continues exactly (a
@@ -190,5 +213,5 @@ class RunLog:
         if self.env.is_main and self.run_dir is not None:
             write_summary(summary, self.run_dir / "summary.json")
             plot_run(read_metrics(self.run_dir / "metrics.jsonl"), self.run_dir)
-        self._sink.close()
+        self.close(completed=True)
         return summary
