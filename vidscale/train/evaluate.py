@@ -232,18 +232,9 @@ def evaluate(
     modes = [s.model.training for s in streams]
     for s in streams:
         s.model.eval()
-    # loss, top1 hits, top5 hits, readable videos, unreadable videos, each stream's top1 hits
-    sums = torch.zeros(5 + len(streams), dtype=torch.float64, device=device)
-    skipped: list[tuple[str, str]] = []
-    unreadable: list[tuple[str, str]] = []
-    kept: dict[int, torch.Tensor] = {}
-    ranked: dict[int, torch.Tensor] = {}  # multi-label: index -> targets, scores, stream scores
+    tally = _Tally(len(streams), device, keep_scores=keep_scores, multi_label=multi_label)
     for batch in batches:
-        skipped.extend(batch.get("skipped", []))
-        left_out = batch.get("unreadable", [])
-        unreadable.extend(left_out)
-        sums[4] += len(left_out)
-        if batch["label"].numel() == 0:  # every video of the batch was unreadable
+        if tally.count_unreadable(batch):
             continue
         scores, probabilities, per_stream = score_videos(
             streams,
@@ -254,23 +245,66 @@ def evaluate(
             views_per_forward=views_per_forward,
             multi_label=multi_label,
         )
-        if multi_label is None:
-            labels = batch["label"].to(device, non_blocking=True)
-            _add_batch(sums, scores, labels, probabilities=probabilities, per_stream=per_stream)
-        else:
-            targets = _multi_hot(batch).to(device, non_blocking=True)
-            _add_multi_label_batch(sums, scores, targets, per_stream=per_stream)
-            rows = [targets, scores, *(per_stream if len(per_stream) > 1 else [])]
-            ranked.update(zip(batch["index"].tolist(), torch.stack(rows, 1).cpu(), strict=True))
-        if keep_scores:
-            probs = as_probabilities(scores, probabilities=probabilities).cpu()
-            kept.update(zip(batch["index"].tolist(), probs, strict=True))
-    all_reduce_sum(sums)
-    named, kept = _gathered(unreadable, kept if keep_scores else None)
-    maps = _mean_aps(ranked, streams) if multi_label is not None else None
+        tally.add(batch, scores, probabilities=probabilities, per_stream=per_stream)
+    all_reduce_sum(tally.sums)
+    named, kept = _gathered(tally.unreadable, tally.kept if keep_scores else None)
+    maps = _mean_aps(tally.ranked, streams) if multi_label is not None else None
     for s, mode in zip(streams, modes, strict=True):
         s.model.train(mode)
-    return _result(sums, streams, skipped=skipped, unreadable=named, scores=kept, maps=maps)
+    return _result(
+        tally.sums, streams, skipped=tally.skipped, unreadable=named, scores=kept, maps=maps
+    )
+
+
+class _Tally:
+    """This rank's share of an evaluation, batch by batch: the `sums` (loss, top-1 hits, top-5
+    hits, readable videos, unreadable videos, each stream's top-1 hits), the read failures, the
+    kept probabilities, and for multi-label data each video's targets and scores by index."""
+
+    def __init__(
+        self,
+        streams: int,
+        device: torch.device,
+        *,
+        keep_scores: bool,
+        multi_label: ViewAggregation | None,
+    ) -> None:
+        self.sums = torch.zeros(5 + streams, dtype=torch.float64, device=device)
+        self.device, self.keep_scores, self.multi_label = device, keep_scores, multi_label
+        self.skipped: list[tuple[str, str]] = []
+        self.unreadable: list[tuple[str, str]] = []
+        self.kept: dict[int, torch.Tensor] = {}
+        self.ranked: dict[int, torch.Tensor] = {}  # index -> targets, scores, stream scores
+
+    def count_unreadable(self, batch: dict[str, Any]) -> bool:
+        """Note the batch's read failures; True when it has no readable video to score."""
+        self.skipped.extend(batch.get("skipped", []))
+        left_out = batch.get("unreadable", [])
+        self.unreadable.extend(left_out)
+        self.sums[4] += len(left_out)
+        return bool(batch["label"].numel() == 0)
+
+    def add(
+        self,
+        batch: dict[str, Any],
+        scores: torch.Tensor,
+        *,
+        probabilities: bool,
+        per_stream: Sequence[torch.Tensor],
+    ) -> None:
+        if self.multi_label is None:
+            labels = batch["label"].to(self.device, non_blocking=True)
+            _add_batch(
+                self.sums, scores, labels, probabilities=probabilities, per_stream=per_stream
+            )
+        else:
+            targets = _multi_hot(batch).to(self.device, non_blocking=True)
+            _add_multi_label_batch(self.sums, scores, targets, per_stream=per_stream)
+            rows = torch.stack([targets, scores, *(per_stream if len(per_stream) > 1 else [])], 1)
+            self.ranked.update(zip(batch["index"].tolist(), rows.cpu(), strict=True))
+        if self.keep_scores:
+            probs = as_probabilities(scores, probabilities=probabilities).cpu()
+            self.kept.update(zip(batch["index"].tolist(), probs, strict=True))
 
 
 def _multi_hot(batch: dict[str, Any]) -> torch.Tensor:

@@ -96,20 +96,13 @@ def evaluate_two_stream(
             workers = cfg.data.workers
     multi_label = fused_labels(labels["rgb"], labels["flow"])
     paired = PairedDataset(datasets)
-    loader = DataLoader(
-        paired,
-        batch_size=batch,
-        sampler=ExactEvalSampler(len(paired), rank=env.rank, world_size=env.world_size),
-        num_workers=workers,
-        collate_fn=collate,
-    )
+    loader = paired_loader(paired, env, batch=batch, workers=workers)
     # float32 throughout: the fused numbers are compared with each stream's own
     result = evaluate(
         streams, loader, device=env.device, autocast=contextlib.nullcontext, multi_label=multi_label
     )
-    maps = {} if result.map is None else {"map": result.map, "stream_map": result.stream_map}
     return {
-        **maps,
+        **({} if result.map is None else {"map": result.map, "stream_map": result.stream_map}),
         "checkpoints": used,
         "weights": {"rgb": weights[0], "flow": weights[1]},
         "top1": result.top1,
@@ -132,3 +125,14 @@ def fused_labels(rgb: RunConfig, flow: RunConfig) -> ViewAggregation | None:
             f"{kinds[flow.data.multi_label]} flow run do not fuse"
         )
     return rgb.data.eval_aggregate if rgb.data.multi_label else None
+
+
+def paired_loader(paired: PairedDataset, env: DistEnv, *, batch: int, workers: int) -> DataLoader:
+    """This rank's share of the shared videos, each video once over the ranks."""
+    return DataLoader(
+        paired,
+        batch_size=batch,
+        sampler=ExactEvalSampler(len(paired), rank=env.rank, world_size=env.world_size),
+        num_workers=workers,
+        collate_fn=collate,
+    )
