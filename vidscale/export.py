@@ -3,8 +3,9 @@ deployment, or its ResNet trunk for the video models.
 
 The exported model takes float clips (N, C, T, S, S) normalised as in training ((x - mean) / std
 on the 0..255 scale) and returns logits (N, K); T and S are the run's evaluation clip (frames,
-crop size), N is free. `FILE.json` beside it records the class names, input shape, mean, std and
-sampling, so a deployment needs nothing else from the run.
+crop size), N is free. `FILE.json` beside it records the class names, input shape, mean, std,
+sampling and, for a multi-label run, how the logits are read (`"multi_label": true`, `outputs`:
+independent sigmoid probabilities), so a deployment needs nothing else from the run.
 
 Every export is checked: the saved file is loaded back and run on a random clip of a batch size
 other than the one it was traced with, and its logits must match the PyTorch model's. Export
@@ -29,7 +30,7 @@ import json
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -204,8 +205,22 @@ def _write_metadata(
         },
         # as the evaluator and `vidscale predict` score a video from several views
         "views": {"clips": spec.num_clips, "crops": spec.num_crops, "average": "logits"},
+        **_labels_metadata(loaded),
     }
     out.with_name(out.name + ".json").write_text(json.dumps(meta, indent=2) + "\n")
+
+
+def _labels_metadata(loaded: LoadedRun) -> dict[str, Any]:
+    """A multi-label run's logits are each class's own sigmoid, its views combined by the run's
+    rule (`data.eval_aggregate`); nothing is added for a single-label run (a softmax)."""
+    data = loaded.cfg.data
+    if not data.multi_label:
+        return {}
+    return {
+        "multi_label": True,
+        "outputs": "independent sigmoid probabilities, one per class (a video has a set)",
+        "views_combined": f"{data.eval_aggregate} of the views' sigmoid probabilities",
+    }
 
 
 def export_trunk(run: Path, *, out: Path, checkpoint: str = "last") -> ExportResult:

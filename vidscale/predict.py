@@ -10,6 +10,11 @@ give the two-stream late fusion. `RUN`
 may also be a checkpoint file inside a run (`locate`). The model runs in float32 on the CPU
 by default, so a prediction needs neither a GPU nor the training dataset: the class names come
 from `RUN/classes.txt`, written by training (older runs: the class list under `data.root`).
+
+A multi-label run (`data.multi_label`) gives each class an independent sigmoid probability (its
+views combined by the run's `data.eval_aggregate`, as evaluation combines them): the classes
+present are those at `PRESENT_AT` or above, and the top-k are ranked by probability; they do
+not sum to one.
 """
 
 from __future__ import annotations
@@ -31,11 +36,13 @@ from vidscale.data.decode import DecodeError
 from vidscale.data.inputs import ModelInput
 from vidscale.data.sources import FlowSettings, file_source
 from vidscale.models.registry import build_model
+from vidscale.train.average_precision import ViewAggregation
 from vidscale.train.checkpoint import load_weights
 from vidscale.train.evaluate import Average, as_probabilities, video_scores
 from vidscale.train.run_ref import checkpoint_path, class_names, run_config
 
 VIEWS_PER_FORWARD = 8  # views run through the model at once (bounds activation memory)
+PRESENT_AT = 0.5  # multi-label: a class is predicted present at this probability or above
 
 
 @dataclass(frozen=True)
@@ -88,11 +95,17 @@ def sample_views(video: Path, spec: ClipSpec, *, flow: FlowSettings | None = Non
 
 @torch.inference_mode()
 def view_probabilities(
-    model: nn.Module, views: torch.Tensor, *, model_input: ModelInput, average: Average = "logits"
+    model: nn.Module,
+    views: torch.Tensor,
+    *,
+    model_input: ModelInput,
+    average: Average = "logits",
+    multi_label: ViewAggregation | None = None,
 ) -> torch.Tensor:
     """One video's class probabilities (K,) from its views (V, C, T, H, W), averaged as the
     evaluator averages them (`train.evaluate.video_scores`: the mean of the views' logits, or
-    of their probabilities), so predict and evaluation score a video identically."""
+    of their probabilities; for `multi_label`, the views' sigmoid probabilities combined by
+    that rule), so predict and evaluation score a video identically."""
     device = next(model.parameters()).device
     scores = video_scores(
         model,
@@ -101,8 +114,9 @@ def view_probabilities(
         autocast=contextlib.nullcontext,
         average=average,
         views_per_forward=VIEWS_PER_FORWARD,
+        multi_label=multi_label,
     )
-    probabilities = views.shape[0] > 1 and average == "softmax"
+    probabilities = multi_label is not None or (views.shape[0] > 1 and average == "softmax")
     return as_probabilities(scores, probabilities=probabilities)[0].float().cpu()
 
 
@@ -121,7 +135,25 @@ def run_probabilities(
         spec, num_clips=num_clips or spec.num_clips, num_crops=num_crops or spec.num_crops
     )
     views = sample_views(Path(video), spec, flow=loaded.cfg.data.flow)
-    return view_probabilities(loaded.model, views, model_input=ModelInput.of(spec), average=average)
+    data = loaded.cfg.data
+    return view_probabilities(
+        loaded.model,
+        views,
+        model_input=ModelInput.of(spec),
+        average=average,
+        multi_label=data.eval_aggregate if data.multi_label else None,
+    )
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One video's prediction: the `top` classes by probability as (name, probability), best
+    first; for a `multi_label` run also the classes `present` (probability >= `PRESENT_AT`),
+    best first. Multi-label probabilities are independent sigmoids, not a distribution."""
+
+    top: list[tuple[str, float]]
+    multi_label: bool = False
+    present: list[tuple[str, float]] = dataclasses.field(default_factory=list)
 
 
 def predict(
@@ -137,34 +169,83 @@ def predict(
     flow_checkpoint: str = "last",
     weights: tuple[float, float] = (1.0, 1.0),
 ) -> list[tuple[str, float]]:
-    """The `topk` most probable classes of `video` as (name, probability), best first.
+    """The `topk` most probable classes of `video` as (name, probability), best first
+    (`predict_video`'s `top`)."""
+    return predict_video(
+        video,
+        run=run,
+        checkpoint=checkpoint,
+        topk=topk,
+        num_clips=num_clips,
+        num_crops=num_crops,
+        device=device,
+        flow_run=flow_run,
+        flow_checkpoint=flow_checkpoint,
+        weights=weights,
+    ).top
+
+
+def predict_video(
+    video: Path,
+    *,
+    run: Path,
+    checkpoint: str = "last",
+    topk: int = 5,
+    num_clips: int | None = None,
+    num_crops: int | None = None,
+    device: str | torch.device = "cpu",
+    flow_run: Path | None = None,
+    flow_checkpoint: str = "last",
+    weights: tuple[float, float] = (1.0, 1.0),
+) -> Prediction:
+    """`video`'s prediction under `run`.
 
     `num_clips` / `num_crops` override the runs' `data.eval_clip` (crops: 1 centre or 3). With
     `flow_run`, the prediction is the two-stream late fusion: the `weights`-weighted mean of
     `run`'s and `flow_run`'s probabilities (the flow computed from the video as the flow run's
-    data was); both runs must have the same classes.
+    data was); both runs must have the same classes and both be multi-label or neither.
     """
     loaded = load_run(run, checkpoint=checkpoint, device=device)
     probs = run_probabilities(video, loaded, num_clips=num_clips, num_crops=num_crops)
+    multi_label = loaded.cfg.data.multi_label
     if flow_run is not None:
         other = load_run(flow_run, checkpoint=flow_checkpoint, device=device)
         if other.classes != loaded.classes:
             raise ValueError(f"{run} and {flow_run} have different class lists")
+        if other.cfg.data.multi_label != multi_label:
+            raise ValueError(f"{run} and {flow_run}: one is multi-label, the other not")
         second = run_probabilities(video, other, num_clips=num_clips, num_crops=num_crops)
         probs = (weights[0] * probs + weights[1] * second) / sum(weights)
-    top = probs.topk(min(topk, probs.numel()))
-    return [
-        (loaded.classes[i], float(p)) for p, i in zip(top.values, top.indices.tolist(), strict=True)
-    ]
+    order = probs.argsort(descending=True, stable=True).tolist()
+    ranked = [(loaded.classes[i], float(probs[i])) for i in order]
+    present = [(name, p) for name, p in ranked if p >= PRESENT_AT] if multi_label else []
+    return Prediction(top=ranked[:topk], multi_label=multi_label, present=present)
 
 
-def predictions_as_dict(video: Path, predictions: list[tuple[str, float]]) -> dict[str, Any]:
-    """JSON-ready: {"video": path, "predictions": [{"label": name, "probability": p}, ...]}."""
-    return {
+def predictions_as_dict(
+    video: Path, predictions: list[tuple[str, float]] | Prediction
+) -> dict[str, Any]:
+    """JSON-ready: {"video": path, "predictions": [{"label": name, "probability": p}, ...]}; a
+    multi-label `Prediction` adds `"multi_label": true`, `"present_at"` and `"present"` (the
+    classes at or above it, in the same form)."""
+    pred = predictions if isinstance(predictions, Prediction) else Prediction(predictions)
+    out: dict[str, Any] = {
         "video": str(video),
-        "predictions": [{"label": name, "probability": p} for name, p in predictions],
+        "predictions": [{"label": name, "probability": p} for name, p in pred.top],
     }
+    if pred.multi_label:
+        out["multi_label"] = True
+        out["present_at"] = PRESENT_AT
+        out["present"] = [{"label": name, "probability": p} for name, p in pred.present]
+    return out
 
 
-def format_predictions(predictions: list[tuple[str, float]]) -> str:
-    return "\n".join(f"{p:7.2%}  {name}" for name, p in predictions)
+def format_predictions(predictions: list[tuple[str, float]] | Prediction) -> str:
+    """One line per top class; a multi-label prediction first names the classes present."""
+    pred = predictions if isinstance(predictions, Prediction) else Prediction(predictions)
+    lines = [f"{p:7.2%}  {name}" for name, p in pred.top]
+    if not pred.multi_label:
+        return "\n".join(lines)
+    names = ", ".join(name for name, _ in pred.present) or "none"
+    head = f"present (independent probabilities >= {PRESENT_AT:g}): {names}"
+    return "\n".join([head, "top classes by probability:", *lines])

@@ -69,7 +69,7 @@ def _eval_two_stream(args: argparse.Namespace, views: Any) -> int:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from vidscale.predict import format_predictions, predict, predictions_as_dict
+    from vidscale.predict import format_predictions, predict_video, predictions_as_dict
     from vidscale.train.run_ref import checkpoint_path, locate
 
     if not args.video.is_file():
@@ -87,7 +87,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         except FileNotFoundError as err:
             raise ConfigError(f"--flow-checkpoint: {err}") from err
     _check_device(args.device)
-    top = predict(
+    top = predict_video(
         args.video,
         run=run,
         checkpoint=checkpoint,

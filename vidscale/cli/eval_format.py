@@ -7,7 +7,10 @@ from typing import Any
 
 
 def format_eval(result: dict[str, Any]) -> str:
-    """One row per checkpoint, then the mean ± std over them, the videos counted and the views."""
+    """One row per checkpoint, then the mean ± std over them, the videos counted and the views;
+    a multi-label run's table leads with mAP (and its top-1/top-5 are hit@1/hit@5)."""
+    if "map_mean" in result:
+        return _format_multi_label_eval(result)
     lines = [f"{'checkpoint':20s} {'top-1':>7s} {'top-5':>7s} {'loss':>8s} {'videos':>7s}"]
     for row in result["checkpoints"]:
         lines.append(
@@ -20,13 +23,33 @@ def format_eval(result: dict[str, Any]) -> str:
         f"over {len(result['checkpoints'])} checkpoint(s)"
     )
     lines.append(_videos_line(result["videos"], result["listed"], result["unreadable"]))
-    v = result["views"]
-    lines.append(
-        f"views: {v['num_clips']} clip(s) x {v['num_crops']} crop(s) of {v['crop_size']} px, "
-        f"short side {v['short_side']} px, {v['frames']} frames ({v['sampling']}), "
-        f"{v['average']} averaged"
-    )
+    lines.append(_views_line(result["views"], f"{result['views']['average']} averaged"))
     return "\n".join(lines)
+
+
+def _format_multi_label_eval(result: dict[str, Any]) -> str:
+    lines = [f"{'checkpoint':20s} {'mAP':>7s} {'hit@1':>7s} {'loss':>8s} {'videos':>7s}"]
+    for row in result["checkpoints"]:
+        lines.append(
+            f"{row['checkpoint']:20s} {row['map']:7.4f} {row['top1']:7.2f} "
+            f"{row['loss']:8.4f} {row['count']:7d}"
+        )
+    lines.append(
+        f"mAP {result['map_mean']:.4f} ± {result['map_std']:.4f} (chance "
+        f"{result['map_chance']:.4f}), hit@1 {result['top1_mean']:.2f} ± "
+        f"{result['top1_std']:.2f} over {len(result['checkpoints'])} checkpoint(s)"
+    )
+    lines.append(_videos_line(result["videos"], result["listed"], result["unreadable"]))
+    how = f"sigmoid scores, {result['views'].get('aggregate', 'mean')} over views"
+    lines.append(_views_line(result["views"], how))
+    return "\n".join(lines)
+
+
+def _views_line(v: dict[str, Any], how: str) -> str:
+    return (
+        f"views: {v['num_clips']} clip(s) x {v['num_crops']} crop(s) of {v['crop_size']} px, "
+        f"short side {v['short_side']} px, {v['frames']} frames ({v['sampling']}), {how}"
+    )
 
 
 def format_two_stream(result: dict[str, Any]) -> str:
@@ -41,6 +64,9 @@ def format_two_stream(result: dict[str, Any]) -> str:
         f"{'fused':8s} {'':6s} {result['top1']:7.2f}  top-5 {result['top5']:.2f}, "
         f"{result['gain_over_best_stream']:+.2f} over the best stream"
     )
+    if "map" in result:  # multi-label runs: top-1/top-5 above are hit@1/hit@5
+        per_stream = ", ".join(f"{k} {v:.4f}" for k, v in result["stream_map"].items())
+        lines.append(f"mAP: fused {result['map']:.4f}; {per_stream} (top-1 above: hit@1)")
     lines.append(f"{result['videos']} validation videos in both streams")
     if result["unreadable"]:
         lines.append(f"{len(result['unreadable'])} unreadable video(s) left out (see --json)")

@@ -1,6 +1,6 @@
-"""`vidscale sweep` and the studies (`aavg-study`, `multigrid-study`, `two-stream-study`): their
-parsers and commands. Every study takes the same flags for where and how its runs train
-(`add_study_args`)."""
+"""`vidscale sweep` and the studies (`aavg-study`, `multigrid-study`, `two-stream-study`,
+`multilabel-study`): their parsers and commands. Every study takes the same flags for where and
+how its runs train (`add_study_args`)."""
 
 from __future__ import annotations
 
@@ -142,6 +142,23 @@ def cmd_two_stream_study(args: argparse.Namespace) -> int:
     )
 
 
+def cmd_multilabel_study(args: argparse.Namespace) -> int:
+    from vidscale.studies.multilabel import MultiLabelStudySpec, multilabel_study
+
+    spec = MultiLabelStudySpec(
+        data=args.data,
+        out=args.out,
+        overrides=tuple(args.overrides),
+        epochs=args.epochs,
+        nproc=args.nproc,
+    )
+    return _run(
+        args,
+        lambda: multilabel_study(spec, plot_only=args.plot_only),
+        report=spec.out / "study.json",
+    )
+
+
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """The `sweep` and study sub-commands, in `vidscale --help` order."""
     p = sub.add_parser("sweep", help="batch-size study: val top-1 vs global batch per optimizer")
@@ -193,3 +210,16 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "--margin", type=float, default=1.0, help="points below flow_scratch's best accuracy"
     )
     p.set_defaults(fn=cmd_two_stream_study)
+
+    p = sub.add_parser(
+        "multilabel-study", help="TSM vs TSN on the multi-label demo: val mAP against chance"
+    )
+    add_study_args(
+        p,
+        report="study.json/png",
+        nproc=2,
+        epochs=None,
+        recipe=False,
+        data_help="multi-label demo directory (vidscale synth --multi-label; sets data.root)",
+    )
+    p.set_defaults(fn=cmd_multilabel_study)

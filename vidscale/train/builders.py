@@ -188,16 +188,28 @@ def placement(env: DistEnv) -> Placement:
 def build_train_data(
     cfg: RunConfig, env: DistEnv, items: list[Any], *, micro_batch: int
 ) -> TrainData:
-    """The training loader (`data.loaders.train_data`)."""
+    """The training loader (`data.loaders.train_data`); `cfg` has its class count resolved
+    (`load_data`): multi-label items carry targets that wide."""
     return train_data(
-        cfg.data, items, seed=cfg.train.seed, micro_batch=micro_batch, place=placement(env)
+        cfg.data,
+        items,
+        seed=cfg.train.seed,
+        micro_batch=micro_batch,
+        place=placement(env),
+        num_classes=cfg.model.num_classes,
     )
 
 
 def build_eval_dataset(cfg: RunConfig, items: list[Any]) -> VideoClipDataset:
     """The validation items as the run evaluates them (`data.loaders.eval_dataset`)."""
-    return eval_dataset(cfg.data, items, seed=cfg.train.seed)
+    return eval_dataset(cfg.data, items, seed=cfg.train.seed, num_classes=cfg.model.num_classes)
 
 
 def build_eval_loader(cfg: RunConfig, env: DistEnv, items: list[Any]) -> DataLoader:
-    return eval_loader(cfg.data, items, seed=cfg.train.seed, place=placement(env))
+    return eval_loader(
+        cfg.data,
+        items,
+        seed=cfg.train.seed,
+        place=placement(env),
+        num_classes=cfg.model.num_classes,
+    )

@@ -5,7 +5,9 @@ The TSM paper reports accuracy as mean +- std over the last 5 epochs' checkpoint
 "Baseline"), testing each video on 10 clips with the short side resized to 256 (§4, following
 the non-local paper); the TSM code adds 3 crops of 256 x 256 along the long side
 (`PAPER_VIEWS`). Runs as one process or under torchrun (exact sharded evaluation: every readable
-video counts once; unreadable ones are counted in no accuracy and listed in the report).
+video counts once; unreadable ones are counted in no accuracy and listed in the report). A
+multi-label run (`data.multi_label`) is scored by mAP over its sigmoid scores, the views
+aggregated by its `data.eval_aggregate`, and the report adds the mAP's mean and std.
 """
 
 from __future__ import annotations
@@ -95,7 +97,8 @@ def evaluate_run(
     data: Path | None = None,
     views: Views | None = None,
 ) -> dict[str, Any]:
-    """Evaluate the last `last` epoch checkpoints of `run_dir`; top-1 mean and std over them.
+    """Evaluate the last `last` epoch checkpoints of `run_dir`; top-1 (and for a multi-label run
+    mAP) mean and std over them.
 
     `views` replaces the run's evaluation views (default: the run's `data.eval_clip` as saved).
     """
@@ -130,9 +133,13 @@ def evaluate_run(
                 autocast=autocast,
                 average=chosen.average,
                 views_per_forward=chosen.views_per_forward,
+                multi_label=cfg.data.eval_aggregate if cfg.data.multi_label else None,
             )
         )
-    return summarize(checkpoints, results, cfg.data.eval_clip, chosen)
+    report = summarize(checkpoints, results, cfg.data.eval_clip, chosen)
+    if cfg.data.multi_label:  # how the views' sigmoid scores were combined, not `average`
+        report["views"]["aggregate"] = cfg.data.eval_aggregate
+    return report
 
 
 def summarize(
@@ -142,7 +149,9 @@ def summarize(
 
     `videos` is the number of readable videos every accuracy is over (each counted once),
     `listed` the number of videos in the validation list, and `unreadable` the videos left
-    out, as `{"path", "reason"}` sorted by path (the union over checkpoints).
+    out, as `{"path", "reason"}` sorted by path (the union over checkpoints). Multi-label
+    results add each row's `map` and `map_mean`, `map_std`, `map_chance` (top-1/top-5 are
+    then hit@1/hit@5).
     """
     top1 = [r.top1 for r in results]
     top5 = [r.top5 for r in results]
@@ -150,8 +159,19 @@ def summarize(
         {"checkpoint": p.name, "top1": r.top1, "top5": r.top5, "loss": r.loss, "count": r.count}
         for p, r in zip(checkpoints, results, strict=True)
     ]
+    maps = [r.map for r in results if r.map is not None]
+    multi_label: dict[str, Any] = {}
+    if maps:
+        for row, r in zip(rows, results, strict=True):
+            row["map"] = r.map
+        multi_label = {
+            "map_mean": statistics.fmean(maps),
+            "map_std": statistics.stdev(maps) if len(maps) > 1 else 0.0,
+            "map_chance": results[0].map_chance,
+        }
     return {
         "checkpoints": rows,
+        **multi_label,
         "top1_mean": statistics.fmean(top1),
         "top1_std": statistics.stdev(top1) if len(top1) > 1 else 0.0,
         "top5_mean": statistics.fmean(top5),

@@ -29,6 +29,7 @@ from vidscale.train.adaptive_batch import AdaptiveBatch, sizes_for_batch
 from vidscale.train.checkpointer import Checkpointer, RunState, run_record
 from vidscale.train.evaluate import EvalResult, Stream, evaluate
 from vidscale.train.loggers import LoggerChoice
+from vidscale.train.losses import objective_for
 from vidscale.train.phase_switch import PhaseSwitch
 from vidscale.train.precise_bn import pooled_precise_bn
 from vidscale.train.resilience import (
@@ -162,7 +163,7 @@ class Trainer:
             p.epoch += 1
             p.step_in_epoch = 0
             if val is not None and self.adaptive.due(epochs_done=done):
-                self.adapt_batch(val.top1, epochs_done=done)
+                self.adapt_batch(val.score, epochs_done=done)
             self.checkpointer.save(epoch_end=True)
             if any_rank(self.signals.requested, device=self.env.device):
                 self.checkpointer.stop()  # a signal during evaluation: the epoch is saved
@@ -247,7 +248,8 @@ class Trainer:
         return result
 
     def evaluate(self) -> EvalResult:
-        """Top-1/top-5 and loss on the validation split, the same model on every rank."""
+        """Top-1/top-5 and loss (and mAP for multi-label data) on the validation split, the
+        same model on every rank."""
         with self.strategy.consensus():  # every rank evaluates the same model
             if self.cfg.multigrid.enabled and self.cfg.multigrid.precise_bn_batches:
                 self._precise_bn(self.cfg.multigrid.precise_bn_batches)
@@ -257,6 +259,7 @@ class Trainer:
                     w.each(self.val_loader),
                     device=self.env.device,
                     autocast=self.autocast,
+                    multi_label=self.cfg.data.eval_aggregate if self.cfg.data.multi_label else None,
                 )
         self.run_log.evaluated(result)
         return result
@@ -304,6 +307,7 @@ def step_context(trainer: Trainer) -> StepContext:
         world_size=trainer.env.world_size,
         clip_grad_norm=trainer.cfg.optim.clip_grad_norm,
         stop_requested=lambda: signals.requested,
+        objective=objective_for(multi_label=trainer.cfg.data.multi_label),
     )
 
 

@@ -190,7 +190,9 @@ class RunLog:
             values.update(val_top1=val.top1, val_top5=val.top5, val_loss=val.loss)
             values["val_count"] = val.count
             values["val_unreadable"] = len(val.unreadable)
-            self.counters.add_val(val.top1)
+            if val.map is not None:
+                values.update(val_map=val.map, val_map_chance=val.map_chance)
+            self.counters.add_val(val.top1, mean_ap=val.map, chance=val.map_chance)
         self.write("epoch", step=step, **values)
         if self.env.is_main:
             msg = (
@@ -198,8 +200,7 @@ class RunLog:
                 f"train loss {stats['train_loss']:.4f} top1 {stats['train_top1']:.1f}"
             )
             if val is not None:
-                msg += f" | val top1 {val.top1:.2f} top5 {val.top5:.2f} ({val.count} videos"
-                msg += f", {len(val.unreadable)} unreadable)" if val.unreadable else ")"
+                msg += f" | {validation_line(val)}"
             msg += f" | {stats['epoch_seconds']:.1f}s, data wait {100 * wait:.1f}%"
             print(msg, flush=True)
         self.totals = EpochTotals()
@@ -215,3 +216,14 @@ class RunLog:
             plot_run(read_metrics(self.run_dir / "metrics.jsonl"), self.run_dir)
         self.close(completed=True)
         return summary
+
+
+def validation_line(val: EvalResult) -> str:
+    """The epoch line's evaluation: top-1/top-5, or for multi-label data the mAP and its chance
+    level first (top-1 there is hit@1); the videos counted and any left out."""
+    if val.map is None:
+        line = f"val top1 {val.top1:.2f} top5 {val.top5:.2f}"
+    else:
+        line = f"val mAP {val.map:.2f} (chance {val.map_chance:.2f}) hit@1 {val.top1:.1f}"
+    line += f" ({val.count} videos"
+    return line + (f", {len(val.unreadable)} unreadable)" if val.unreadable else ")")

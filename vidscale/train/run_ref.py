@@ -23,7 +23,7 @@ def resolve_path(root: str, name: str) -> Path:
 
 def checkpoint_path(run: Path, checkpoint: str) -> Path:
     """`checkpoint` as a file: an existing path, "best" (the epoch checkpoint with the highest
-    validation top-1 in RUN/metrics.jsonl), or a name in RUN/checkpoints ("last", "epoch_0016",
+    validation top-1, or mAP, in RUN/metrics.jsonl), or a name in RUN/checkpoints ("last", "epoch_0016",
     with or without ".pt")."""
     given = Path(checkpoint)
     if given.suffix == ".pt" and given.is_file():
@@ -38,13 +38,11 @@ def checkpoint_path(run: Path, checkpoint: str) -> Path:
 
 
 def best_checkpoint(run: Path) -> Path:
-    """The kept epoch checkpoint whose epoch scored the highest validation top-1 (the later
-    epoch on a tie)."""
-    scores = {
-        int(r["epoch"]): float(r["val_top1"])
-        for r in read_metrics(Path(run) / "metrics.jsonl")
-        if r.get("kind") == "epoch" and "val_top1" in r
-    }
+    """The kept epoch checkpoint whose epoch scored the highest validation top-1, or mAP for a
+    multi-label run (its epoch records carry `val_map`); the later epoch on a tie."""
+    epochs = [r for r in read_metrics(Path(run) / "metrics.jsonl") if r.get("kind") == "epoch"]
+    key = "val_map" if any("val_map" in r for r in epochs) else "val_top1"
+    scores = {int(r["epoch"]): float(r[key]) for r in epochs if key in r}
     kept = {
         int(m.group(1)): p
         for p in epoch_checkpoints(Path(run))

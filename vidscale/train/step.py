@@ -22,7 +22,7 @@ from torch import nn
 from vidscale.config import RunConfig
 from vidscale.data.inputs import ModelInput
 from vidscale.distributed.env import DistEnv
-from vidscale.train.evaluate import topk_hits
+from vidscale.train.losses import CROSS_ENTROPY, Objective
 from vidscale.train.resilience import StepAgreement, agree_step, gradient_norm
 
 
@@ -49,7 +49,8 @@ class StepContext:
     `model` is the model as the strategy wrapped it (the one that runs forward); `prepare`
     turns a batch's inputs into the model's input on `device`; `autocast` is the fast path's
     (a fresh context manager per call); `stop_requested` is read once per step, late, so that a
-    stop signal during a step stops after it; `world_size` ranks take part in the agreement.
+    stop signal during a step stops after it; `world_size` ranks take part in the agreement;
+    `objective` is the run's loss and top-1 (cross-entropy, or binary for multi-label data).
     """
 
     model: nn.Module
@@ -61,6 +62,7 @@ class StepContext:
     world_size: int = 1
     clip_grad_norm: float = 0.0  # 0: no clipping
     stop_requested: Callable[[], bool] = never
+    objective: Objective = CROSS_ENTROPY  # `losses.objective_for(multi_label=...)`
 
 
 @dataclass(frozen=True)
@@ -95,18 +97,19 @@ def forward_backward(
     ctx: StepContext, batch: dict[str, Any], *, clips: int, last: bool = True
 ) -> MicroBatchResult:
     """Forward and backward of one micro-batch as training runs them: inside the strategy's
-    micro-batch context and the autocast, the cross-entropy in float32, the mean loss weighted
-    by the micro-batch's share of the step's `clips` on this rank (so that accumulated
-    gradients equal those of one batch of `clips`). Gradients add to `.grad`."""
+    micro-batch context and the autocast, the run's objective (`ctx.objective`) in float32, the
+    mean loss weighted by the micro-batch's share of the step's `clips` on this rank (so that
+    accumulated gradients equal those of one batch of `clips`). Gradients add to `.grad`."""
     inputs = ctx.prepare(batch["inputs"], ctx.device)
-    labels = batch["label"].to(ctx.device, non_blocking=True)
+    targets = ctx.objective.targets(batch, ctx.device)
+    count = len(targets)
     with ctx.micro_batch(last=last), ctx.autocast():
         logits = ctx.model(inputs)
-        mean = nn.functional.cross_entropy(logits.float(), labels)
-        loss = mean * labels.numel() / clips
+        mean = ctx.objective.loss(logits, targets)
+        loss = mean * count / clips
         loss.backward()
-    hits = int(topk_hits(logits.detach(), labels, 1))
-    return MicroBatchResult(loss=loss.item(), hits=hits, count=labels.numel())
+    hits = ctx.objective.hits(logits.detach(), targets)
+    return MicroBatchResult(loss=loss.item(), hits=hits, count=count)
 
 
 def train_step(

@@ -31,6 +31,9 @@ class RunCounters:
     comm_seconds: float = 0.0
     comm_rounds: int = 0
     val_history: list[float] = field(default_factory=list)
+    # multi-label runs: each evaluation's mAP (0..1) and the last one's chance level
+    map_history: list[float] = field(default_factory=list)
+    map_chance: float | None = None
     skipped: dict[str, str] = field(default_factory=dict)  # path -> first reason seen
     bad_steps: list[int] = field(default_factory=list)  # non-finite steps, skipped on every rank
     val_videos: int | None = None  # readable videos of the last evaluation, all ranks
@@ -52,8 +55,14 @@ class RunCounters:
         for path, reason in items:
             self.skipped.setdefault(str(path), str(reason))
 
-    def add_val(self, top1: float) -> None:
+    def add_val(
+        self, top1: float, *, mean_ap: float | None = None, chance: float | None = None
+    ) -> None:
+        """An evaluation's top-1 and, for multi-label data, its mAP and chance level."""
         self.val_history.append(top1)
+        if mean_ap is not None:
+            self.map_history.append(mean_ap)
+            self.map_chance = chance
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -130,8 +139,23 @@ class MergedCounters:
             "bad_steps": main.bad_steps,
             "val_videos": main.val_videos,
             "val_unreadable": [{"path": p, "reason": r} for p, r in main.val_unreadable],
+            **_map_fields(main),
             **extra,
         }
+
+
+def _map_fields(main: RunCounters) -> dict[str, Any]:
+    """A multi-label run's mAP (0..1: last, best, every evaluation's) and its chance level (the
+    validation classes' mean positive rate); nothing for a single-label run."""
+    hist = main.map_history
+    if not hist:
+        return {}
+    return {
+        "val_map": hist[-1],
+        "best_val_map": max(hist),
+        "val_map_history": hist,
+        "chance_map": main.map_chance,
+    }
 
 
 @dataclass

@@ -6,7 +6,10 @@ paper: 5 samples during training's validation, 25 at the final test, `--clips 25
 video's prediction is the weighted mean of the two streams' probabilities ("simple averaging";
 TSN weighs flow 1.5). Both runs are evaluated on the videos both validation sets hold, paired on
 the source video, through the evaluator (`train.evaluate.evaluate` with two `Stream`s), so the
-numbers are the same exact, sharded evaluation as a single run's.
+numbers are the same exact, sharded evaluation as a single run's. Two multi-label runs
+(`data.multi_label`) fuse their independent sigmoid probabilities the same way, each stream's
+views aggregated by the RGB run's `data.eval_aggregate`, and are scored by mAP (fused and per
+stream); a single-label and a multi-label run do not fuse.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from vidscale.data.samplers import ExactEvalSampler
 from vidscale.distributed.env import DistEnv, init_distributed
 from vidscale.models.registry import build_model
 from vidscale.train import builders
+from vidscale.train.average_precision import ViewAggregation
 from vidscale.train.checkpoint import load_weights
 from vidscale.train.eval_run import Views, resolve_eval_config
 from vidscale.train.evaluate import Stream, evaluate
@@ -60,7 +64,8 @@ def evaluate_two_stream(
     overrides: list[str] | None = None,
     env: DistEnv | None = None,
 ) -> dict[str, Any]:
-    """Top-1/top-5 of the fused prediction and each stream's top-1, on the shared videos.
+    """Top-1/top-5 of the fused prediction and each stream's top-1 (multi-label runs: the mAPs
+    too, with top-1/top-5 as hit@1/hit@5), on the shared videos.
 
     `checkpoint` ("last", "best", an epoch name) applies to both runs; "" takes what each
     reference names (a run directory: its last checkpoint). `data` replaces each run's
@@ -73,6 +78,7 @@ def evaluate_two_stream(
     datasets: dict[str, VideoClipDataset] = {}
     used: dict[str, str] = {}
     batch, workers = 1, 0
+    labels: dict[str, RunConfig] = {}
     for name, ref, root, weight in zip(STREAMS, (rgb_run, flow_run), data, weights, strict=True):
         run, named, cfg = stream_config(
             Path(ref), name, views=views, data=root, overrides=list(overrides or [])
@@ -84,20 +90,19 @@ def evaluate_two_stream(
         streams.append(Stream(model.to(env.device), builders.model_input(cfg), weight, name))
         datasets[name] = builders.build_eval_dataset(cfg, splits.val)
         used[name] = str(path)
+        labels[name] = cfg
         if name == "rgb":
             batch = cfg.data.eval_batch_size or cfg.data.batch_size
             workers = cfg.data.workers
+    multi_label = fused_labels(labels["rgb"], labels["flow"])
     paired = PairedDataset(datasets)
-    loader = DataLoader(
-        paired,
-        batch_size=batch,
-        sampler=ExactEvalSampler(len(paired), rank=env.rank, world_size=env.world_size),
-        num_workers=workers,
-        collate_fn=collate,
-    )
+    loader = paired_loader(paired, env, batch=batch, workers=workers)
     # float32 throughout: the fused numbers are compared with each stream's own
-    result = evaluate(streams, loader, device=env.device, autocast=contextlib.nullcontext)
+    result = evaluate(
+        streams, loader, device=env.device, autocast=contextlib.nullcontext, multi_label=multi_label
+    )
     return {
+        **({} if result.map is None else {"map": result.map, "stream_map": result.stream_map}),
         "checkpoints": used,
         "weights": {"rgb": weights[0], "flow": weights[1]},
         "top1": result.top1,
@@ -108,3 +113,26 @@ def evaluate_two_stream(
         "unreadable": [{"path": p, "reason": r} for p, r in result.unreadable],
         "only_in": paired.only_in,
     }
+
+
+def fused_labels(rgb: RunConfig, flow: RunConfig) -> ViewAggregation | None:
+    """How the two runs' views combine for mAP (the RGB run's `data.eval_aggregate`), or None
+    for two single-label runs; ConfigError when one run is multi-label and the other not."""
+    if rgb.data.multi_label != flow.data.multi_label:
+        kinds = {True: "multi-label", False: "single-label"}
+        raise ConfigError(
+            f"--two-stream: a {kinds[rgb.data.multi_label]} RGB run and a "
+            f"{kinds[flow.data.multi_label]} flow run do not fuse"
+        )
+    return rgb.data.eval_aggregate if rgb.data.multi_label else None
+
+
+def paired_loader(paired: PairedDataset, env: DistEnv, *, batch: int, workers: int) -> DataLoader:
+    """This rank's share of the shared videos, each video once over the ranks."""
+    return DataLoader(
+        paired,
+        batch_size=batch,
+        sampler=ExactEvalSampler(len(paired), rank=env.rank, world_size=env.world_size),
+        num_workers=workers,
+        collate_fn=collate,
+    )
