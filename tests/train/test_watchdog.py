@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -126,7 +127,8 @@ def test_a_stalled_step_writes_the_stacks_names_the_phase_and_ends_the_process(
     assert stacks.startswith("rank 3 (pid ")
     assert "read_a_file_that_never_answers" in stacks  # the main thread, where it stands
     worker = int(done.stdout.split()[0])
-    assert f"loader worker pid {worker}: state S (sleeping)" in stacks
+    # Its state as the kernel gave it: sleeping, or running on a loaded machine.
+    assert re.search(rf"loader worker pid {worker}: state [RS] \((running|sleeping)\)", stacks)
     assert "in worker" in done.stderr  # the worker's own stack, on stderr
     # ... and the worker was ended with the process, not left behind
     deadline = time.monotonic() + 5
