@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import csv
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -99,31 +99,42 @@ def scan_annotations(
     Malformed rows (wrong column count, empty path, unknown or out-of-range label) raise
     `AnnotationError` naming the file and line. Blank lines are ignored.
     """
+    index = {name: i for i, name in enumerate(classes)}
+    found = Annotations()
+    for where, video, raw in two_column_rows(path, header=HEADER, root=root):
+        label = parse_label(raw, index, where=where)
+        if video.is_file():
+            found.records.append(VideoRecord(video, label))
+        else:
+            found.missing.append(MissingVideo(video, where))
+    return found
+
+
+def two_column_rows(
+    path: Path, *, header: tuple[str, str], root: Path | None
+) -> Iterator[tuple[str, Path, str]]:
+    """`(file:line, video path, second column)` of each non-blank row of a two-column CSV with
+    `header`, the video resolved against `root` (default: the file's folder). A missing file,
+    another header, another column count or an empty path is an `AnnotationError` naming the
+    file and line."""
     path = Path(path)
     if not path.is_file():
         raise AnnotationError(f"{path}: annotation file not found")
     base = Path(root) if root is not None else path.parent
     with path.open(newline="", encoding="utf-8-sig") as f:
         rows = list(csv.reader(f))
-    if not rows or tuple(c.strip() for c in rows[0]) != HEADER:
-        raise AnnotationError(f"{path}:1: expected the header 'path,label'")
-    index = {name: i for i, name in enumerate(classes)}
-    found = Annotations()
+    names = ",".join(header)
+    if not rows or tuple(c.strip() for c in rows[0]) != header:
+        raise AnnotationError(f"{path}:1: expected the header '{names}'")
     for lineno, row in enumerate(rows[1:], start=2):
         where = f"{path}:{lineno}"
         if all(not c.strip() for c in row):
             continue
         if len(row) != 2:
-            raise AnnotationError(f"{where}: expected 'path,label' (2 columns), got {len(row)}")
+            raise AnnotationError(f"{where}: expected '{names}' (2 columns), got {len(row)}")
         if not row[0].strip():
             raise AnnotationError(f"{where}: empty path")
-        label = parse_label(row[1], index, where=where)
-        video = base / row[0].strip()
-        if video.is_file():
-            found.records.append(VideoRecord(video, label))
-        else:
-            found.missing.append(MissingVideo(video, where))
-    return found
+        yield where, base / row[0].strip(), row[1]
 
 
 def read_annotations(

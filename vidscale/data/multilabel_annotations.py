@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vidscale.data.annotations import AnnotationError, MissingVideo, parse_label
+from vidscale.data.annotations import AnnotationError, MissingVideo, parse_label, two_column_rows
 
 HEADER = ("path", "labels")
 SEPARATOR = ";"
@@ -58,26 +58,10 @@ def scan_multilabel_annotations(
     Malformed rows (wrong column count, empty path, an empty, unknown, out-of-range or repeated
     label) raise `AnnotationError` naming the file and line. Blank lines are ignored.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise AnnotationError(f"{path}: annotation file not found")
-    base = Path(root) if root is not None else path.parent
-    with path.open(newline="", encoding="utf-8-sig") as f:
-        rows = list(csv.reader(f))
-    if not rows or tuple(c.strip() for c in rows[0]) != HEADER:
-        raise AnnotationError(f"{path}:1: expected the header 'path,labels'")
     index = {name: i for i, name in enumerate(classes)}
     found = MultiLabelAnnotations()
-    for lineno, row in enumerate(rows[1:], start=2):
-        where = f"{path}:{lineno}"
-        if all(not c.strip() for c in row):
-            continue
-        if len(row) != 2:
-            raise AnnotationError(f"{where}: expected 'path,labels' (2 columns), got {len(row)}")
-        if not row[0].strip():
-            raise AnnotationError(f"{where}: empty path")
-        labels = parse_labels(row[1], index, where=where)
-        video = base / row[0].strip()
+    for where, video, raw in two_column_rows(path, header=HEADER, root=root):
+        labels = parse_labels(raw, index, where=where)
         if video.is_file():
             found.records.append(MultiLabelRecord(video, labels))
         else:
