@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
-CLIENTS = ("sbatch", "scontrol", "squeue", "sinfo")
+CLIENTS = ("sbatch", "scontrol", "scancel", "squeue", "sinfo")
 TERMINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}
 
 
@@ -56,6 +56,7 @@ class Job:
     state: str
     restarts: int
     exit_code: str
+    run_time_s: int
 
 
 class LocalSlurm:
@@ -125,7 +126,16 @@ class LocalSlurm:
     def job(self, job_id: int) -> Job:
         text = self.scontrol("show", "job", str(job_id))
         fields = dict(re.findall(r"(\w+)=(\S+)", text))
-        return Job(fields["JobState"], int(fields["Restarts"]), fields["ExitCode"])
+        return Job(
+            fields["JobState"],
+            int(fields["Restarts"]),
+            fields["ExitCode"],
+            _seconds(fields["RunTime"]),
+        )
+
+    def cancel(self, job_id: int) -> None:
+        """`scancel`: SIGTERM to the job's steps and batch shell, as an operator would."""
+        subprocess.run(["scancel", str(job_id)], env=self.env, check=True, capture_output=True)
 
     def wait_until(self, job_id: int, states: set[str], timeout: float) -> Job:
         """Poll the job until it is in one of `states`; fail with the controller's view."""
@@ -193,6 +203,13 @@ PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP
             time.sleep(0.3)
         log = (self.root / "log" / "slurmctld.log").read_text()[-2000:]
         raise RuntimeError(f"the local SLURM node did not become idle in 30 s:\n{log}")
+
+
+def _seconds(run_time: str) -> int:
+    """SLURM's `[D-]HH:MM:SS` as seconds."""
+    days, _, clock = run_time.rpartition("-")
+    h, m, sec = (int(x) for x in clock.split(":"))
+    return (int(days) if days else 0) * 86400 + h * 3600 + m * 60 + sec
 
 
 def _alive(pid: int) -> bool:
