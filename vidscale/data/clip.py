@@ -19,19 +19,27 @@ deterministic (`num_clips` clips along time x `num_crops` crops, clip-major).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, Protocol
 
 import numpy as np
 import torch
 
 from vidscale.data.sampling import dense_indices, uniform_indices
-from vidscale.data.transforms import eval_crops, random_resized_crop_transform, train_transform
+from vidscale.data.transforms import (
+    eval_crops,
+    random_resized_crop_transform,
+    short_side_jitter_transform,
+    train_transform,
+)
+from vidscale.schedules.multigrid_shapes import jitter_range
 
 Modality = Literal["rgb", "flow"]
 MODALITIES: tuple[str, ...] = ("rgb", "flow")
-CropName = Literal["multiscale", "random_resized"]
-CROPS: tuple[str, ...] = ("multiscale", "random_resized")
+CropName = Literal["multiscale", "random_resized", "short_side_jitter"]
+CROPS: tuple[str, ...] = ("multiscale", "random_resized", "short_side_jitter")
+JitterSampling = Literal["uniform", "inverse_uniform"]
+JITTER_SAMPLINGS: tuple[str, ...] = ("uniform", "inverse_uniform")
 
 
 @dataclass
@@ -46,11 +54,18 @@ class ClipSpec:
     position holds (see the module docstring); `flow_stack` is L, the consecutive flows
     stacked per segment.
 
-    `crop` picks the training crop: "multiscale" (TSM's, from `scales`; the default) or
+    `crop` picks the training crop: "multiscale" (TSM's, from `scales`; the default),
     "random_resized" (the ImageNet augmentation of Szegedy et al. 2015 §6: a box of `area` x the
     image's area with aspect ratio w/h in `ratio`, log-uniform; see
-    `transforms.random_resized_crop_box`). Evaluation ignores it: short side `short_side`, then
-    `crop_size` centre (or three) crops.
+    `transforms.random_resized_crop_box`) or "short_side_jitter" (PySlowFast's SlowFast / I3D
+    augmentation: the frame resized so its short side is drawn from `jitter` = (min, max)
+    pixels, then a random `crop_size` square; `jitter_sampling` "uniform" draws the side
+    uniformly, "inverse_uniform" draws its reciprocal uniformly, PySlowFast's
+    `DATA.INV_UNIFORM_SAMPLE`; see `transforms.short_side_jitter_transform`). Evaluation ignores
+    it: short side `short_side`, then `crop_size` centre (or three) crops.
+
+    `jitter` is the range at this spec's `crop_size`; `at_shape` scales it with the crop of a
+    multigrid shape.
     """
 
     frames: int = 8
@@ -68,6 +83,8 @@ class ClipSpec:
     crop: CropName = "multiscale"
     area: tuple[float, float] = (0.08, 1.0)
     ratio: tuple[float, float] = (3 / 4, 4 / 3)
+    jitter: tuple[int, int] = (256, 320)
+    jitter_sampling: JitterSampling = "uniform"
 
     @property
     def channels(self) -> int:
@@ -93,6 +110,36 @@ class ClipSpec:
             raise ValueError(f"{field}.area must satisfy 0 < min <= max <= 1, got {self.area}")
         if not 0 < self.ratio[0] <= self.ratio[1] < float("inf"):
             raise ValueError(f"{field}.ratio must satisfy 0 < min <= max, got {self.ratio}")
+        self._check_jitter(field)
+
+    def _check_jitter(self, field: str) -> None:
+        low, high = self.jitter
+        if not 0 < low <= high:
+            raise ValueError(f"{field}.jitter must satisfy 0 < min <= max, got {self.jitter}")
+        if self.jitter_sampling not in JITTER_SAMPLINGS:
+            raise ValueError(
+                f"{field}.jitter_sampling must be one of {JITTER_SAMPLINGS}, "
+                f"got {self.jitter_sampling!r}"
+            )
+        # A short side below the crop would give a smaller clip than crop_size (PySlowFast's
+        # random_crop then returns the whole, smaller frame, which no batch can hold).
+        if self.crop == "short_side_jitter" and low < self.crop_size:
+            raise ValueError(
+                f"{field}.jitter min must be >= crop_size ({self.crop_size}), got {self.jitter}"
+            )
+
+
+def at_shape(base: ClipSpec, *, frames: int, crop_size: int, max_stride: int) -> ClipSpec:
+    """`base` at another (frames, crop) shape with the largest random stride `max_stride`: a
+    multigrid long- or short-cycle shape of a run whose base shape is `base`'s.
+
+    The short-side jitter's min scales with the crop and its max stays, as PySlowFast does when
+    `MULTIGRID.DEFAULT_S` is set (`schedules.multigrid_shapes.jitter_range`): a smaller crop then
+    covers the same share of the frame at the smallest scale. At `base`'s own crop the range
+    is unchanged.
+    """
+    jitter = jitter_range(base.jitter, crop_size, base.crop_size)
+    return replace(base, frames=frames, crop_size=crop_size, max_stride=max_stride, jitter=jitter)
 
 
 class FrameSource(Protocol):
@@ -198,6 +245,16 @@ def _train_view(
                 size=spec.crop_size,
                 area=spec.area,
                 ratio=spec.ratio,
+                flip=spec.flip,
+                rng=rng,
+                negate_on_flip=mirrored_channels(spec),
+            )
+        case "short_side_jitter":
+            return short_side_jitter_transform(
+                frames_THWC,
+                size=spec.crop_size,
+                jitter=spec.jitter,
+                inverse_uniform=spec.jitter_sampling == "inverse_uniform",
                 flip=spec.flip,
                 rng=rng,
                 negate_on_flip=mirrored_channels(spec),

@@ -27,7 +27,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Generator, Iterator, Sequence
 from contextlib import closing
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
 from vidscale.data.annotations import VideoRecord
-from vidscale.data.clip import ClipSpec, FrameSource, clip_positions, sample_clip
+from vidscale.data.clip import ClipSpec, FrameSource, at_shape, clip_positions, sample_clip
 from vidscale.data.dataset import VideoClipDataset
 from vidscale.data.decode import DecodeError
 from vidscale.data.epoch_state import SharedInts
@@ -229,7 +229,7 @@ class StreamingShardDataset(IterableDataset):
             self._position[i] = v
 
     def _spec(self, frames: int, crop: int, max_stride: int) -> ClipSpec:
-        return replace(self.spec, frames=frames, crop_size=crop, max_stride=max_stride)
+        return at_shape(self.spec, frames=frames, crop_size=crop, max_stride=max_stride)
 
     def __len__(self) -> int:
         """Samples this rank yields in the current epoch."""

@@ -8,8 +8,10 @@ Training: the TSM code's multi-scale crop (GroupMultiScaleCrop: crop width and h
 independently from `scales` x short side, at most `max_distort` scale steps apart, placed at one
 of 13 fixed positions), or the ImageNet random-resized crop (Szegedy et al., "Going Deeper with
 Convolutions", 2015, §6: a box of 8%-100% of the image area with aspect ratio in [3/4, 4/3];
-torchvision's RandomResizedCrop), resized to size x size, and a horizontal flip. Evaluation: resize
-the short side, then centre crop (or three crops for multi-view testing).
+torchvision's RandomResizedCrop), resized to size x size, or PySlowFast's short-side scale
+jitter (the frame resized to a random short side, then a random size x size square), and a
+horizontal flip. Evaluation: resize the short side, then centre crop (or three crops for
+multi-view testing).
 """
 
 from __future__ import annotations
@@ -195,6 +197,65 @@ def random_resized_crop_transform(
     frames = to_tensor(clip)
     _, _, h, w = frames.shape
     box = random_resized_crop_box(h, w, area=area, ratio=ratio, rng=rng)
+    return _crop_resize_flip(
+        frames, box, size=size, flip=flip, rng=rng, negate_on_flip=negate_on_flip
+    )
+
+
+def jittered_short_side(
+    jitter: tuple[int, int], *, inverse_uniform: bool, rng: np.random.Generator
+) -> int:
+    """A short side in [min, max] of `jitter`: PySlowFast `random_short_side_scale_jitter`'s
+    `int(round(uniform(min, max)))`, or with `inverse_uniform` `int(round(1 / uniform(1 / max,
+    1 / min)))` (smaller sides likelier). One draw from `rng`."""
+    low, high = jitter
+    if not 0 < low <= high:
+        raise ValueError(f"jitter must satisfy 0 < min <= max, got {jitter}")
+    if inverse_uniform:
+        return round(1.0 / rng.uniform(1.0 / high, 1.0 / low))
+    return round(rng.uniform(low, high))
+
+
+def short_side_jitter_box(
+    height: int, width: int, *, size: int, rng: np.random.Generator
+) -> CropBox:
+    """A size x size box at a random place in a height x width frame (PySlowFast `random_crop`:
+    the top offset drawn first, then the left one, each from `randint(0, side - size)`, whose
+    exclusive bound leaves out the last offset; 0 where the side equals `size`)."""
+    if min(height, width) < size:
+        raise ValueError(f"a {height} x {width} frame cannot hold a {size} x {size} crop")
+    y = int(rng.integers(0, height - size)) if height > size else 0
+    x = int(rng.integers(0, width - size)) if width > size else 0
+    return CropBox(x, y, size, size)
+
+
+def short_side_jitter_transform(
+    clip: np.ndarray | torch.Tensor,
+    *,
+    size: int,
+    jitter: tuple[int, int] = (256, 320),
+    inverse_uniform: bool = False,
+    flip: bool = True,
+    rng: np.random.Generator,
+    negate_on_flip: Sequence[int] = (),
+) -> torch.Tensor:
+    """PySlowFast's training augmentation (`utils.spatial_sampling` with no relative scales):
+    resize the frames so the short side is `jittered_short_side` (the long side floored, as
+    PySlowFast does), cut a `short_side_jitter_box`, and (if `flip`) flip with p = 1/2:
+    (T, H, W, C) uint8 -> (C, T, size, size) uint8, one box for every frame.
+
+    A pure function of the clip and `rng`'s state (draws: the side, the top and left offsets,
+    then the flip); `negate_on_flip` as in `train_transform`. `jitter` min must be >= `size`.
+    """
+    frames = to_tensor(clip)
+    _, _, h, w = frames.shape
+    side = jittered_short_side(jitter, inverse_uniform=inverse_uniform, rng=rng)
+    if w < h:
+        frames = resize(frames, math.floor(h / w * side), side)
+    else:
+        frames = resize(frames, side, math.floor(w / h * side))
+    _, _, h, w = frames.shape
+    box = short_side_jitter_box(h, w, size=size, rng=rng)
     return _crop_resize_flip(
         frames, box, size=size, flip=flip, rng=rng, negate_on_flip=negate_on_flip
     )

@@ -2,11 +2,15 @@
 
 - `slowfast_r50_k400_8x8_multigrid_b64_e239`: PySlowFast's
   `configs/Kinetics/SLOWFAST_8x8_R50_stepwise_multigrid.yaml` (8 GPUs x 8 clips, 32 frames at
-  stride 2, 224^2, base LR 0.1 with steps at epochs 94, 154, 196 of 239, 34 warmup epochs from
-  0.01, long and short cycles): `vidscale schedule` prints the per-epoch schedule PySlowFast's
-  own code produces for it. The multigrid stages rescale the run to 358 epochs.
+  stride 2, base LR 0.1 with steps at epochs 94, 154, 196 of 239, 34 warmup epochs from 0.01,
+  long and short cycles; training clips resized to a short side uniform in
+  `TRAIN_JITTER_SCALES` [256, 320], a random 224^2 crop and a flip): `vidscale schedule`
+  prints the per-epoch schedule PySlowFast's own code produces for it. The multigrid stages
+  rescale the run to 358 epochs.
 - TSM and I3D on Kinetics with both cycles on top of their usual recipes (cosine LR: the
   batch-factor scaling applies on top of the cosine, where PySlowFast supports steps only).
+  The I3D clip is trained with the same short-side jitter [256, 320], the crop of PySlowFast's
+  `configs/Kinetics/I3D_8x8_R50.yaml`; the TSM one keeps TSM's multi-scale crop.
 - The demo with multigrid, for the speed study on a CPU (`docs/benchmarks.md`).
 """
 
@@ -25,12 +29,14 @@ from vidscale.schedules.lr import LRConfig
 from vidscale.schedules.multigrid_config import MultigridConfig
 
 BOTH_CYCLES = MultigridConfig(long_cycle=True, short_cycle=True)
+KINETICS_JITTER = (256, 320)  # PySlowFast's Kinetics DATA.TRAIN_JITTER_SCALES
 
 
 def _kinetics_dense(
     model: str, *, frames: int, stride: int, gpus: int, clips_per_gpu: int
 ) -> RunConfig:
-    """Kinetics-400 with dense clips (I3D / SlowFast sampling), SGD momentum 0.9, wd 1e-4."""
+    """Kinetics-400 with dense clips (I3D / SlowFast sampling and short-side jitter), SGD
+    momentum 0.9, wd 1e-4."""
     return RunConfig(
         model=ModelConfig(name=model, num_classes=400, frames=frames, dropout=0.5),
         data=DataConfig(
@@ -38,7 +44,13 @@ def _kinetics_dense(
             batch_size=clips_per_gpu,
             workers=8,
             train_clip=ClipSpec(
-                frames=frames, sampling="dense", stride=stride, crop_size=224, short_side=256
+                frames=frames,
+                sampling="dense",
+                stride=stride,
+                crop_size=224,
+                short_side=256,
+                crop="short_side_jitter",
+                jitter=KINETICS_JITTER,
             ),
             eval_clip=ClipSpec(
                 frames=frames,

@@ -6,7 +6,9 @@ epochs from 0.01, weight decay 1e-4 (none on BN), dropout 0.5, and its "softmax"
 (the embedded-Gaussian blocks) after res3 blocks 1, 3 and res4 blocks 1, 3, 5. The clip is
 MMAction2's `i3d_imagenet-pretrained-r50-nl-*_8xb8-32x2x1-100e_kinetics400-rgb`: 32 frames at
 stride 2 (the input the 3x1x1 trunk's temporal strides are built for; PySlowFast's 8x8 clip
-goes with a trunk without them), multi-scale crops (1, 0.8) of 224^2 from a 256 short side.
+goes with a trunk without them). The spatial augmentation is the yaml's: each training clip is
+resized to a short side uniform in `TRAIN_JITTER_SCALES` [256, 320], then a random 224^2 crop
+and a flip; evaluation takes the 224^2 centre of a 256 short side.
 ImageNet initialisation (both sources start from it) is `--set model.pretrained=PATH`, and an
 I3D run's weights `--set model.init_from=RUN`: the non-local blocks start as identities.
 """
@@ -19,6 +21,7 @@ from vidscale.config import DataConfig, RunConfig, TrainConfig
 from vidscale.data.clip import ClipSpec
 from vidscale.models.registry import ModelConfig
 from vidscale.optim.factory import OptimConfig
+from vidscale.recipes.multigrid import KINETICS_JITTER
 from vidscale.recipes.registry import register_recipe
 from vidscale.schedules.lr import LRConfig
 from vidscale.schedules.multigrid_config import MultigridConfig
@@ -40,7 +43,7 @@ def i3d_nl_kinetics(*, gpus: int = 8, clips_per_gpu: int = 8) -> RunConfig:
             layout="kinetics",
             batch_size=clips_per_gpu,
             workers=8,
-            train_clip=replace(clip, scales=(1.0, 0.8)),
+            train_clip=replace(clip, crop="short_side_jitter", jitter=KINETICS_JITTER),
             eval_clip=replace(clip, flip=False),
         ),
         optim=OptimConfig(

@@ -16,9 +16,12 @@ flip: "pushing something from left to right" would become its mirror class).
   one per equal segment of the video as PySlowFast's SSv2 reader does (`sampling="uniform"`;
   short videos repeat frames), 8 GPUs x 16 clips, base LR 0.03 for the 128 clips, steps at
   epochs 14 and 18 of 22, 0.19 warmup epochs from 1e-4, weight decay 1e-6, dropout 0.5,
-  precise BN over 200 batches, long and short multigrid cycles, no flip. Fine-tuned from the
-  Kinetics SlowFast 8x8 (the yaml's `SLOWFAST_8x8_R50.pkl`): `--set model.init_from=RUN` of a
-  `slowfast_r50_k400_8x8_multigrid_b64_e239` run.
+  precise BN over 200 batches, long and short multigrid cycles. Training clips are resized to a
+  short side in `TRAIN_JITTER_SCALES` [256, 320] drawn inverse-uniformly
+  (`INV_UNIFORM_SAMPLE: True`), then a random 224^2 crop, no flip (`RANDOM_FLIP: False`);
+  evaluation takes the 224^2 centre of a 256 short side (the yaml tests on a 224 short side).
+  Fine-tuned from the Kinetics SlowFast 8x8 (the yaml's `SLOWFAST_8x8_R50.pkl`):
+  `--set model.init_from=RUN` of a `slowfast_r50_k400_8x8_multigrid_b64_e239` run.
 """
 
 from __future__ import annotations
@@ -103,8 +106,11 @@ def slowfast_16x8_multigrid(
 def slowfast_r50_ssv2_16x8_multigrid_b128_e22() -> RunConfig:
     """SlowFast-R50 16x8 on SSv2, 8 GPUs x 16 clips, long + short cycles (PySlowFast)."""
     clip = ClipSpec(frames=SLOWFAST_16X8_FRAMES, crop_size=224, short_side=256, flip=False)
+    train_clip = replace(
+        clip, crop="short_side_jitter", jitter=(256, 320), jitter_sampling="inverse_uniform"
+    )
     return slowfast_16x8_multigrid(
-        DataConfig(layout="ssv2", train_clip=clip, eval_clip=clip),
+        DataConfig(layout="ssv2", train_clip=train_clip, eval_clip=clip),
         num_classes=SSV2_CLASSES,
         base_lr=0.03,
         milestones=(14, 18),

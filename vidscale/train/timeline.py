@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Literal
 
 from vidscale.config import ConfigError, RunConfig
-from vidscale.data.clip import ClipSpec
+from vidscale.data.clip import ClipSpec, at_shape
 from vidscale.data.samplers import BatchRequest, RequestCycle
 from vidscale.optim.factory import effective_accumulate
 from vidscale.schedules.lr import LRConfig, lr_at, scaled_lr
@@ -216,7 +216,7 @@ class Phase:
     def _spec(self, shape: Shape, base: ClipSpec) -> ClipSpec | None:
         if (shape.frames, shape.crop, self.max_stride) == (base.frames, base.crop_size, 0):
             return None
-        return replace(base, frames=shape.frames, crop_size=shape.crop, max_stride=self.max_stride)
+        return at_shape(base, frames=shape.frames, crop_size=shape.crop, max_stride=self.max_stride)
 
 
 def steps_in_epoch(per_process: int, shapes: tuple[Shape, ...], accumulate: int) -> int:
@@ -363,6 +363,7 @@ def multigrid_spec(cfg: RunConfig, sizes: RunSizes) -> MultigridSpec:
         bn_base_size=bn_base,
         eval_freq=mg.eval_freq,
         long_cycle_sampling_rate=mg.long_cycle_sampling_rate,
+        jitter_scales=clip.jitter,
     )
     if lr.schedule == "cosine":
         return replace(constant, lr_policy="cosine", steps=(), lrs=(), cosine_end_lr=lr.final_lr)
