@@ -18,11 +18,12 @@ from vidscale.recipes import get_recipe
 from vidscale.train.metrics import read_metrics
 
 RECIPE = "demo_tsm_r18_8f_b32_e20"
+JITTERED = "slowfast_r50_charades_16x8_multigrid_b128_e57"  # a short-side jitter crop
 
 
-def recipe_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
+def recipe_file(tmp_path: Path, capsys: pytest.CaptureFixture[str], recipe: str = RECIPE) -> Path:
     """`vidscale recipes RECIPE --json > my.json`."""
-    assert main(["recipes", RECIPE, "--json"]) == 0
+    assert main(["recipes", recipe, "--json"]) == 0
     path = tmp_path / "my.json"
     path.write_text(capsys.readouterr().out)
     return path
@@ -32,17 +33,18 @@ def resolved(*argv: str) -> object:
     return resolve_config(build_parser().parse_args(["train", *argv, "--out", "unused"]))
 
 
+@pytest.mark.parametrize("recipe", [RECIPE, JITTERED])
 def test_recipes_json_to_config_round_trip_is_the_recipe(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    recipe: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = recipe_file(tmp_path, capsys)
-    assert json.loads(path.read_text()) == json.loads(json.dumps(to_dict(get_recipe(RECIPE))))
-    assert resolved("--config", str(path)) == resolved("--recipe", RECIPE)
+    path = recipe_file(tmp_path, capsys, recipe)
+    assert json.loads(path.read_text()) == json.loads(json.dumps(to_dict(get_recipe(recipe))))
+    assert resolved("--config", str(path)) == resolved("--recipe", recipe)
     # --data and --set apply on top of the file, as on top of a recipe.
     on_top = ("--data", "somewhere", "--set", "data.batch_size=3", "--set", "train.epochs=2")
-    assert resolved("--config", str(path), *on_top) == resolved("--recipe", RECIPE, *on_top)
+    assert resolved("--config", str(path), *on_top) == resolved("--recipe", recipe, *on_top)
     assert resolved("--config", str(path), *on_top) == resolve(
-        get_recipe(RECIPE), ["data.root=somewhere", "data.batch_size=3", "train.epochs=2"]
+        get_recipe(recipe), ["data.root=somewhere", "data.batch_size=3", "train.epochs=2"]
     )
 
 

@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from vidscale.data.annotations import VideoRecord
-from vidscale.data.clip import ClipSpec, frame_indices, make_clip
+from vidscale.data.clip import ClipSpec, at_shape, frame_indices, make_clip
 from vidscale.data.dataset import VideoClipDataset, collate
 from vidscale.data.decode import decode_frames
 from vidscale.data.prepare import PreparedData, open_prepared, prepare_from_layout
@@ -236,6 +236,31 @@ def test_streamed_requests_that_do_not_fit_fail_at_once(data: PreparedData) -> N
     with pytest.raises(ValueError, match="frames, crop size and stride only"):
         one_rank.set_epoch(0, requests=flipped)
     assert len(one_rank) == 16  # still the plain epoch: 8 batches of 2
+
+
+def test_streamed_short_side_jitter_scales_its_min_with_the_requests_crop(
+    data: PreparedData,
+) -> None:
+    """A multigrid shape's request carries the jitter scaled to its crop (`at_shape`); the
+    stream rebuilds that same spec from (frames, crop, stride) and cuts the map items' clips."""
+    spec = replace(SPEC, crop="short_side_jitter", jitter=(24, 30))
+    small = at_shape(spec, frames=2, crop_size=16, max_stride=2)
+    assert small.jitter == (16, 30)  # round(24 * 16 / 24), the max kept
+    ds = StreamingShardDataset(data.train, spec, batch_size=2, seed=SEED, shuffle_buffer=3)
+    ds.set_epoch(1, requests=RequestCycle((BatchRequest(2, small), BatchRequest(2)), 4))
+    batches = list(DataLoader(ds, batch_size=None, num_workers=0, collate_fn=collate))
+    assert [tuple(b["inputs"]["rgb"].shape) for b in batches] == [
+        (2, 3, 2, 16, 16),
+        (2, 3, 4, 24, 24),
+    ] * 2
+    reference = ShardClipDataset(data.train, spec, train=True, seed=SEED)
+    reference.set_epoch(1)
+    for b, want in zip(batches, [small, spec] * 2, strict=True):
+        for clip, index in zip(b["inputs"]["rgb"], b["index"], strict=True):
+            assert torch.equal(clip, reference[(int(index), want)]["inputs"]["rgb"])
+    unscaled = replace(small, jitter=spec.jitter)  # not a shape of the dataset's spec
+    with pytest.raises(ValueError, match="frames, crop size and stride only"):
+        ds.set_epoch(1, requests=RequestCycle((BatchRequest(2, unscaled),), 1))
 
 
 def wipe_frames(entry: ShardEntry) -> None:

@@ -5,6 +5,7 @@ middle of a phase's short cycle."""
 from __future__ import annotations
 
 import contextlib
+import math
 from pathlib import Path
 from typing import Any
 
@@ -234,3 +235,23 @@ def test_aavg_learners_follow_the_multigrid_schedule_together(demo64: Path, tmp_
     assert r0["summary"]["train_steps"] == 12
     for a, b in zip(r0["final"], r1["final"], strict=True):
         assert torch.equal(a, b)
+
+
+def test_one_process_trains_pyslowfasts_short_side_jitter_through_both_cycles(
+    demo64_shards: Path, tmp_path: Path
+) -> None:
+    """The SlowFast recipes' crop on the demo shards, streamed: every shape of both cycles cuts
+    its clips from a short side in [round(32 x crop / 32), 40], and the run trains."""
+    jitter = ("data.train_clip.crop=short_side_jitter", "data.train_clip.jitter=[32, 40]")
+    cfg = multigrid_config(
+        demo64_shards, "data.source=stream", *jitter, "multigrid.precise_bn_batches=0"
+    )
+    timeline = make_timeline(cfg, run_sizes(cfg, world_size=1, train_size=64))
+    specs = [r.spec for p in timeline.phases for r in p.request_cycle(cfg.data.train_clip).cycle]
+    small, middle = (16, (16, 40)), (23, (23, 40))  # the base shape (32^2) reads the base spec
+    assert [(s.crop_size, s.jitter) for s in specs if s] == [small, middle, middle, small, middle]
+    summary = loop.train(cfg, run_dir=tmp_path / "run")
+    assert summary["train_steps"] == timeline.total_steps and summary["bad_steps"] == []
+    shapes = [r["shapes"] for r in records(tmp_path / "run", "phase")]
+    assert shapes == [[[2, 16, 16], [2, 23, 8], [2, 23, 8]], [[4, 16, 8], [4, 23, 4], [4, 32, 2]]]
+    assert all(math.isfinite(loss) for loss in losses(tmp_path / "run"))

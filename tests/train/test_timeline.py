@@ -118,6 +118,28 @@ def test_the_k400_multigrid_recipe_gives_pyslowfasts_stages_on_any_process_count
             assert b.first_step == a.first_step + a.epochs * a.steps_per_epoch
 
 
+def test_multigrid_shapes_scale_the_short_side_jitters_min_with_their_crop() -> None:
+    # PySlowFast: min_scale = int(round(256 * crop / 224)), max_scale 320 at every crop:
+    # 112 -> 128, 158 -> round(180.57) = 181, 224 -> 256.
+    cfg = get_recipe(K400)
+    base = cfg.data.train_clip
+    assert (base.crop, base.jitter) == ("short_side_jitter", (256, 320))
+    timeline = make_timeline(cfg, run_sizes(cfg, world_size=8, train_size=240_000))
+    first, last = timeline.phases[0], timeline.phases[-1]
+    wanted = {112: (128, 320), 158: (181, 320), 224: (256, 320)}
+    for phase in (first, last):
+        specs = [r.spec for r in phase.request_cycle(base).cycle]
+        assert all(s is not None for s in specs)
+        assert [(s.crop_size, s.jitter) for s in specs if s] == [
+            (shape.crop, wanted[shape.crop]) for shape in phase.shapes
+        ]
+    assert [s.crop for s in first.shapes] == [112, 158, 158]
+    assert [s.crop for s in last.shapes] == [112, 158, 224]
+    # The schedule's own per-shape ranges are the ones the clips are cut with.
+    stages = [s for s in timeline.multigrid.stages if s.epochs]  # type: ignore[union-attr]
+    assert stages[0].jitter_scales == ((128, 320), (181, 320), (181, 320))
+
+
 def test_multigrid_lr_inside_an_epoch_uses_the_exact_epoch() -> None:
     cfg = get_recipe(K400)
     timeline = make_timeline(cfg, run_sizes(cfg, world_size=8, train_size=240_000))
