@@ -221,3 +221,8 @@ def test_a_multigrid_shape_scales_the_jitters_min_only(
         dataclasses.replace(shaped, frames=8, crop_size=base, max_stride=0, jitter=jitter) == spec
     )
     shaped.check("data.train_clip")  # a min >= the base crop stays >= every scaled crop
+
+
+def test_other_crops_keep_their_unused_jitter_at_every_shape() -> None:
+    spec = ClipSpec(crop_size=224)
+    assert at_shape(spec, frames=4, crop_size=112, max_stride=0).jitter == spec.jitter

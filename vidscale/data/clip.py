@@ -133,13 +133,16 @@ def at_shape(base: ClipSpec, *, frames: int, crop_size: int, max_stride: int) ->
     """`base` at another (frames, crop) shape with the largest random stride `max_stride`: a
     multigrid long- or short-cycle shape of a run whose base shape is `base`'s.
 
-    The short-side jitter's min scales with the crop and its max stays, as PySlowFast does when
-    `MULTIGRID.DEFAULT_S` is set (`schedules.multigrid_shapes.jitter_range`): a smaller crop then
-    covers the same share of the frame at the smallest scale. At `base`'s own crop the range
-    is unchanged.
+    With the "short_side_jitter" crop, the jitter's min scales with the crop and its max stays,
+    as PySlowFast does when `MULTIGRID.DEFAULT_S` is set
+    (`schedules.multigrid_shapes.jitter_range`): a smaller crop then covers the same share of
+    the frame at the smallest scale. At `base`'s own crop the range is unchanged; the other
+    crops do not read `jitter`, so it is left as it is.
     """
-    jitter = jitter_range(base.jitter, crop_size, base.crop_size)
-    return replace(base, frames=frames, crop_size=crop_size, max_stride=max_stride, jitter=jitter)
+    shaped = replace(base, frames=frames, crop_size=crop_size, max_stride=max_stride)
+    if base.crop != "short_side_jitter":
+        return shaped
+    return replace(shaped, jitter=jitter_range(base.jitter, crop_size, base.crop_size))
 
 
 class FrameSource(Protocol):
