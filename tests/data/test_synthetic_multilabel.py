@@ -1,5 +1,5 @@
-"""The multi-label demo: decodable files, label sets of 2-3 classes, objects that move as their
-class does, and the same bytes from the same seed."""
+"""The multi-label demo: decodable files, label sets of 2-3 of its 6 classes, objects that move
+as their class does in quadrants of their own, and the same bytes from the same seed."""
 
 from __future__ import annotations
 
@@ -9,11 +9,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from vidscale.cli import main
+from vidscale.cli.data_cmds import MULTI_LABEL_SIZE
 from vidscale.data.annotations import read_class_names
 from vidscale.data.decode import decode_frames, probe
 from vidscale.data.multilabel_annotations import read_multilabel_annotations
 from vidscale.data.synthetic import CLASSES
 from vidscale.data.synthetic_multilabel import (
+    DEFAULT_SIZE,
+    MULTI_LABEL_CLASSES,
     OBJECTS,
     REGION,
     draw_object_labels,
@@ -30,9 +34,9 @@ def test_layout_labels_decoding_and_determinism(tmp_path: Path) -> None:
     # Same seed, more training videos: the videos both have are byte-identical.
     write_multilabel_dataset(tmp_path / "b", seed=3, train_videos=6, val_videos=2, **SMALL)
     write_multilabel_dataset(tmp_path / "c", seed=4, train_videos=1, val_videos=0, **SMALL)
-    assert (a.train_videos, a.val_videos, a.classes) == (4, 2, 8)
+    assert (a.train_videos, a.val_videos, a.classes) == (4, 2, 6)
     classes = read_class_names(tmp_path / "a" / "classes.txt")
-    assert classes == list(CLASSES)
+    assert classes == [c for c in CLASSES if "rotating" not in c] == list(MULTI_LABEL_CLASSES)
     header, first = (tmp_path / "a" / "train.csv").read_text().splitlines()[:2]
     assert header == "path,labels" and first.startswith("videos/train/train_00000.mp4,")
     train = read_multilabel_annotations(tmp_path / "a" / "train.csv", classes=classes)
@@ -60,14 +64,15 @@ def test_label_sets_have_two_or_three_classes_each_equally_likely() -> None:
     assert set(distinct) == {2, 3}
     assert distinct[2] / len(draws) == pytest.approx(0.5, abs=0.03)
     in_set = Counter(c for d in draws for c in set(d))
-    for c in range(len(CLASSES)):  # every class in 2.5 / 8 of the label sets
-        assert in_set[c] / len(draws) == pytest.approx(2.5 / 8, abs=0.03)
+    assert set(in_set) == set(range(len(MULTI_LABEL_CLASSES)))
+    for c in range(len(MULTI_LABEL_CLASSES)):  # every class in 2.5 / 6 of the label sets
+        assert in_set[c] / len(draws) == pytest.approx(2.5 / 6, abs=0.03)
     first = Counter(d[0] for d in draws)  # no class favours a drawing position
-    assert max(first.values()) / len(draws) < 1 / 8 + 0.03
+    assert max(first.values()) / len(draws) < 1 / 6 + 0.03
 
 
-@pytest.mark.parametrize("labels", [(0, 3, 6), (1, 1, 4), (5, 7, 2)])
-def test_each_object_moves_as_its_class_in_its_own_corner(labels: tuple[int, ...]) -> None:
+@pytest.mark.parametrize("labels", [(0, 3, 4), (1, 1, 4), (5, 3, 2)])
+def test_each_object_moves_as_its_class_in_its_own_quadrant(labels: tuple[int, ...]) -> None:
     n, frames = 64, 16
     objects = place_objects(labels, rng=np.random.default_rng(sum(labels)), n=n, num_frames=frames)
     assert [o.label for o in objects] == list(labels)
@@ -75,18 +80,17 @@ def test_each_object_moves_as_its_class_in_its_own_corner(labels: tuple[int, ...
     corners = set()
     for obj in objects:
         t = obj.trajectory
-        attribute = {0: t.x, 1: t.x, 2: t.y, 3: t.y, 4: t.angle, 5: t.angle}.get(
-            obj.label, np.log(t.half_size)
-        )
-        direction = [-1, 1, -1, 1, 1, -1, 1, -1][obj.label]
+        # MULTI_LABEL_CLASSES: left, right, up, down, growing, shrinking.
+        attribute = {0: t.x, 1: t.x, 2: t.y, 3: t.y}.get(obj.label, np.log(t.half_size))
+        direction = [-1, 1, -1, 1, 1, -1][obj.label]
         halves = np.sign(attribute[8] - attribute[0]), np.sign(attribute[15] - attribute[8])
-        assert halves == (direction, direction), CLASSES[obj.label]
+        assert halves == (direction, direction), MULTI_LABEL_CLASSES[obj.label]
         corner = (int(t.x.mean() > n / 2), int(t.y.mean() > n / 2))
         low = np.array(corner) * (n - region)
         positions = np.stack([t.x, t.y], axis=1)  # (T, 2)
         assert np.all(np.abs(positions - (low + region / 2)) <= region / 2 + 1)
         corners.add(corner)
-    assert len(corners) == len(objects)
+    assert len(corners) == len(objects) and REGION == 0.5  # quadrants: no two objects overlap
 
 
 def test_rendering_is_deterministic_and_checks_its_input() -> None:
@@ -111,3 +115,14 @@ def test_rendering_is_deterministic_and_checks_its_input() -> None:
     ):
         with pytest.raises(ValueError, match=message):
             write_multilabel_dataset(Path("unused"), **bad)  # type: ignore[arg-type]
+
+
+def test_the_synth_command_writes_n_videos_per_class_in_all(tmp_path: Path) -> None:
+    assert MULTI_LABEL_SIZE == DEFAULT_SIZE  # the --help text's figure is the generator's
+    args = ["synth", "--multi-label", "--out", str(tmp_path / "d"), "--size", "32", "--frames", "8"]
+    assert main([*args, "--train-per-class", "2", "--val-per-class", "1"]) == 0
+    rows = (tmp_path / "d" / "train.csv").read_text().splitlines()
+    assert len(rows) == 1 + 2 * len(MULTI_LABEL_CLASSES)
+    assert len((tmp_path / "d" / "val.csv").read_text().splitlines()) == 1 + len(
+        MULTI_LABEL_CLASSES
+    )

@@ -15,7 +15,7 @@ from tests.data.test_charades_layout import CLASSES, charades  # noqa: F401  (th
 from tests.tiny_run import tiny_overrides
 from vidscale.cli import main
 
-RECIPE = "demo_tsm_r18_multilabel_8f_b32_e20"
+RECIPE = "demo_tsm_r18_multilabel_8f_b32_e10"
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,7 @@ from vidscale.train.eval_run import evaluate_run
 from vidscale.train.metrics import read_metrics
 from vidscale.train.run_ref import best_checkpoint
 
-RECIPE = "demo_tsm_r18_multilabel_8f_b32_e20"
+RECIPE = "demo_tsm_r18_multilabel_8f_b32_e10"
 CLASSES = 8
 
 

@@ -2,8 +2,8 @@
 
 Two runs on one multi-label demo directory DATA (`vidscale synth --multi-label`), in STUDY/:
 
-- `tsm`: `demo_tsm_r18_multilabel_8f_b32_e20`, a temporal model;
-- `tsn`: `demo_tsn_r18_multilabel_8f_b32_e20`, the same recipe without the temporal shift.
+- `tsm`: `demo_tsm_r18_multilabel_8f_b32_e10`, a temporal model;
+- `tsn`: `demo_tsn_r18_multilabel_8f_b32_e10`, the same recipe without the temporal shift.
 
 Each video shows three objects moving as two or three classes move, and no single frame tells
 a class (`data.synthetic_multilabel`), so the temporal model can recover every label while an
@@ -38,8 +38,8 @@ from vidscale.train.metrics import read_metrics
 from vidscale.train.timeline import requested_global_batch
 
 RECIPES = {
-    "tsm": "demo_tsm_r18_multilabel_8f_b32_e20",
-    "tsn": "demo_tsn_r18_multilabel_8f_b32_e20",
+    "tsm": "demo_tsm_r18_multilabel_8f_b32_e10",
+    "tsn": "demo_tsn_r18_multilabel_8f_b32_e10",
 }
 # Fields the study sets; a --set of one of them would silently change what is compared.
 CONTROLLED_KEYS = ("data.root", "data.multi_label", "model.name")
