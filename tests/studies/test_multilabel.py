@@ -32,7 +32,7 @@ def test_two_runs_of_the_multi_label_recipes(ml_demo: Path, tmp_path: Path) -> N
     assert [r.name for r in runs] == ["tsm", "tsn"]
     assert [r.cfg.recipe for r in runs] == list(RECIPES.values())
     assert all(r.cfg.data.multi_label and r.cfg.train.epochs == 3 for r in runs)
-    assert all(r.cfg.model.num_classes == 8 for r in runs)
+    assert all(r.cfg.model.num_classes == 6 for r in runs)
     cmd = train_command("tsn", spec)
     assert cmd[:6] == ["torchrun", "--standalone", "--nproc_per_node", "2", "-m", "vidscale"]
     assert "demo_tsn_r18_multilabel_8f_b32_e10" in cmd

@@ -17,7 +17,7 @@ import torch
 from tests.tiny_run import tiny_overrides
 from vidscale.cli import main
 from vidscale.config import apply_overrides
-from vidscale.data.synthetic_multilabel import write_multilabel_dataset
+from vidscale.data.synthetic_multilabel import MULTI_LABEL_CLASSES, write_multilabel_dataset
 from vidscale.predict import PRESENT_AT, predict_video
 from vidscale.recipes import get_recipe
 from vidscale.train import loop
@@ -26,7 +26,7 @@ from vidscale.train.metrics import read_metrics
 from vidscale.train.run_ref import best_checkpoint
 
 RECIPE = "demo_tsm_r18_multilabel_8f_b32_e10"
-CLASSES = 8
+CLASSES = len(MULTI_LABEL_CLASSES)
 
 
 def overrides(root: Path) -> list[str]:
@@ -70,7 +70,7 @@ def test_one_process_trains_on_binary_cross_entropy_and_reports_map(ml_run: Path
     assert summary["val_map"] == epochs[-1]["val_map"]
     assert summary["val_map_history"] == [r["val_map"] for r in epochs]
     assert summary["best_val_map"] == max(summary["val_map_history"])
-    assert 0.2 < summary["chance_map"] < 0.6  # 2-3 of 8 classes a video
+    assert 0.2 < summary["chance_map"] < 0.7  # 2-3 of 6 classes a video
     assert summary["val_videos"] == 5
     assert list((ml_run / "tensorboard").iterdir())
     best = max(epochs, key=lambda r: (r["val_map"], r["epoch"]))["epoch"]
