@@ -34,7 +34,7 @@ from vidscale.data.layouts import LayoutSplits, read_layout
 from vidscale.data.prepare import open_prepared, prepare_dataset
 from vidscale.data.shard_dataset import ShardClipDataset, StreamingShardDataset
 from vidscale.data.shards import ShardEntry, encode_jpeg, iter_videos
-from vidscale.data.synthetic import encode_h264
+from vidscale.data.synthetic_writer import encode_h264
 
 T = TypeVar("T")
 DEADLINE_S = 60.0  # generous on a loaded 2-core machine; a hang never finishes

@@ -14,7 +14,8 @@ import pytest
 from vidscale.cli import main
 from vidscale.data.decode import decode_all
 from vidscale.data.prepare import open_prepared, prepare_from_layout
-from vidscale.data.synthetic import CLASSES, encode_h264, write_synthetic_dataset
+from vidscale.data.synthetic import CLASSES, write_synthetic_dataset
+from vidscale.data.synthetic_writer import encode_h264
 from vidscale.train.eval_run import Views, evaluate_run
 
 N_CLASSES = 4  # the first four demo classes: left/right, up/down

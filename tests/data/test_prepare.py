@@ -22,7 +22,8 @@ from vidscale.data.prepare import (
     prepare_from_layout,
 )
 from vidscale.data.shards import ShardReader, decode_jpeg, encode_jpeg
-from vidscale.data.synthetic import encode_h264, write_synthetic_dataset
+from vidscale.data.synthetic import write_synthetic_dataset
+from vidscale.data.synthetic_writer import encode_h264
 
 QUIET: dict[str, Any] = {"workers": 1, "progress": False}
 

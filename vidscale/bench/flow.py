@@ -111,7 +111,8 @@ def end_point_error(flow: np.ndarray, shift: tuple[float, float], *, margin: int
 def demo_video(path: Path, *, frames: int, size: int, seed: int = 0) -> Path:
     """An H.264 video of the built-in demo (`vidscale.data.synthetic`): a textured object moving
     and turning over a textured background with distractors, `size` px square, 30 fps."""
-    from vidscale.data.synthetic import encode_h264, render_video
+    from vidscale.data.synthetic import render_video
+    from vidscale.data.synthetic_writer import encode_h264
 
     rng = np.random.default_rng(seed)
     # Rendered over at least two seconds: the demo's motion spans its whole clip, so a short clip

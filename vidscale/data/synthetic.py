@@ -24,14 +24,26 @@ thread, so the bytes are a pure function of the seed.
 from __future__ import annotations
 
 import math
-import multiprocessing as mp
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
-import av
 import numpy as np
 
 from vidscale.data.annotations import write_annotations
+from vidscale.data.synthetic_render import (
+    MARKERS,
+    SUPERSAMPLE,
+    Appearance,
+    Trajectory,
+    draw_background,
+    draw_distractors,
+    finish_frame,
+    paint_distractors,
+    paint_object,
+    pixel_grid,
+)
+from vidscale.data.synthetic_writer import VideoJob, write_videos
 
 CLASSES = (
     "moving_left",
@@ -54,10 +66,6 @@ _CLASS_MOTION = {
     "growing": ("log_size", 1),
     "shrinking": ("log_size", -1),
 }
-# Where each shape carries its marker spot (object coordinates), well inside the shape.
-MARKERS = {0: (0.0, -0.55), 1: (-0.6, -0.6), 2: (-0.6, -0.6), 3: (-0.55, -0.3)}
-MARKER_RADIUS = 0.3
-SUPERSAMPLE = 2  # render at 2x and average down: sub-pixel motion stays visible
 HALF_SIZE = (0.17, 0.26)  # object half-size at mid-range, fraction of the frame side
 TRANSLATION_RANGE = (0.30, 0.42)  # extent of x or y travel, fraction of the frame side
 ROTATION_RANGE = (math.radians(120), math.radians(200))
@@ -81,29 +89,6 @@ class SynthSummary:
             f"({self.classes} classes, {self.size}x{self.size}, {self.num_frames} frames) "
             f"to {self.root}"
         )
-
-
-@dataclass(frozen=True)
-class _Job:
-    path: Path
-    label: int
-    seed: np.random.SeedSequence
-    size: int
-    num_frames: int
-    fps: int
-    gop: int
-    noise: float
-    distractors: int
-
-
-@dataclass(frozen=True)
-class Trajectory:
-    """Per-frame object state, in supersampled pixels and radians."""
-
-    x: np.ndarray
-    y: np.ndarray
-    angle: np.ndarray
-    half_size: np.ndarray
 
 
 def motion_profiles(num_frames: int) -> tuple[np.ndarray, np.ndarray]:
@@ -148,55 +133,6 @@ def class_trajectory(label: int, num_frames: int, n: int, rng: np.random.Generat
     )
 
 
-def _background(rng: np.random.Generator, n: int) -> np.ndarray:
-    """Low-frequency colour blotches plus fine texture, moderately dark (the object stands out)."""
-    coarse = rng.uniform(20, 110, size=(4, 4, 3))
-    idx = np.linspace(0, 3, n)
-    i0 = np.floor(idx).astype(int).clip(0, 2)
-    f = (idx - i0)[:, None]
-    rows = coarse[i0] * (1 - f[..., None]) + coarse[i0 + 1] * f[..., None]
-    img = rows[:, i0] * (1 - f[None, :, :]) + rows[:, i0 + 1] * f[None, :, :]
-    return img + rng.normal(0, 12, size=(n, n, 1))
-
-
-def _shape_mask(kind: int, u: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Shapes without rotational symmetry, in object coordinates (u, v) in [-1, 1]."""
-    inside = (np.abs(u) <= 1) & (np.abs(v) <= 1)
-    if kind == 0:  # triangle
-        return inside & (np.abs(u) <= (1 - v) / 2 + 0.05)
-    if kind == 1:  # L shape
-        return inside & ((u <= -0.2) | (v >= 0.3))
-    if kind == 2:  # square with a notch
-        return inside & ~((u > 0.1) & (v < -0.1))
-    return inside & (u * u + v * v <= 1) & ~((u > 0.2) & (np.abs(v) < 0.35))  # notched disk
-
-
-@dataclass(frozen=True)
-class _Blob:
-    """A distractor: a disk moving in a straight line (bouncing off the borders), whatever the
-    class."""
-
-    pos: np.ndarray
-    vel: np.ndarray
-    radius: float
-    colour: np.ndarray
-
-    def centre(self, frame: int, n: int) -> np.ndarray:
-        return np.abs((self.pos + self.vel * frame + n) % (2 * n) - n)
-
-
-def _distractors(rng: np.random.Generator, count: int, n: int) -> list[_Blob]:
-    return [
-        _Blob(
-            pos=rng.uniform(0, n, size=2),
-            vel=rng.normal(0, 1.2 * SUPERSAMPLE, size=2),
-            radius=rng.uniform(1.5, 3.0) * SUPERSAMPLE,
-            colour=rng.uniform(40, 230, size=3),
-        )
-        for _ in range(count)
-    ]
-
-
 def render_video(
     label: int,
     *,
@@ -209,77 +145,20 @@ def render_video(
     """(T, size, size, 3) uint8 RGB frames of one video of class `label`."""
     n = size * SUPERSAMPLE
     traj = class_trajectory(label, num_frames, n, rng)
-    background = _background(rng, n)
-    kind = int(rng.integers(4))
+    backdrop = draw_background(rng, n)
+    shape = int(rng.integers(len(MARKERS)))
     colour_a = rng.uniform(150, 255, size=3)
     colour_b = colour_a * rng.uniform(0.35, 0.7)
-    stripes = rng.uniform(2.5, 5.0)
-    marker_colour = 255.0 - colour_b
-    blobs = _distractors(rng, distractors, n)
-    gy, gx = np.mgrid[0:n, 0:n].astype(np.float64) + 0.5
+    look = Appearance(shape, colour_a, colour_b, stripes=rng.uniform(2.5, 5.0))
+    blobs = draw_distractors(rng, distractors, n)
+    gx, gy = pixel_grid(n)
     frames = np.empty((num_frames, size, size, 3), dtype=np.uint8)
     for i in range(num_frames):
-        img = background.copy()
-        for b in blobs:
-            p = b.centre(i, n)
-            img[(gx - p[0]) ** 2 + (gy - p[1]) ** 2 <= b.radius**2] = b.colour
-        # Object coordinates of every pixel: inverse rotation about the object's centre.
-        c, s = math.cos(traj.angle[i]), math.sin(traj.angle[i])
-        dx, dy = gx - traj.x[i], gy - traj.y[i]
-        u = (c * dx + s * dy) / traj.half_size[i]
-        v = (-s * dx + c * dy) / traj.half_size[i]
-        texture = (np.floor((u + 1) * stripes) % 2 == 0)[..., None]
-        mask = _shape_mask(kind, u, v)
-        img = np.where(mask[..., None], np.where(texture, colour_a, colour_b), img)
-        # An off-centre spot on every object (any class) makes the turning direction trackable.
-        mu, mv = MARKERS[kind]
-        spot = mask & ((u - mu) ** 2 + (v - mv) ** 2 <= MARKER_RADIUS**2)
-        img = np.where(spot[..., None], marker_colour, img)
-        # Average the 2x2 supersamples in a fixed order (a reduction's order, and so its last
-        # bit, can depend on memory alignment; the output bytes must not).
-        small = (img[0::2, 0::2] + img[1::2, 0::2] + img[0::2, 1::2] + img[1::2, 1::2]) / 4
-        small += rng.normal(0, noise, size=small.shape)
-        frames[i] = small.clip(0, 255).round().astype(np.uint8)
+        img = backdrop.copy()
+        paint_distractors(img, blobs, i, gx, gy)
+        paint_object(img, look, traj, i, gx, gy)
+        frames[i] = finish_frame(img, rng, noise)
     return frames
-
-
-def encode_h264(frames: np.ndarray, path: Path, *, fps: int, gop: int, crf: int = 17) -> None:
-    """Write (T, H, W, 3) uint8 RGB frames as an H.264 .mp4 (yuv420p, a keyframe at least every
-    `gop` frames); the bytes are a pure function of the frames and settings."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with av.open(str(path), mode="w") as container:
-        # One thread, no lookahead and frames converted to 4:2:0 before the encoder: with
-        # these, x264's output bytes are a pure function of the input frames.
-        options = {
-            "crf": str(crf),
-            "threads": "1",
-            "preset": "medium",
-            "x264-params": "rc-lookahead=0:sync-lookahead=0",
-        }
-        stream = container.add_stream("libx264", rate=fps, options=options)
-        stream.width, stream.height = frames.shape[2], frames.shape[1]
-        stream.pix_fmt = "yuv420p"
-        stream.codec_context.gop_size = gop
-        stream.codec_context.thread_count = 1
-        for rgb in frames:
-            yuv = av.VideoFrame.from_ndarray(rgb, format="rgb24").reformat(format="yuv420p")
-            frame = av.VideoFrame.from_ndarray(yuv.to_ndarray().copy(), format="yuv420p")
-            for packet in stream.encode(frame):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
-
-
-def _write_one(job: _Job) -> None:
-    frames = render_video(
-        job.label,
-        rng=np.random.default_rng(job.seed),
-        size=job.size,
-        num_frames=job.num_frames,
-        noise=job.noise,
-        distractors=job.distractors,
-    )
-    encode_h264(frames, job.path, fps=job.fps, gop=job.gop)
 
 
 def write_synthetic_dataset(
@@ -314,40 +193,23 @@ def write_synthetic_dataset(
     ]
     # Each video's randomness depends on (seed, split, class, number) only: asking for more
     # videos adds new ones and leaves the others unchanged.
+    render = partial(
+        render_video, size=size, num_frames=num_frames, noise=noise, distractors=distractors
+    )
     jobs = [
-        _Job(
+        VideoJob(
             out / rel,
-            label,
             np.random.SeedSequence((seed, split == "val", label, k)),
-            size,
-            num_frames,
+            partial(render, label),
             fps,
             gop,
-            noise,
-            distractors,
         )
         for split, label, k, rel in names
     ]
-    _run(jobs, workers=workers or min(4, mp.cpu_count()))
+    write_videos(jobs, workers=workers)
     (out / "classes.txt").write_text("\n".join(CLASSES) + "\n")
     for split, _ in splits:
         rows = [(rel, CLASSES[label]) for s, label, _, rel in names if s == split]
         write_annotations(out / f"{split}.csv", rows)
-    return SynthSummary(
-        out,
-        len(CLASSES),
-        train_per_class * len(CLASSES),
-        val_per_class * len(CLASSES),
-        size,
-        num_frames,
-    )
-
-
-def _run(jobs: list[_Job], *, workers: int) -> None:
-    # Few videos: worker start-up costs more than it saves.
-    if workers > 1 and len(jobs) >= 64:
-        with mp.get_context("fork").Pool(workers) as pool:
-            pool.map(_write_one, jobs, chunksize=8)
-    else:
-        for job in jobs:
-            _write_one(job)
+    videos = (train_per_class * len(CLASSES), val_per_class * len(CLASSES))
+    return SynthSummary(out, len(CLASSES), *videos, size, num_frames)

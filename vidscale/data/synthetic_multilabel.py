@@ -23,26 +23,27 @@ Videos are encoded as the single-label demo's are, so the bytes are a pure funct
 
 from __future__ import annotations
 
-import math
-import multiprocessing as mp
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 from vidscale.data.multilabel_annotations import write_multilabel_annotations
-from vidscale.data.synthetic import (
-    CLASSES,
-    MARKER_RADIUS,
+from vidscale.data.synthetic import CLASSES, class_trajectory
+from vidscale.data.synthetic_render import (
     MARKERS,
     SUPERSAMPLE,
+    Appearance,
     Trajectory,
-    _background,
-    _distractors,
-    _shape_mask,
-    class_trajectory,
-    encode_h264,
+    draw_background,
+    draw_distractors,
+    finish_frame,
+    paint_distractors,
+    paint_object,
+    pixel_grid,
 )
+from vidscale.data.synthetic_writer import VideoJob, write_videos
 
 # The label space: the single-label demo's classes but for the two directions of rotation.
 MULTI_LABEL_CLASSES = tuple(c for c in CLASSES if not c.startswith("rotating"))
@@ -78,10 +79,7 @@ class MovingObject:
 
     label: int
     trajectory: Trajectory
-    shape: int
-    colour_a: np.ndarray
-    colour_b: np.ndarray
-    stripes: float
+    look: Appearance
 
 
 def draw_object_labels(rng: np.random.Generator) -> tuple[int, ...]:
@@ -107,35 +105,18 @@ def place_objects(
         local = class_trajectory(motion, num_frames, region, rng)
         dx, dy = corners[corner]
         colour_a = rng.uniform(150, 255, size=3)
+        shape = int(rng.integers(len(MARKERS)))
+        colour_b = colour_a * rng.uniform(0.35, 0.7)
         objects.append(
             MovingObject(
                 label=label,
                 trajectory=Trajectory(
                     x=local.x + dx, y=local.y + dy, angle=local.angle, half_size=local.half_size
                 ),
-                shape=int(rng.integers(len(MARKERS))),
-                colour_a=colour_a,
-                colour_b=colour_a * rng.uniform(0.35, 0.7),
-                stripes=float(rng.uniform(2.5, 5.0)),
+                look=Appearance(shape, colour_a, colour_b, stripes=float(rng.uniform(2.5, 5.0))),
             )
         )
     return objects
-
-
-def _paint(img: np.ndarray, obj: MovingObject, frame: int, gx: np.ndarray, gy: np.ndarray) -> None:
-    """Paint `obj` as it is at `frame` onto the supersampled image, in place (the single-label
-    demo's textured shape with its off-centre marker spot)."""
-    t = obj.trajectory
-    c, s = math.cos(t.angle[frame]), math.sin(t.angle[frame])
-    dx, dy = gx - t.x[frame], gy - t.y[frame]
-    u = (c * dx + s * dy) / t.half_size[frame]
-    v = (-s * dx + c * dy) / t.half_size[frame]
-    mask = _shape_mask(obj.shape, u, v)
-    stripe = np.floor((u + 1) * obj.stripes) % 2 == 0
-    img[mask & stripe] = obj.colour_a
-    img[mask & ~stripe] = obj.colour_b
-    mu, mv = MARKERS[obj.shape]
-    img[mask & ((u - mu) ** 2 + (v - mv) ** 2 <= MARKER_RADIUS**2)] = 255.0 - obj.colour_b
 
 
 def render_multilabel_video(
@@ -153,35 +134,17 @@ def render_multilabel_video(
         raise ValueError(f"between 1 and 4 objects fit, got {len(labels)}")
     n = size * SUPERSAMPLE
     objects = place_objects(labels, rng=rng, n=n, num_frames=num_frames)
-    background = _background(rng, n)
-    blobs = _distractors(rng, distractors, n)
-    gy, gx = np.mgrid[0:n, 0:n].astype(np.float64) + 0.5
+    backdrop = draw_background(rng, n)
+    blobs = draw_distractors(rng, distractors, n)
+    gx, gy = pixel_grid(n)
     frames = np.empty((num_frames, size, size, 3), dtype=np.uint8)
     for i in range(num_frames):
-        img = background.copy()
-        for b in blobs:
-            p = b.centre(i, n)
-            img[(gx - p[0]) ** 2 + (gy - p[1]) ** 2 <= b.radius**2] = b.colour
+        img = backdrop.copy()
+        paint_distractors(img, blobs, i, gx, gy)
         for obj in objects:
-            _paint(img, obj, i, gx, gy)
-        # The 2x2 supersamples averaged in a fixed order, as the single-label demo does, so the
-        # bytes do not depend on memory alignment.
-        small = (img[0::2, 0::2] + img[1::2, 0::2] + img[0::2, 1::2] + img[1::2, 1::2]) / 4
-        small += rng.normal(0, noise, size=small.shape)
-        frames[i] = small.clip(0, 255).round().astype(np.uint8)
+            paint_object(img, obj.look, obj.trajectory, i, gx, gy)
+        frames[i] = finish_frame(img, rng, noise)
     return frames
-
-
-@dataclass(frozen=True)
-class _Job:
-    path: Path
-    seed: np.random.SeedSequence
-    size: int
-    num_frames: int
-    fps: int
-    gop: int
-    noise: float
-    distractors: int
 
 
 def video_labels(seed: np.random.SeedSequence) -> frozenset[int]:
@@ -189,17 +152,19 @@ def video_labels(seed: np.random.SeedSequence) -> frozenset[int]:
     return frozenset(draw_object_labels(np.random.default_rng(seed)))
 
 
-def _write_one(job: _Job) -> None:
-    rng = np.random.default_rng(job.seed)
-    frames = render_multilabel_video(
+def render_drawn_video(
+    *, rng: np.random.Generator, size: int, num_frames: int, noise: float, distractors: int
+) -> np.ndarray:
+    """`render_multilabel_video` of the objects `draw_object_labels` draws first from `rng`
+    (the labels `video_labels` reads back from the same seed)."""
+    return render_multilabel_video(
         draw_object_labels(rng),
         rng=rng,
-        size=job.size,
-        num_frames=job.num_frames,
-        noise=job.noise,
-        distractors=job.distractors,
+        size=size,
+        num_frames=num_frames,
+        noise=noise,
+        distractors=distractors,
     )
-    encode_h264(frames, job.path, fps=job.fps, gop=job.gop)
 
 
 def write_multilabel_dataset(
@@ -230,23 +195,23 @@ def write_multilabel_dataset(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     splits = (("train", train_videos), ("val", val_videos))
+    render = partial(
+        render_drawn_video, size=size, num_frames=num_frames, noise=noise, distractors=distractors
+    )
     jobs = {
         split: [
-            _Job(
+            VideoJob(
                 out / f"videos/{split}/{split}_{k:05d}.mp4",
                 np.random.SeedSequence((seed, split == "val", k)),
-                size,
-                num_frames,
+                render,
                 fps,
                 gop,
-                noise,
-                distractors,
             )
             for k in range(count)
         ]
         for split, count in splits
     }
-    _run([job for split_jobs in jobs.values() for job in split_jobs], workers=workers)
+    write_videos([job for split_jobs in jobs.values() for job in split_jobs], workers=workers)
     (out / "classes.txt").write_text("\n".join(MULTI_LABEL_CLASSES) + "\n")
     for split, split_jobs in jobs.items():
         rows = [
@@ -260,14 +225,3 @@ def write_multilabel_dataset(
     return MultiLabelSynthSummary(
         out, len(MULTI_LABEL_CLASSES), train_videos, val_videos, size, num_frames
     )
-
-
-def _run(jobs: list[_Job], *, workers: int) -> None:
-    workers = workers or min(4, mp.cpu_count())
-    # Few videos: worker start-up costs more than it saves.
-    if workers > 1 and len(jobs) >= 64:
-        with mp.get_context("fork").Pool(workers) as pool:
-            pool.map(_write_one, jobs, chunksize=8)
-    else:
-        for job in jobs:
-            _write_one(job)
