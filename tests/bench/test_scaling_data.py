@@ -19,6 +19,7 @@ from vidscale.cli import main
 from vidscale.data.annotations import read_class_names
 from vidscale.data.prepare import prepare_from_layout
 from vidscale.data.synthetic import write_synthetic_dataset
+from vidscale.data.synthetic_multilabel import MULTI_LABEL_CLASSES, write_multilabel_dataset
 from vidscale.distributed.env import DistEnv
 
 MODEL = "tsm_resnet18"
@@ -111,3 +112,44 @@ def test_bad_data_is_a_one_line_error_naming_the_option(
     assert err.startswith(f"vidscale: error: {message}") and "\n" not in err
     assert ("is not a directory" if data == "missing" else "fewer than one batch") in err
     assert not (tmp_path / "s.json").exists()
+
+
+@pytest.fixture(scope="module")
+def multi_label_videos(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("scaling_multilabel")
+    write_multilabel_dataset(root, seed=3, train_videos=8, val_videos=2, size=32, num_frames=8)
+    return root
+
+
+def test_a_multi_label_layout_reads_label_sets(multi_label_videos: Path) -> None:
+    given = ScalingConfig(
+        models=(MODEL,),
+        data=str(multi_label_videos),
+        layout="multilabel",
+        frames=8,
+        size=32,
+        batch=4,
+        device="cpu",
+    )
+    cfg = resolve(given)
+    assert cfg.num_classes == len(MULTI_LABEL_CLASSES)
+    batch = next(real_batches(cfg, ONE_PROCESS, MODEL))
+    assert batch["targets"].shape == (4, len(MULTI_LABEL_CLASSES))
+    assert set(batch["targets"].sum(dim=1).tolist()) <= {2.0, 3.0}  # each clip's label set
+
+
+@pytest.mark.slow
+def test_one_process_measures_steps_on_a_multi_label_layout(
+    multi_label_videos: Path, tmp_path: Path
+) -> None:
+    argv = [
+        "bench", "scaling", "--models", MODEL, "--procs", "1", "--frames", "8", "--size", "32",
+        "--batch", "2", "--steps", "2", "--warmup", "1", "--threads", "1", "--workers", "0",
+        "--data", str(multi_label_videos), "--layout", "multilabel",
+        "--fast-settings", f"{MODEL}=fp32",
+        "--out-json", str(tmp_path / "s.json"), "--plot", str(tmp_path / "s.png"),
+    ]  # fmt: skip
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(argv) == 0
+    (row,) = json.loads((tmp_path / "s.json").read_text())["runs"]
+    assert row["procs"] == 1 and len(row["ranks"][0]["step_s"]) == 2

@@ -8,7 +8,8 @@ sampler and worker processes; `--source videos` decodes the files, `shards` and 
 exposed on this machine, beside the same processes' compute (the TSM paper's data-loading
 efficiency, §3b, measured at scale). Training clips are sampled as the TSM recipes sample them
 (8 uniform segments, multi-scale crops of `--size` from a short side of 256/224 x `--size`,
-flips), `--frames` per clip; the class count is the data's.
+flips), `--frames` per clip; the class count is the data's, and a multi-label layout
+(`charades`, `multilabel`) trains on label sets with binary cross-entropy, as `train` would.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ if TYPE_CHECKING:
 
 def run_config(cfg: ScalingConfig, model: str) -> RunConfig:
     """The training config whose data section the measured processes read with: `cfg.data`,
-    `cfg.source`, `cfg.workers` loader processes per rank, `cfg.frames` x `cfg.size`² clips."""
+    `cfg.source`, `cfg.workers` loader processes per rank, `cfg.frames` x `cfg.size`² clips,
+    label sets where the layout has them."""
     from vidscale.data.clip import ClipSpec
+    from vidscale.data.layouts import layout
     from vidscale.models.registry import ModelConfig
 
     clip = ClipSpec(
@@ -42,6 +45,7 @@ def run_config(cfg: ScalingConfig, model: str) -> RunConfig:
             root=cfg.data,
             source=cfg.source,  # type: ignore[arg-type]
             layout=cfg.layout,  # type: ignore[arg-type]
+            multi_label=layout(cfg.layout).multi_label,
             batch_size=cfg.batch,
             workers=cfg.workers,
             train_clip=clip,

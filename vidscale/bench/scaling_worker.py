@@ -45,6 +45,7 @@ from vidscale.bench.scaling_config import SINGLE, ScalingConfig, Variant, varian
 from vidscale.bench.scaling_data import real_batches
 from vidscale.data.dataset import collate
 from vidscale.data.inputs import ModelInput
+from vidscale.data.layouts import layout
 from vidscale.distributed.aavg_config import AAVGConfig
 from vidscale.distributed.collectives import all_gather_object, barrier
 from vidscale.distributed.comm_handle import CommConfig
@@ -61,6 +62,7 @@ from vidscale.fastpath.settings import Candidate, apply_to_model, resolve_fast_p
 from vidscale.models.registry import build_model
 from vidscale.optim.factory import OptimConfig, build_optimizer
 from vidscale.schedules.lr import scaled_lr
+from vidscale.train.losses import objective_for
 from vidscale.train.step import StepContext, train_step
 
 
@@ -258,9 +260,11 @@ def measure(
     run = _build(cfg, env, name, variant, setting)
     lr = scaled_lr(OptimConfig().lr_per_8_clips, cfg.batch * env.world_size)
     samples = StepSamples.empty(env.rank)
+    multi_label = bool(cfg.data) and layout(cfg.layout).multi_label  # random clips: one label
     context = StepContext(
         model=run.model,
         optimizer=run.optimizer,
+        objective=objective_for(multi_label=multi_label),
         prepare=ModelInput("rgb", 3),
         device=env.device,
         autocast=run.autocast,
