@@ -25,7 +25,7 @@ from vidscale.data.prepare import open_prepared, prepare_from_layout
 from vidscale.data.shard_dataset import ShardClipDataset
 from vidscale.data.shards import ShardEntry, entry_from_json
 from vidscale.data.splits import read_splits
-from vidscale.data.synthetic import CLASSES
+from vidscale.data.synthetic_multilabel import MULTI_LABEL_CLASSES as CLASSES
 from vidscale.data.synthetic_multilabel import write_multilabel_dataset
 from vidscale.data.targets import check_label_sets, multi_hot
 

@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vidscale.cli import main
 from vidscale.cli.data_cmds import MULTI_LABEL_SIZE
 from vidscale.data.annotations import read_class_names
 from vidscale.data.decode import decode_frames, probe
@@ -117,12 +116,6 @@ def test_rendering_is_deterministic_and_checks_its_input() -> None:
             write_multilabel_dataset(Path("unused"), **bad)  # type: ignore[arg-type]
 
 
-def test_the_synth_command_writes_n_videos_per_class_in_all(tmp_path: Path) -> None:
-    assert MULTI_LABEL_SIZE == DEFAULT_SIZE  # the --help text's figure is the generator's
-    args = ["synth", "--multi-label", "--out", str(tmp_path / "d"), "--size", "32", "--frames", "8"]
-    assert main([*args, "--train-per-class", "2", "--val-per-class", "1"]) == 0
-    rows = (tmp_path / "d" / "train.csv").read_text().splitlines()
-    assert len(rows) == 1 + 2 * len(MULTI_LABEL_CLASSES)
-    assert len((tmp_path / "d" / "val.csv").read_text().splitlines()) == 1 + len(
-        MULTI_LABEL_CLASSES
-    )
+def test_the_synth_help_names_the_generators_default_size() -> None:
+    # `vidscale synth --help` states the side without importing the generator.
+    assert MULTI_LABEL_SIZE == DEFAULT_SIZE
