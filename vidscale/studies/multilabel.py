@@ -28,8 +28,8 @@ from vidscale.schedules.batch_scaling import LRRule
 from vidscale.schedules.lr import scaled_lr
 from vidscale.studies.runs import (
     StudyRun,
+    all_runs_finished,
     check_dataset_fits,
-    finished_runs_matching,
     refuse_controlled,
 )
 from vidscale.studies.skeleton import Study, run_study
@@ -177,11 +177,7 @@ class MultiLabelStudy(Study[dict[str, Any]]):
         print(f"multilabel-study: {steps} steps/epoch", flush=True)
 
     def finished(self) -> list[Path]:
-        names = list(RECIPES)
-        missing = sorted(set(names) - {d.name for d in finished_runs_matching(self.out, names)})
-        if missing:
-            raise ConfigError(f"--plot-only: unfinished runs under {self.out}: {missing}")
-        return [self.out / n for n in names]
+        return all_runs_finished(self.out, list(RECIPES))
 
     def report(self, run_dirs: list[Path]) -> dict[str, Any]:
         rows = [collect_run(d) for d in run_dirs]

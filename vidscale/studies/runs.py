@@ -60,6 +60,16 @@ def finished_runs_matching(out: Path, names: Sequence[str]) -> list[Path]:
     return [out / n for n in names if (out / n / "summary.json").is_file()]
 
 
+def all_runs_finished(out: Path, names: Sequence[str]) -> list[Path]:
+    """`out/<name>` for every name, in order (`--plot-only`): ConfigError naming the runs
+    without a summary when any is unfinished."""
+    done = {d.name for d in finished_runs_matching(out, names)}
+    missing = sorted(set(names) - done)
+    if missing:
+        raise ConfigError(f"--plot-only: unfinished runs under {out}: {missing}")
+    return [out / n for n in names]
+
+
 def run_state(run_dir: Path) -> RunState:
     """done: summary.json written; resume: a checkpoint to continue from; fresh: neither."""
     if (run_dir / "summary.json").exists():
