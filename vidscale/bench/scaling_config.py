@@ -47,6 +47,14 @@ class ScalingConfig:
     source: Literal["videos", "shards", "stream"] = "videos"
     layout: str = GENERIC
 
+    @property
+    def multi_label(self) -> bool:
+        """Whether the measured steps train on label sets: `data` read with a multi-label
+        layout (random clips have one label each)."""
+        from vidscale.data.layouts import layout
+
+        return bool(self.data) and layout(self.layout).multi_label
+
     def fast_setting(self, model: str) -> str | None:
         """The fast-path setting `model` runs with ("fp32", "bf16+cl", ...), None if undecided."""
         for item in self.fast_settings:

@@ -31,7 +31,6 @@ def run_config(cfg: ScalingConfig, model: str) -> RunConfig:
     `cfg.source`, `cfg.workers` loader processes per rank, `cfg.frames` x `cfg.size`² clips,
     label sets where the layout has them."""
     from vidscale.data.clip import ClipSpec
-    from vidscale.data.layouts import layout
     from vidscale.models.registry import ModelConfig
 
     clip = ClipSpec(
@@ -45,7 +44,7 @@ def run_config(cfg: ScalingConfig, model: str) -> RunConfig:
             root=cfg.data,
             source=cfg.source,  # type: ignore[arg-type]
             layout=cfg.layout,  # type: ignore[arg-type]
-            multi_label=layout(cfg.layout).multi_label,
+            multi_label=cfg.multi_label,
             batch_size=cfg.batch,
             workers=cfg.workers,
             train_clip=clip,

@@ -45,7 +45,6 @@ from vidscale.bench.scaling_config import SINGLE, ScalingConfig, Variant, varian
 from vidscale.bench.scaling_data import real_batches
 from vidscale.data.dataset import collate
 from vidscale.data.inputs import ModelInput
-from vidscale.data.layouts import layout
 from vidscale.distributed.aavg_config import AAVGConfig
 from vidscale.distributed.collectives import all_gather_object, barrier
 from vidscale.distributed.comm_handle import CommConfig
@@ -260,11 +259,10 @@ def measure(
     run = _build(cfg, env, name, variant, setting)
     lr = scaled_lr(OptimConfig().lr_per_8_clips, cfg.batch * env.world_size)
     samples = StepSamples.empty(env.rank)
-    multi_label = bool(cfg.data) and layout(cfg.layout).multi_label  # random clips: one label
     context = StepContext(
         model=run.model,
         optimizer=run.optimizer,
-        objective=objective_for(multi_label=multi_label),
+        objective=objective_for(multi_label=cfg.multi_label),
         prepare=ModelInput("rgb", 3),
         device=env.device,
         autocast=run.autocast,
