@@ -1,34 +1,66 @@
 """`DRY_RUN=1 bash scripts/gpu_checks.sh`: the GPU acceptance run's every step on the CPU with
-tiny shapes, so the script cannot rot between GPU runs."""
+tiny shapes, so the script cannot rot between GPU runs.
+
+It runs in a copy of the repository, as on a GPU host: setup makes the copy's .venv offline from
+a Python that is itself a venv holding torch (this test's, as a CUDA image's python3 is), keeps
+that torch and installs the project beside it; every later step runs in that .venv."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def copy_of_the_repository(dest: Path) -> Path:
+    """The files a clone would have (tracked, and new ones not ignored): no .venv, no outputs."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT, capture_output=True, check=True,
+    ).stdout.decode().split("\0")  # fmt: skip
+    for name in filter(None, listed):
+        if (ROOT / name).is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            (dest / name).write_bytes((ROOT / name).read_bytes())
+    return dest
+
+
 @pytest.mark.slow
 def test_the_dry_run_takes_every_step_and_reports_every_figure(tmp_path: Path) -> None:
-    out = tmp_path / "out"
-    env = {**os.environ, "DRY_RUN": "1", "OUT": str(out), "TMPDIR": str(tmp_path)}
+    repo, out = copy_of_the_repository(tmp_path / "repo"), tmp_path / "out"
+    env = {
+        **os.environ, "DRY_RUN": "1", "OUT": str(out), "TMPDIR": str(tmp_path),
+        "PYTHON": sys.executable, "PIP_CONFIG_FILE": os.devnull,  # offline, no local mirrors
+    }  # fmt: skip
     done = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "gpu_checks.sh")],
+        ["bash", str(repo / "scripts" / "gpu_checks.sh")],
         capture_output=True, text=True, env=env, timeout=900,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     files = sorted(p.name for p in out.iterdir())
     assert files == [
-        "profile.log", "results.json", "shards.log", "summary.md", "tests.log", "throughput.log"
+        "profile.log", "results.json", "setup.log", "shards.log", "summary.md", "tests.log",
+        "throughput.log",
     ]  # fmt: skip
     results = json.loads((out / "results.json").read_text())
     assert results["passed"] and results["dry_run"]
-    assert [s["status"] for s in results["steps"].values()] == ["skipped"] + ["ok"] * 4
+    assert [s["status"] for s in results["steps"].values()] == ["ok"] * 5
+    # The copy's venv: the host's torch, the copy's vidscale (run outside both checkouts).
+    where = subprocess.run(
+        [str(repo / ".venv" / "bin" / "python"), "-c",
+         "import torch, vidscale; print(torch.__file__); print(vidscale.__file__)"],
+        capture_output=True, text=True, check=True, cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": ""},
+    ).stdout.split()  # fmt: skip
+    assert where == [torch.__file__, str(repo / "vidscale" / "__init__.py")]
+    assert "not installed" not in (out / "setup.log").read_text()
     tests = results["tests"]
     assert tests["total"] >= 4 and tests["skipped"] == tests["total"]
     assert all("CUDA" in s["reason"] for s in tests["skipped_tests"])

@@ -18,9 +18,10 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from wandb.proto import wandb_internal_pb2 as pb
+if TYPE_CHECKING:
+    from wandb.proto import wandb_internal_pb2 as pb
 
 HEADER = struct.Struct("<4sHB")  # ident, magic, version
 CHUNK = struct.Struct("<IHB")  # checksum, length, type
@@ -30,6 +31,10 @@ FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
 
 def records(path: Path) -> Iterator[pb.Record]:
     """Every record of the log at `path`, in order; a damaged chunk fails the read."""
+    # Imported here, not at the top: a host without wandb (a CUDA image running `pytest -m
+    # cuda`) must still collect the modules that import this one.
+    from wandb.proto import wandb_internal_pb2 as pb
+
     data = path.read_bytes()
     ident, magic, version = HEADER.unpack_from(data)
     assert (ident, magic, version) == (b":W&B", 0xBEE1, 0), f"{path}: not a W&B log"

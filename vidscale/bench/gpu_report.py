@@ -1,8 +1,8 @@
 """The GPU acceptance run's report: every step's JSON merged into one, and a markdown summary
 that sets each figure beside its target.
 
-`scripts/gpu_checks.sh` leaves in its work directory: `steps.tsv` (step, exit status or "skip",
-seconds, time limit), `tests.xml` (pytest's JUnit report of the CUDA tests), `throughput.json`
+`scripts/gpu_checks.sh` leaves in its work directory: `steps.tsv` (step, exit status, seconds,
+time limit), `tests.xml` (pytest's JUnit report of the CUDA tests), `throughput.json`
 (`bench throughput`), `shards.json` (`bench shard-train`) and `profile.json` (`bench profile`).
 A run passes when every step exited 0 and no CUDA test failed or was skipped (a dry run on the
 CPU expects them all skipped, with a reason); a target missed is a finding, not a failure.
@@ -26,16 +26,14 @@ SLOWFAST_RECORDED = 152.9  # clips/s recorded in docs/benchmarks.md
 
 
 def read_steps(path: Path) -> dict[str, dict[str, Any]]:
-    """steps.tsv as {step: {"status", "seconds", "limit_s"}}; status "ok", "skipped",
-    "timed out" or "failed (exit N)"."""
+    """steps.tsv as {step: {"status", "seconds", "limit_s"}}; status "ok", "timed out" or
+    "failed (exit N)"."""
     steps: dict[str, dict[str, Any]] = {}
     if not path.is_file():
         return steps
     for line in path.read_text().splitlines():
         name, rc, seconds, limit = line.split("\t")
-        if rc == "skip":
-            status = "skipped"
-        elif int(rc) == 0:
+        if int(rc) == 0:
             status = "ok"
         else:
             status = "timed out" if int(rc) in TIMED_OUT else f"failed (exit {rc})"
@@ -82,7 +80,7 @@ def problems(results: dict[str, Any]) -> list[str]:
     found = []
     for step in STEPS:
         status = results["steps"].get(step, {}).get("status", "missing")
-        if status not in ("ok", "skipped") or (status == "skipped" and step != "setup"):
+        if status != "ok":
             found.append(f"step {step}: {status}")
     tests = results["tests"]
     if tests is None or tests["total"] == 0:
