@@ -8,12 +8,13 @@ clears at the next start.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 TMP_SUFFIX = ".tmp"
 
@@ -78,6 +79,11 @@ def atomic_write_text(path: Path, text: str) -> None:
         f.write(data)
 
     atomic_write(path, write)
+
+
+def atomic_write_json(path: Path, document: Any) -> None:
+    """`document` as indented JSON; a reader sees the previous version or this one, whole."""
+    atomic_write_text(path, json.dumps(document, indent=2) + "\n")
 
 
 def remove_stale_tmp(directory: Path) -> list[Path]:

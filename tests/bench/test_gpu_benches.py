@@ -62,6 +62,7 @@ def test_throughput_eager_and_compiled_rows(tmp_path: Path) -> None:
 
     result = bench_throughput(replace(TINY, fill=True, max_batch=2), device="cpu", out_json=out)
     assert json.loads(out.read_text()) == json.loads(json.dumps(result))
+    assert result["complete"]
     eager, compiled = result["rows"]
     assert (eager["compiled"], compiled["compiled"]) == (False, True)
     assert eager["batch"] == compiled["batch"] == 2
@@ -71,6 +72,23 @@ def test_throughput_eager_and_compiled_rows(tmp_path: Path) -> None:
         assert math.isclose(row["clips_per_s"], row["batch"] / row["step_s"])
         assert math.isclose(row["mfu"], row["train_flops_per_s"] / result["peak_flops_per_s"])
         assert row["warmup_s"] > 0 and row["peak_memory_bytes"] is None  # no CUDA memory on CPU
+
+
+@pytest.mark.slow
+def test_a_throughput_run_stopped_early_keeps_every_eager_row_measured(tmp_path: Path) -> None:
+    """Eager rows of every model come before any compiled one, and the JSON is rewritten after
+    each: here the first compiled row fails (a backend torch does not know), as a time limit
+    would stop it, and the file holds both models' eager rows, marked incomplete."""
+    out = tmp_path / "t.json"
+    from dataclasses import replace
+
+    cfg = replace(TINY, models=("tsm_resnet18", "tsn_resnet18"), compile_backend="no_such")
+    with pytest.raises(Exception, match="no_such"):
+        bench_throughput(cfg, device="cpu", out_json=out)
+    kept = json.loads(out.read_text())
+    assert not kept["complete"]
+    rows = [(r["model"], r["compiled"]) for r in kept["rows"]]
+    assert rows == [("tsm_resnet18", False), ("tsn_resnet18", False)]
 
 
 @pytest.mark.parametrize(
@@ -110,6 +128,7 @@ def test_profile_on_the_cpu_lists_operators_shares_and_gaps(tmp_path: Path) -> N
         "--out-json", str(out),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
+    assert json.loads(out.read_text())["complete"]
     (m,) = json.loads(out.read_text())["models"]
     assert m["timeline"] == "cpu operators" and len(m["top"]) == 5
     assert any(t["kind"] == "matmul/conv" and "conv" in t["name"] for t in m["top"])

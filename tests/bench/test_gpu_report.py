@@ -99,6 +99,22 @@ def test_a_failed_or_timed_out_step_or_a_skipped_cuda_test_fails_the_run(tmp_pat
     assert "**failed**" in format_summary(results)
 
 
+def test_a_throughput_step_stopped_by_its_limit_keeps_its_rows_marked_partial(
+    tmp_path: Path,
+) -> None:
+    work = work_dir(tmp_path, steps=ALL_OK.replace("throughput\t0", "throughput\t124"))
+    throughput = json.loads((work / "throughput.json").read_text())
+    throughput["complete"] = False
+    throughput["rows"] = [r for r in throughput["rows"] if not r["compiled"]]
+    (work / "throughput.json").write_text(json.dumps(throughput))
+    results = collect(work, environment={}, dry_run=False)
+    assert results["problems"] == ["step throughput: timed out"]
+    assert by_name(results)["TSM-R50 training clips/s (synthetic, best)"]["value"] == 500.0
+    summary = format_summary(results)
+    assert "(partial: the step stopped before its end):" in summary
+    assert "| tsm_resnet50 | eager | 64 |" in summary
+
+
 def test_a_dry_run_expects_every_cuda_test_skipped_with_a_reason(tmp_path: Path) -> None:
     one_ran = collect(work_dir(tmp_path, steps=ALL_OK), environment={}, dry_run=True)
     assert one_ran["problems"] == ["dry run: a CUDA test ran on the CPU instead of skipping"]

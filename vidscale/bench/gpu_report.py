@@ -211,7 +211,7 @@ def _throughput_lines(throughput: dict[str, Any] | None) -> list[str]:
     lines = [
         "",
         f"Training throughput ({throughput['settings']['setting']}, peak matmul "
-        f"{peak / 1e12:.1f} TFLOP/s measured in the run):",
+        f"{peak / 1e12:.1f} TFLOP/s measured in the run){_partial(throughput)}:",
         "",
         "| model | variant | batch | step ms | clips/s | MFU |",
         "|---|---|---:|---:|---:|---:|",
@@ -230,6 +230,7 @@ def _profile_lines(profile: dict[str, Any] | None) -> list[str]:
         return []
     lines = [
         "",
+        *([f"Profiles{_partial(profile)}:", ""] if not profile.get("complete", True) else []),
         "| profiled step | matmul/conv | memory-bound | idle | gaps | top by self time |",
         "|---|---:|---:|---:|---:|---|",
     ]
@@ -240,6 +241,11 @@ def _profile_lines(profile: dict[str, Any] | None) -> list[str]:
             f"{m['memory_bound_share']:.0%} | {m['idle_share']:.0%} | {m['gaps']} | `{top}` |"
         )
     return lines
+
+
+def _partial(result: dict[str, Any]) -> str:
+    """A step's JSON is rewritten after each row; `complete` false means it stopped early."""
+    return "" if result.get("complete", True) else " (partial: the step stopped before its end)"
 
 
 def environment(device: str) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from vidscale.atomic import atomic_write_json
 from vidscale.bench.train_step import StepShape, TrainStep, release
 from vidscale.fastpath import hardware
 from vidscale.fastpath.settings import Candidate
@@ -176,24 +177,22 @@ def bench_profile(
     device: str | torch.device = "auto",
     out_json: Path | None = None,
 ) -> dict[str, Any]:
-    """`profile_step` for each model; the device, and one entry per model."""
+    """`profile_step` for each model; the device, and one entry per model. `out_json` is
+    rewritten after each model with `"complete": false` until the last, so a run stopped by a
+    time limit keeps the models it profiled."""
     dev = hardware.resolve_device(device)
     chosen = Candidate.from_label(setting)
-    result = {
-        "hardware": hardware.describe(dev),
-        "models": [
-            profile_step(
-                StepShape(name, batch, size, frames),
-                device=dev,
-                setting=chosen,
-                warmup=warmup,
-                top=top,
-            )
-            for name in models
-        ],
-    }
+    result: dict[str, Any] = {"hardware": hardware.describe(dev), "models": [], "complete": False}
+    for name in models:
+        shape = StepShape(name, batch, size, frames)
+        result["models"].append(
+            profile_step(shape, device=dev, setting=chosen, warmup=warmup, top=top)
+        )
+        if out_json is not None:
+            atomic_write_json(Path(out_json), result)
+    result["complete"] = True
     if out_json is not None:
-        Path(out_json).write_text(json.dumps(result, indent=2) + "\n")
+        atomic_write_json(Path(out_json), result)
     return result
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import statistics
 import sys
 import time
@@ -25,6 +24,7 @@ from typing import Any
 
 import torch
 
+from vidscale.atomic import atomic_write_json
 from vidscale.bench.models import check_trainable
 from vidscale.bench.train_step import StepShape, TrainStep, is_out_of_memory, release
 from vidscale.fastpath import hardware
@@ -128,37 +128,60 @@ def bench_throughput(
     out_json: Path | None = None,
     progress: bool = False,
 ) -> dict[str, Any]:
-    """One row per (model, compiled) and the measured peak; written to `out_json` if given."""
+    """One row per (model, compiled) and the measured peak; written to `out_json` if given.
+
+    Every model's batch and eager row come first, the compiled rows last (compiling costs
+    start-up time), and `out_json` is rewritten after each row with `"complete": false` until
+    the last: a run stopped by a time limit keeps what it measured, losing compiled rows first.
+    """
     cfg.validate()
     dev = hardware.resolve_device(device)
     setting = Candidate.from_label(cfg.setting)
-    peak = measure_peak(dev, bf16=setting.bf16, size=cfg.peak_size)
-    rows = []
-    for name in cfg.models:
-        batch, trials = cfg.batch, list[dict[str, Any]]()
-        if cfg.fill:
-            batch, trials = fill_batch(
-                functools.partial(_two_steps, name, cfg=cfg, device=dev, setting=setting),
-                start=cfg.batch,
-                cap=cfg.max_batch,
-            )
-            release(dev)  # what the failed trial held, now that its error is gone
-        for compiled in cfg.compile:
-            if compiled and cfg.compile_models and name not in cfg.compile_models:
-                continue
-            row = measure(name, batch, cfg, dev, setting, compiled=compiled, peak=peak)
-            rows.append(row | {"fill_trials": trials})
-            if progress:
-                print(_describe(row), file=sys.stderr)
-    result = {
+    result: dict[str, Any] = {
         "hardware": hardware.describe(dev),
         "settings": dataclasses.asdict(cfg),
-        "peak_flops_per_s": peak,
-        "rows": rows,
+        "peak_flops_per_s": measure_peak(dev, bf16=setting.bf16, size=cfg.peak_size),
+        "rows": [],
+        "complete": False,
     }
+
+    def add(name: str, compiled: bool, batch: int, trials: list[dict[str, Any]]) -> None:
+        peak = result["peak_flops_per_s"]
+        row = measure(name, batch, cfg, dev, setting, compiled=compiled, peak=peak)
+        result["rows"].append(row | {"fill_trials": trials})
+        if out_json is not None:
+            atomic_write_json(Path(out_json), result)
+        if progress:
+            print(_describe(row), file=sys.stderr)
+
+    batches = {}
+    for name in cfg.models:
+        batches[name] = _batch_for(name, cfg, dev, setting)
+        if False in cfg.compile:
+            add(name, False, *batches[name])
+    if True in cfg.compile:
+        for name in cfg.models:
+            if not cfg.compile_models or name in cfg.compile_models:
+                add(name, True, *batches[name])
+    result["complete"] = True
     if out_json is not None:
-        Path(out_json).write_text(json.dumps(result, indent=2) + "\n")
+        atomic_write_json(Path(out_json), result)
     return result
+
+
+def _batch_for(
+    name: str, cfg: ThroughputConfig, device: torch.device, setting: Candidate
+) -> tuple[int, list[dict[str, Any]]]:
+    """`cfg.batch`, or with `cfg.fill` the batch that fills the device and its trials."""
+    if not cfg.fill:
+        return cfg.batch, []
+    found = fill_batch(
+        functools.partial(_two_steps, name, cfg=cfg, device=device, setting=setting),
+        start=cfg.batch,
+        cap=cfg.max_batch,
+    )
+    release(device)  # what the failed trial held, now that its error is gone
+    return found
 
 
 def measure_peak(device: torch.device, *, bf16: bool, size: int, repeats: int = 10) -> float:
