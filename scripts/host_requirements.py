@@ -1,11 +1,13 @@
 """Print, one per line, the project's requirements that this Python does not satisfy.
 
-    python scripts/host_requirements.py [PYPROJECT] [--extra dev] [--all] [--only NAME ...]
+    python scripts/host_requirements.py [PYPROJECT] [--extra dev | --build] [--all] [--only NAME ...]
 
 Used by scripts/setup.sh on a host that keeps its own torch (a CUDA image, say): only what the
 host lacks is installed, so pip never resolves, replaces or downloads torch, and an offline host
 needs wheels only for the few packages its image does not hold. torch itself is never printed.
-`--all` prints the declared requirements whether satisfied or not (scripts/gpu_wheels.sh reads
+`--build` reads `[build-system] requires` instead: setup builds the project without build
+isolation, which offline could not fetch a backend, so an old setuptools must be replaced
+first. `--all` prints the declared requirements whether satisfied or not (scripts/gpu_wheels.sh reads
 their version ranges); `--only` keeps the named ones. Runs before vidscale is installed, so it
 needs nothing but the standard library and pip.
 """
@@ -34,10 +36,12 @@ def canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def requirements(pyproject: Path, extras: list[str]) -> list[Requirement]:
-    """The `[project] dependencies` plus each named optional-dependency list, torch left out."""
-    project = tomllib.loads(pyproject.read_text())["project"]
-    declared = list(project["dependencies"])
+def requirements(pyproject: Path, extras: list[str], *, build: bool = False) -> list[Requirement]:
+    """The `[project] dependencies` plus each named optional-dependency list (with `build`,
+    the `[build-system] requires` alone), torch left out."""
+    document = tomllib.loads(pyproject.read_text())
+    project = document["project"]
+    declared = list(document["build-system"]["requires"] if build else project["dependencies"])
     for extra in extras:
         declared += project["optional-dependencies"][extra]
     parsed = [Requirement(text) for text in declared]
@@ -64,10 +68,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("pyproject", nargs="?", type=Path, default=Path("pyproject.toml"))
     parser.add_argument("--extra", action="append", default=[], help="optional-dependency list")
+    parser.add_argument("--build", action="store_true", help="the build-system's requirements")
     parser.add_argument("--all", action="store_true", help="satisfied requirements too")
     parser.add_argument("--only", nargs="+", default=[], metavar="NAME", help="these alone")
     args = parser.parse_args(argv)
-    reqs = requirements(args.pyproject, args.extra)
+    if args.build and args.extra:
+        parser.error("--build reads the build-system's requirements; --extra does not apply")
+    reqs = requirements(args.pyproject, args.extra, build=args.build)
     if args.only:
         wanted = {canonical(name) for name in args.only}
         unknown = wanted - {canonical(r.name) for r in reqs}

@@ -42,8 +42,9 @@ else
   while read -r req; do
     [ -n "$req" ] || continue
     python -m pip install -q "$req" || not_installed+=("$req")
-  done < <(python scripts/host_requirements.py pyproject.toml --extra dev)
-  # No build isolation: offline, pip could not fetch setuptools into an isolated build env.
+  done < <(python scripts/host_requirements.py --build; python scripts/host_requirements.py --extra dev)
+  # No build isolation: offline, pip could not fetch setuptools into an isolated build env
+  # (the build requirements were checked, and installed where missing, just above).
   python -m pip install -q --no-deps --no-build-isolation -e .
   if [ "${#not_installed[@]}" -gt 0 ]; then
     echo "not installed (no wheel for them here; what needs them is unavailable): ${not_installed[*]}"

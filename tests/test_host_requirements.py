@@ -9,6 +9,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "host_requirements.py"
 PYPROJECT = """
+[build-system]
+requires = ["setuptools>=1", "not-a-backend>=1"]
 [project]
 name = "x"
 dependencies = ["torch>=99", "numpy>=1", "numpy_but_missing>=1", "pytest<1"]
@@ -39,8 +41,16 @@ def test_only_the_unsatisfied_are_printed_and_never_torch(tmp_path: Path) -> Non
     ]  # fmt: skip
 
 
+def test_build_reads_the_build_system_s_requirements(tmp_path: Path) -> None:
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text(PYPROJECT)
+    assert lines(pyproject, "--build") == ["not-a-backend>=1"]
+    assert lines(pyproject, "--build", "--all") == ["setuptools>=1", "not-a-backend>=1"]
+
+
 def test_the_project_s_own_requirements_are_all_met_in_the_test_install() -> None:
     assert lines(ROOT / "pyproject.toml", "--extra", "dev") == []
+    assert lines(ROOT / "pyproject.toml", "--build") == []
     assert lines(ROOT / "pyproject.toml", "--all", "--only", "av") == ["av<19,>=14"]
 
 
@@ -51,3 +61,6 @@ def test_an_undeclared_name_is_one_line_naming_it(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 2
     assert done.stderr.splitlines()[-1].endswith("not a declared requirement: avv")
+    both = [sys.executable, str(SCRIPT), "--build", "--extra", "dev"]
+    done = subprocess.run(both, capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 2 and "--extra does not apply" in done.stderr.splitlines()[-1]
