@@ -20,7 +20,7 @@ mapfile -t reqs < <(
   "$PY" scripts/host_requirements.py --extra dev --all --only "${names[@]}"
   "$PY" scripts/host_requirements.py --build --all
 )
-"$PY" -m pip download -q --no-deps -c <(echo "setuptools<82") --only-binary=:all: --implementation cp \
-  --python-version "$version" --platform manylinux_2_28_x86_64 \
+"$PY" -m pip download -q --no-deps -c <(echo "setuptools<82") --only-binary=:all: \
+  --implementation cp --python-version "$version" --platform manylinux_2_28_x86_64 \
   --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d wheels "${reqs[@]}"
 ls -l wheels
