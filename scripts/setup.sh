@@ -24,6 +24,10 @@ if [ ! -x .venv/bin/python ]; then
     host_sites=$("$PY" -c "import site; print(repr(site.getsitepackages()))")
     venv_site=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
     echo "import site; list(map(site.addsitedir, $host_sites))" >"$venv_site/host-site-packages.pth"
+    # torchrun, as torch's own console script would be here: the host's runs the host's Python,
+    # which lacks what this venv adds.
+    printf '#!/bin/sh\nexec "$(dirname "$0")/python" -m torch.distributed.run "$@"\n' >.venv/bin/torchrun
+    chmod +x .venv/bin/torchrun
   else
     "$PY" -m venv .venv
   fi

@@ -60,6 +60,14 @@ def test_the_dry_run_takes_every_step_and_reports_every_figure(tmp_path: Path) -
         env={**os.environ, "PYTHONPATH": ""},
     ).stdout.split()  # fmt: skip
     assert where == [torch.__file__, str(repo / "vidscale" / "__init__.py")]
+    # Its torchrun starts workers in the copy's venv, not in the host's Python.
+    (tmp_path / "prefix.py").write_text("import av, sys; print(sys.prefix)")
+    launched = subprocess.run(
+        [str(repo / ".venv" / "bin" / "torchrun"), "--standalone", "--nproc_per_node", "1",
+         str(tmp_path / "prefix.py")],
+        capture_output=True, text=True, check=True, cwd=tmp_path, timeout=120,
+    )  # fmt: skip
+    assert launched.stdout.split() == [str(repo / ".venv")]
     assert "not installed" not in (out / "setup.log").read_text()
     tests = results["tests"]
     assert tests["total"] >= 4 and tests["skipped"] == tests["total"]
