@@ -43,7 +43,7 @@ from vidscale.data.synthetic_render import (
     paint_object,
     pixel_grid,
 )
-from vidscale.data.synthetic_writer import VideoJob, write_videos
+from vidscale.data.synthetic_writer import VideoJob, check_video_shape, write_videos
 
 CLASSES = (
     "moving_left",
@@ -178,10 +178,7 @@ def write_synthetic_dataset(
     """Write the demo dataset to `out`: `videos/<split>/<class>/<class>_<k>.mp4`, `train.csv`
     and `val.csv` (`path,label`, paths relative to `out`, labels as class names) and
     `classes.txt`. The same seed gives the same bytes; `workers=0` picks a process count."""
-    if size % 2 or size < 16:
-        raise ValueError(f"size must be even and >= 16 (H.264 4:2:0), got {size}")
-    if num_frames < 4:
-        raise ValueError(f"num_frames must be >= 4, got {num_frames}")
+    check_video_shape(size, num_frames)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     splits = (("train", train_per_class), ("val", val_per_class))

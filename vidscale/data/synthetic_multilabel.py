@@ -43,7 +43,7 @@ from vidscale.data.synthetic_render import (
     paint_object,
     pixel_grid,
 )
-from vidscale.data.synthetic_writer import VideoJob, write_videos
+from vidscale.data.synthetic_writer import VideoJob, check_video_shape, write_videos
 
 # The label space: the single-label demo's classes but for the two directions of rotation.
 MULTI_LABEL_CLASSES = tuple(c for c in CLASSES if not c.startswith("rotating"))
@@ -186,10 +186,7 @@ def write_multilabel_dataset(
     class order; see `multilabel_annotations`) and `classes.txt`. The same seed gives the same
     bytes; asking for more videos adds new ones and leaves the others unchanged; `workers=0`
     picks a process count."""
-    if size % 2 or size < 16:
-        raise ValueError(f"size must be even and >= 16 (H.264 4:2:0), got {size}")
-    if num_frames < 4:
-        raise ValueError(f"num_frames must be >= 4, got {num_frames}")
+    check_video_shape(size, num_frames)
     if train_videos < 0 or val_videos < 0:
         raise ValueError(f"video counts must be >= 0, got {train_videos} and {val_videos}")
     out = Path(out)

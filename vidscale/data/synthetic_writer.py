@@ -37,6 +37,15 @@ class VideoJob:
     gop: int
 
 
+def check_video_shape(size: int, num_frames: int) -> None:
+    """Raise ValueError unless `size` is even and >= 16 (H.264 4:2:0 halves both sides of the
+    chroma planes) and there are at least 4 frames (the demos' motions need that many)."""
+    if size % 2 or size < 16:
+        raise ValueError(f"size must be even and >= 16 (H.264 4:2:0), got {size}")
+    if num_frames < 4:
+        raise ValueError(f"num_frames must be >= 4, got {num_frames}")
+
+
 def encode_h264(frames: np.ndarray, path: Path, *, fps: int, gop: int, crf: int = 17) -> None:
     """Write (T, H, W, 3) uint8 RGB frames as an H.264 .mp4 (yuv420p, a keyframe at least every
     `gop` frames); the bytes are a pure function of the frames and settings."""
