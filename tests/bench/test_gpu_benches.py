@@ -7,6 +7,7 @@ import json
 import math
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -58,8 +59,6 @@ def test_fill_batch_doubles_until_out_of_memory_and_keeps_the_last_that_fit() ->
 @pytest.mark.slow
 def test_throughput_eager_and_compiled_rows(tmp_path: Path) -> None:
     out = tmp_path / "t.json"
-    from dataclasses import replace
-
     result = bench_throughput(replace(TINY, fill=True, max_batch=2), device="cpu", out_json=out)
     assert json.loads(out.read_text()) == json.loads(json.dumps(result))
     assert result["complete"]
@@ -80,8 +79,6 @@ def test_a_throughput_run_stopped_early_keeps_every_eager_row_measured(tmp_path:
     each: here the first compiled row fails (a backend torch does not know), as a time limit
     would stop it, and the file holds both models' eager rows, marked incomplete."""
     out = tmp_path / "t.json"
-    from dataclasses import replace
-
     cfg = replace(TINY, models=("tsm_resnet18", "tsn_resnet18"), compile_backend="no_such")
     with pytest.raises(Exception, match="no_such"):
         bench_throughput(cfg, device="cpu", out_json=out)

@@ -230,7 +230,7 @@ def _profile_lines(profile: dict[str, Any] | None) -> list[str]:
         return []
     lines = [
         "",
-        *([f"Profiles{_partial(profile)}:", ""] if not profile.get("complete", True) else []),
+        *([f"Profiles{partial}:", ""] if (partial := _partial(profile)) else []),
         "| profiled step | matmul/conv | memory-bound | idle | gaps | top by self time |",
         "|---|---:|---:|---:|---:|---|",
     ]
