@@ -1,17 +1,25 @@
-"""Convolutions of the shared trunk, exact on inputs one pixel wide.
+"""Convolutions of the shared trunk: exact, and no work on kernel taps that read only padding.
 
-With padding k // 2, a spatially strided k x k convolution of a 1 x 1 input has a 1 x 1 output
-that only the kernel's centre tap reaches. The CPU bfloat16 kernels of torch 2.13 (oneDNN, both
-2D and 3D, channels-last or not) get that case wrong in the backward pass: the weight gradient
-of a stride-2 3 x 3 convolution of a 1 x 1 input reads uninitialised memory (NaN or 1e33 where
-the other taps' gradients are 0), so one such step ruins a model. Multigrid's coarsest crops hit
-it: a 16^2 crop through a ResNet reaches res5's strided convolution at 1 x 1. These modules
-compute that case with the centre tap alone, as a matrix product (over the channels, and for 3D
-over the channels x temporal taps of the unfolded clip): the same output and the same
-gradients, the other taps' gradients exactly 0, on every device and dtype. A matrix product
-rather than a 1 x 1 convolution, because the bf16 convolution kernels on CPUs without AMX also
-return garbage weight gradients for a temporal convolution of 1 x 1 pixels (seen on an AMD EPYC
-host). Every other input takes the module's usual path.
+A k x k convolution with padding k // 2 of an input narrower than its kernel has taps that see
+nothing but the zero padding: on a 1 x 1 input (a ResNet's res5 at a 32-pixel crop, the demo's
+shape) only the centre tap reaches the input, on a 2 x 2 input at stride 2 only a 2 x 2 corner of
+a 3 x 3 kernel. Those taps add exact zeros to the output and get exactly zero gradient, yet the
+CPU kernels compute them in full, and badly: on an AVX2-only CPU (oneDNN's AVX2 kernels, torch
+2.13) the forward + backward of res5's 512-channel 3 x 3 convolution of a 1 x 1 input takes
+about 14x as long as the centre tap alone, about half of a TSM-ResNet-18 training step at the
+demo's shape (docs/benchmarks.md, "The demo on an AVX2-only CPU"). So these modules convolve with
+the taps that reach the input only: the same output up to the order of the additions, the same
+gradients, the other taps' gradients exactly 0 as before. The parameters and `state_dict` are
+`nn.Conv2d`'s / `nn.Conv3d`'s.
+
+The 1 x 1 case is computed as a matrix product, and it must be on the CPU in bfloat16: torch
+2.13's oneDNN kernels get it wrong in the backward pass. The weight gradient of a stride-2 3 x 3
+convolution of a 1 x 1 input reads uninitialised memory (NaN or 1e33 where the other taps'
+gradients are 0), so one such step ruins a model (multigrid's coarsest crops hit it: a 16^2 crop
+through a ResNet reaches res5's strided convolution at 1 x 1); and on CPUs without AMX the bf16
+kernels also return garbage weight gradients for a temporal convolution of 1 x 1 pixels (seen on
+an AMD EPYC host), hence a matrix product over the channels x temporal taps of the unfolded clip
+rather than a 1 x 1 convolution. Every other input takes the module's usual path.
 """
 
 from __future__ import annotations
@@ -20,25 +28,52 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 
-def _centre_only(kernel: tuple[int, ...], stride: tuple[int, ...], padding: object) -> bool:
-    """Whether a 1-pixel input is the special case: strided, odd kernel, 'same' padding."""
-    return (
-        isinstance(padding, tuple)
-        and any(s > 1 for s in stride)
-        and all(k % 2 == 1 and p == k // 2 for k, p in zip(kernel, padding, strict=True))
+def _centre_only(kernel: tuple[int, ...], padding: object) -> bool:
+    """Whether a 1-pixel input reaches only the centre tap: odd kernel, 'same' padding (any
+    stride: the output is 1 pixel too)."""
+    return isinstance(padding, tuple) and all(
+        k % 2 == 1 and p == k // 2 for k, p in zip(kernel, padding, strict=True)
     )
 
 
+def reached_taps(size: int, kernel: int, stride: int, padding: int) -> tuple[int, int, int]:
+    """The kernel taps [first, last) that read the input at some output position along one
+    dimension, and the padding that keeps every output position where it was with only those
+    taps. Returns (0, kernel, padding) where that cannot be said with symmetric padding."""
+    out = (size + 2 * padding - kernel) // stride + 1
+    reached = [
+        j for j in range(kernel) if any(0 <= i * stride - padding + j < size for i in range(out))
+    ]
+    if not reached:
+        return 0, kernel, padding
+    first, last = reached[0], reached[-1] + 1
+    new_padding = padding - first
+    if new_padding < 0 or (size + 2 * new_padding - (last - first)) // stride + 1 != out:
+        return 0, kernel, padding
+    return first, last, new_padding
+
+
 class Conv2d(nn.Conv2d):
-    """`nn.Conv2d` (same parameters and state_dict) exact on 1 x 1 inputs (module docstring)."""
+    """`nn.Conv2d` (same parameters and state_dict) that skips the taps reading only padding
+    and is exact on 1 x 1 inputs (module docstring)."""
 
     def forward(self, input: Tensor) -> Tensor:
         k, s = self.kernel_size, self.stride
         plain = self.groups == 1 and self.dilation == (1, 1)
-        if input.shape[-2:] == (1, 1) and plain and _centre_only(k, s, self.padding):
-            centre = self.weight[:, :, k[0] // 2, k[1] // 2]  # (out, in)
-            return F.linear(input.flatten(1), centre, self.bias)[..., None, None]
-        return super().forward(input)
+        if not plain or not isinstance(self.padding, tuple):
+            return super().forward(input)
+        (h0, h1, ph), (w0, w1, pw) = (
+            reached_taps(int(n), k[d], s[d], int(self.padding[d]))  # type: ignore[arg-type]
+            for d, n in enumerate(input.shape[-2:])
+        )
+        if (h1 - h0, w1 - w0) == k:
+            return super().forward(input)
+        weight = self.weight[:, :, h0:h1, w0:w1]
+        if (h1 - h0, w1 - w0) == input.shape[-2:] and (ph, pw) == (0, 0):
+            # One output pixel whose window is the whole input (the centre tap of a 1 x 1
+            # input, a 2 x 2 corner at stride 2): a matrix product.
+            return F.linear(input.flatten(1), weight.flatten(1), self.bias)[..., None, None]
+        return F.conv2d(input, weight, self.bias, s, (ph, pw))
 
 
 class Conv3d(nn.Conv3d):
@@ -47,8 +82,8 @@ class Conv3d(nn.Conv3d):
 
     def forward(self, input: Tensor) -> Tensor:
         _, kh, kw = self.kernel_size
-        st, sh, sw = self.stride
-        spatial_special = _centre_only((kh, kw), (sh, sw), self.padding[1:])  # type: ignore[index]
+        st = self.stride[0]
+        spatial_special = _centre_only((kh, kw), self.padding[1:])  # type: ignore[index]
         plain = self.groups == 1 and self.dilation == (1, 1, 1)
         if input.shape[-2:] == (1, 1) and plain and spatial_special:
             centre = self.weight[:, :, :, kh // 2, kw // 2]  # (out, in, kt)
