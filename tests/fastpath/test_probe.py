@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from torch import nn
 
@@ -27,7 +28,7 @@ from vidscale.fastpath.probe import (
     probe,
 )
 from vidscale.fastpath.rule import choose
-from vidscale.fastpath.settings import Candidate, candidates, cpu_has_bf16_units, hardware_rule
+from vidscale.fastpath.settings import Candidate, candidates
 
 CPU = torch.device("cpu")
 SHAPE = ProbeShape(batch=2, channels=3, frames=2, crop=16, num_classes=4)
@@ -185,20 +186,49 @@ def test_explicit_settings_and_the_master_switch_skip_the_probe(tmp_path: Path) 
     assert not path.exists()
 
 
-def test_a_resumed_run_takes_its_recorded_decision(tmp_path: Path) -> None:
+@pytest.mark.parametrize("has_units", [True, False], ids=["bf16-units", "avx2-only"])
+def test_a_resumed_run_takes_its_recorded_decision(
+    tmp_path: Path, bf16_units: Callable[[bool], None], has_units: bool
+) -> None:
+    """One rule on every device, whichever axes are explicit: an explicit axis of this start
+    wins, an "auto" axis takes the record. A recorded bf16 stays bf16 where the device has no
+    bf16 units (emulated: the same arithmetic, slower), and the start says so."""
+    bf16_units(has_units)
     path = tmp_path / "fast_path.json"
     recorded = FastPathDecision(True, True, "probe", reason="bf16+cl 1.40x fp32").record()
     state = {RECORD_KEY: recorded, "model": {}}
-    resumed = decide_tiny(path, checkpoint=state, build=never_built)
-    assert (resumed.source, resumed.candidate) == ("checkpoint", Candidate(True, True))
-    assert "1.40x" in resumed.reason
-    # An explicit setting of this start still wins on its axis.
-    cl_off = decide_tiny(path, channels_last="off", checkpoint=state, build=never_built)
-    assert cl_off.candidate == Candidate(True, False)
+    starts = {  # (train.amp, train.channels_last) -> the setting the resumed run takes
+        ("auto", "auto"): Candidate(True, True),
+        ("auto", "off"): Candidate(True, False),
+        ("auto", "on"): Candidate(True, True),
+        ("off", "auto"): Candidate(False, True),
+        ("bf16", "auto"): Candidate(True, True),
+    }
+    for (amp, cl), expected in starts.items():
+        resumed = decide_tiny(path, amp=amp, channels_last=cl, checkpoint=state, build=never_built)
+        assert (resumed.source, resumed.candidate) == ("checkpoint", expected), (amp, cl)
+        assert "1.40x" in resumed.reason
+        emulated = expected.bf16 and not has_units
+        assert ("bf16 autocast is emulated" in resumed.reason) is emulated, resumed.reason
+        assert ("train.amp=fp32" in resumed.describe()) is emulated
+    # Both axes explicit: the record does not matter.
+    both = decide_tiny(path, amp="off", channels_last="off", checkpoint=state, build=never_built)
+    assert (both.source, both.candidate) == ("explicit", Candidate(False, False))
     # A checkpoint from before decisions were recorded: the rule it was trained with.
     old = decide_tiny(path, checkpoint={"model": {}}, build=never_built)
-    assert (old.source, old.candidate) == ("hardware", hardware_rule(CPU))
-    assert old.candidate.bf16 == cpu_has_bf16_units()
+    assert (old.source, old.candidate) == ("hardware", Candidate(has_units, has_units))
+    assert not path.exists()
+
+
+def test_a_fresh_run_with_one_candidate_is_not_probed(
+    tmp_path: Path, bf16_units: Callable[[bool], None]
+) -> None:
+    """Without bf16 units, amp=auto with a fixed layout leaves one setting: nothing to time."""
+    bf16_units(False)
+    path = tmp_path / "fast_path.json"
+    only = decide_tiny(path, channels_last="on", build=never_built)
+    assert (only.source, only.candidate) == ("explicit", Candidate(False, True))
+    assert "the only setting" in only.reason
     assert not path.exists()
 
 

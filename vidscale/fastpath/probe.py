@@ -30,9 +30,13 @@ per device and per shape:
 - **Cache** (`fast_path_cache`): the decision is stored under a key naming the device, torch,
   the model, the shape, threads, processes per node and the candidates; a hit skips the probe.
 - **Resume**: a checkpoint records the decision (`RECORD_KEY`); a resumed run takes it from there
-  without measuring, so it continues with the arithmetic it started with. A checkpoint from
-  before decisions were recorded continues under the old hardware rule
-  (`fast_path.hardware_rule`).
+  without measuring, so it continues with the arithmetic it started with. The rule is one for
+  every start: per axis, an explicit setting of this start wins and an axis at "auto" takes the
+  record, whichever other axis is explicit and whatever this device can do. A recorded bf16 on
+  a device without bf16 units (a run moved from an AVX512-BF16 or AMX machine to an AVX2 one)
+  stays bf16, emulated by autocast: the same arithmetic, slower, and the start says so in one
+  line (`EMULATED_BF16`); `train.amp=fp32` switches such a run. A checkpoint from before
+  decisions were recorded continues under the old hardware rule (`fast_path.hardware_rule`).
 - **Shapes**: one decision per run, at the recipe's base shape: multigrid phases and the adaptive
   batch keep it (the parameters' layout is fixed when the model is built).
 """
@@ -70,6 +74,7 @@ from vidscale.fastpath.rule import (
 from vidscale.fastpath.settings import (
     Candidate,
     candidates,
+    device_has_bf16,
     hardware_rule,
     requested,
     set_device_options,
@@ -90,6 +95,10 @@ __all__ = [
 ]
 
 RECORD_KEY = "fast_path"  # the decision's record in a checkpoint
+EMULATED_BF16 = (
+    "this device has no bf16 units, so bf16 autocast is emulated here: the same arithmetic as "
+    "recorded, slower than fp32 (--set train.amp=fp32 switches this run to fp32)"
+)
 
 Source = Literal["off", "explicit", "probe", "cache", "checkpoint", "hardware"]
 
@@ -256,11 +265,14 @@ def _recorded(
             found, source="checkpoint", reason=f"as the resumed run recorded it ({where})"
         )
     bf16, cl = fixed
-    return dataclasses.replace(
+    resumed = dataclasses.replace(
         found,
         bf16=found.bf16 if bf16 is None else bf16,
         channels_last=found.channels_last if cl is None else cl,
     )
+    if resumed.bf16 and not device_has_bf16(device):
+        resumed = dataclasses.replace(resumed, reason=f"{resumed.reason}; {EMULATED_BF16}")
+    return resumed
 
 
 def _probe_all_ranks(
@@ -386,14 +398,23 @@ def settled(
     of the resumed `checkpoint` (the state it continues) for the "auto" axes. None when the
     cache or a probe must decide (a fresh run with an axis at "auto")."""
     fixed = requested(enabled=enabled, amp=amp, channels_last=channels_last)
-    to_time = candidates(device, bf16=fixed[0], channels_last=fixed[1])
     if not enabled:
         return FastPathDecision(False, False, "off", reason="train.fast_path=false")
-    if len(to_time) == 1:
-        only = to_time[0]
-        return _explicit(only.bf16, only.channels_last, amp=amp, channels_last=channels_last)
+    bf16, cl = fixed
+    if bf16 is not None and cl is not None:
+        return _explicit(bf16, cl, amp=amp, channels_last=channels_last)
     if checkpoint is not None:
         return _recorded(checkpoint, fixed, device)
+    to_time = candidates(device, bf16=fixed[0], channels_last=fixed[1])
+    if len(to_time) == 1:  # an axis at "auto" that this device leaves one value of
+        only = to_time[0]
+        return FastPathDecision(
+            only.bf16,
+            only.channels_last,
+            "explicit",
+            reason=f"train.amp={amp}, train.channels_last={channels_last}: the only setting "
+            "to time here (no bf16 units)",
+        )
     return None
 
 

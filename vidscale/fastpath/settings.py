@@ -11,6 +11,7 @@ decision is applied to a model; CUDA runs also get TF32 and cudnn autotuning.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
@@ -19,15 +20,46 @@ from typing import Any
 
 import torch
 
+# oneDNN's instruction-set caps (ONEDNN_MAX_CPU_ISA) that leave out its bf16 dot products: below
+# AVX512_CORE_BF16, oneDNN computes bf16 by conversion to float32, slower than float32 itself.
+# (AVX2_VNNI_2 converts bf16 natively but has no bf16 dot product.)
+ONEDNN_ISAS_WITHOUT_BF16 = frozenset(
+    {"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI"}
+)
 
-@cache
-def cpu_has_bf16_units() -> bool:
-    """True when the CPU executes bf16 matrix products natively (AVX512-BF16 or AMX-BF16)."""
+
+def cpu_flags_have_bf16() -> bool:
+    """Whether the CPU itself has bf16 matrix units (AVX512-BF16 or AMX-BF16), per
+    /proc/cpuinfo."""
     try:
         flags = Path("/proc/cpuinfo").read_text()
     except OSError:
         return False
     return any(f in flags for f in (" avx512_bf16", " amx_bf16"))
+
+
+def bf16_capped_by_environment() -> str | None:
+    """The variable that keeps torch's kernels off the CPU's bf16 units, or None.
+
+    `ONEDNN_MAX_CPU_ISA` below AVX512_CORE_BF16 caps oneDNN (convolutions, and matrix products
+    under autocast), `ATEN_CPU_CAPABILITY` below avx512 caps ATen's own kernels: with either,
+    the CPU computes as one without bf16 units would (how an AVX2-only machine is emulated).
+    """
+    isa = os.environ.get("ONEDNN_MAX_CPU_ISA", "").strip().upper()
+    if isa in ONEDNN_ISAS_WITHOUT_BF16:
+        return f"ONEDNN_MAX_CPU_ISA={isa}"
+    aten = os.environ.get("ATEN_CPU_CAPABILITY", "").strip().lower()
+    if aten in ("default", "avx2", "avx", "zvector", "sve"):
+        return f"ATEN_CPU_CAPABILITY={aten}"
+    return None
+
+
+@cache
+def cpu_has_bf16_units() -> bool:
+    """True when torch executes bf16 matrix products on this CPU natively: the CPU has
+    AVX512-BF16 or AMX-BF16 and the environment does not cap torch's kernels below them
+    (`bf16_capped_by_environment`)."""
+    return cpu_flags_have_bf16() and bf16_capped_by_environment() is None
 
 
 def device_has_bf16(device: torch.device) -> bool:
