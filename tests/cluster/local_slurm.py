@@ -8,6 +8,7 @@ Client commands find the cluster through `SLURM_CONF`. The daemons are stopped b
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -90,7 +91,13 @@ class LocalSlurm:
         self._wait_for_idle_node()
 
     def stop(self) -> None:
-        """SIGTERM each daemon by its pid file, then SIGKILL what is left after 10 s."""
+        """Cancel every job, SIGTERM each daemon by its pid file, SIGKILL what is left after
+        10 s, then every process of this cluster's jobs that outlived them (a training rank
+        left running would take the cores of whatever runs next: another cluster's tests)."""
+        subprocess.run(["scancel", "--full", "--partition=test"], env=self.env, capture_output=True)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and self.job_processes():
+            time.sleep(0.5)
         pids = []
         for name in reversed(DAEMONS):
             path = self._pids.get(name)
@@ -107,6 +114,28 @@ class LocalSlurm:
                 time.sleep(0.1)
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
+        for pid in self.job_processes():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+    def job_processes(self, **env: str) -> list[int]:
+        """The processes of this cluster's jobs (their environment names its `slurm.conf` and
+        a job id; the daemons' names only the former),
+        optionally only those whose environment also holds each `NAME=value` of `env`."""
+        wanted = [f"SLURM_CONF={self.conf}".encode()]
+        wanted += [f"{k}={v}".encode() for k, v in env.items()]
+        found = []
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit() or int(proc.name) == os.getpid():
+                continue
+            try:
+                environ = (proc / "environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            in_a_job = any(v.startswith(b"SLURM_JOB_ID=") for v in environ)  # not a daemon
+            if in_a_job and all(w in environ for w in wanted):
+                found.append(int(proc.name))
+        return found
 
     def sbatch(self, *args: str, env: dict[str, str] | None = None) -> int:
         out = subprocess.run(
@@ -177,7 +206,7 @@ SlurmdPidFile={r / "slurmd.pid"}
 SlurmctldLogFile={r / "log" / "slurmctld.log"}
 SlurmdLogFile={r / "log" / "slurmd.log"}
 ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+TaskPlugin=task/affinity
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 MpiDefault=none

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import time
 from collections.abc import Iterator
@@ -30,17 +31,36 @@ EPOCHS = 24
 TOTAL_STEPS = EPOCHS * 2  # 16 tiny videos, 4 per process, 2 processes
 LONG_EPOCHS = 1000  # many minutes on any machine: cancelled long before its end
 
+# CI sets VIDSCALE_REQUIRE_SLURM=1 where it can install SLURM (root, apt-get): there a cluster
+# that cannot start fails these tests instead of skipping them unseen.
+REQUIRED = os.environ.get("VIDSCALE_REQUIRE_SLURM") == "1"
+if REQUIRED and unavailable_reason() is not None:
+    pytest.fail(f"VIDSCALE_REQUIRE_SLURM=1 but {unavailable_reason()}", pytrace=False)
 pytestmark = pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason()))
 
 
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSlurm]:
     cluster = LocalSlurm(tmp_path_factory.mktemp("slurm"))
+    log_srun_calls(cluster)
     try:
         cluster.start()
         yield cluster
     finally:
         cluster.stop()
+
+
+def log_srun_calls(cluster: LocalSlurm) -> None:
+    """Put first on the jobs' PATH an `srun` that appends its arguments to
+    `$VIDSCALE_SRUN_LOG`, then runs SLURM's own: a test reads how the script called srun."""
+    real = shutil.which("srun")
+    assert real is not None
+    bin_dir = cluster.root / "bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    wrapper = bin_dir / "srun"
+    wrapper.write_text(f'#!/bin/sh\necho "$*" >>"$VIDSCALE_SRUN_LOG"\nexec {real} "$@"\n')
+    wrapper.chmod(0o755)
+    cluster.env["PATH"] = f"{bin_dir}:{cluster.env['PATH']}"
 
 
 def submit(
@@ -50,6 +70,7 @@ def submit(
     *sbatch_args: str,
     tag: str = "",
     epochs: int = EPOCHS,
+    env: dict[str, str] | None = None,
 ) -> int:
     """sbatch the training script for a tiny 2-process run; its log is RUN.out."""
     sets = [
@@ -61,11 +82,13 @@ def submit(
     train_args = ["--recipe", "demo_tsm_r18_8f_b32_e20", "--out", str(run)]
     for s in sets:
         train_args += ["--set", s]
-    env = {
+    job_env = {
+        "VIDSCALE_SRUN_LOG": f"{run}.srun",
         "NPROC_PER_NODE": "2",
         "RDZV_PORT": str(free_port()),
         "VIDSCALE_TEST_TAG": tag,
         "PYTHONPATH": str(REPO),
+        **(env or {}),
     }
     return slurm.sbatch(
         f"--output={run}.out",
@@ -74,7 +97,7 @@ def submit(
         *sbatch_args,
         str(SBATCH),
         *train_args,
-        env=env,
+        env=job_env,
     )
 
 
@@ -94,7 +117,7 @@ def history(run: Path) -> tuple[list[tuple[int, float]], list[dict[str, Any]]]:
     return steps, epochs
 
 
-def wait_for_steps(run: Path, steps: int, timeout: float = 120) -> None:
+def wait_for_steps(run: Path, steps: int, timeout: float = 300) -> None:
     deadline = time.monotonic() + timeout
     while sum(r["kind"] == "train" for r in records(run)) < steps:
         assert time.monotonic() < deadline, f"{run}: fewer than {steps} steps in {timeout} s"
@@ -118,8 +141,15 @@ def test_a_two_process_job_trains_through_sbatch(reference: Path) -> None:
     steps, epochs = history(reference)
     assert [s for s, _ in steps] == list(range(1, TOTAL_STEPS + 1))
     assert [e["epoch"] for e in epochs] == list(range(1, EPOCHS + 1))
-    assert json.loads((reference / "summary.json").read_text())["world_size"] == 2
+    summary = json.loads((reference / "summary.json").read_text())
+    assert summary["world_size"] == 2
     assert "1 node(s) x 2 process(es)" in log(reference)
+    # The cluster binds tasks to their CPUs (task/affinity): the job asked for 2 CPUs per task,
+    # so its ranks may run on 2 and share them, one thread each. A step that got SLURM's
+    # default of 1 CPU (srun without --cpus-per-task, Slurm >= 22.05) would see 1.
+    assert (summary["cpus"], summary["threads"]) == (2, 1)
+    # And the script asks srun for them itself: srun >= 22.05 does not take them from sbatch.
+    assert "--cpus-per-task 2 " in Path(f"{reference}.srun").read_text()
 
 
 def test_a_requeued_job_continues_the_run_exactly(
@@ -182,34 +212,28 @@ def test_the_time_limit_notice_checkpoints_and_requeues(
     assert steps == history(uninterrupted)[0][: len(steps)]
 
 
-def _rank_pid(tag: str, rank: int) -> int | None:
-    """The training process of `rank` in the job tagged `tag` (not its torchrun agent)."""
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            environ = (proc / "environ").read_bytes().split(b"\0")
-            cmdline = (proc / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if (
-            f"VIDSCALE_TEST_TAG={tag}".encode() in environ
-            and f"RANK={rank}".encode() in environ
-            and b"torchrun" not in cmdline
-        ):
-            return int(proc.name)
-    return None
+def _rank_pid(slurm: LocalSlurm, tag: str, rank: int, timeout: float = 60) -> int:
+    """The training process of `rank` in this cluster's job tagged `tag` (not its torchrun
+    agent, nor a process of another cluster's job with the same tag)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for pid in slurm.job_processes(VIDSCALE_TEST_TAG=tag, RANK=str(rank)):
+            try:
+                if b"torchrun" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    return pid
+            except OSError:
+                continue
+        assert time.monotonic() < deadline, f"no rank {rank} of job {tag} in {timeout} s"
+        time.sleep(0.2)
 
 
 def test_a_job_whose_rank_dies_ends_promptly_and_says_why(
     slurm: LocalSlurm, tiny_demo: Path, tmp_path: Path
 ) -> None:
     run = tmp_path / "rank_dies"
-    job = submit(slurm, tiny_demo, run, tag="rank-dies")
+    job = submit(slurm, tiny_demo, run, tag="rank-dies", env={"MAX_RESTARTS": "0"})
     wait_for_steps(run, 3)
-    pid = _rank_pid("rank-dies", 1)
-    assert pid is not None
-    os.kill(pid, signal.SIGKILL)
+    os.kill(_rank_pid(slurm, "rank-dies", 1), signal.SIGKILL)
     killed_at = time.monotonic()
     state = slurm.wait_until(job, TERMINAL_STATES, timeout=120)
     took = time.monotonic() - killed_at
@@ -218,3 +242,20 @@ def test_a_job_whose_rank_dies_ends_promptly_and_says_why(
     assert took < 60, f"the job took {took:.0f} s to end after its rank died"
     assert "Signal 9 (SIGKILL)" in text or "exitcode  : -9" in text, text
     assert f"vidscale: job {job} failed: training exited with status" in text
+
+
+def test_by_default_a_dead_rank_restarts_the_group_from_its_checkpoint(
+    slurm: LocalSlurm, tiny_demo: Path, tmp_path: Path, reference: Path
+) -> None:
+    """The script's default MAX_RESTARTS: torchrun restarts the group inside the allocation
+    (as after a hang, whose rank exits 124), and the run continues exactly from its last
+    checkpoint."""
+    run = tmp_path / "restarted"
+    job = submit(slurm, tiny_demo, run, tag="restarted")
+    wait_for_steps(run, 5)
+    os.kill(_rank_pid(slurm, "restarted", 1), signal.SIGKILL)
+    state = slurm.wait_until(job, TERMINAL_STATES, timeout=300)
+    text = log(run)
+    assert state.state == "COMPLETED" and state.restarts == 0, text
+    assert "resuming" in text, text
+    assert history(run) == history(reference)

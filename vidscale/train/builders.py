@@ -70,11 +70,20 @@ def resolve_num_classes(cfg: RunConfig, classes: list[str]) -> RunConfig:
     return cfg
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on: its affinity mask where the OS has one (what a
+    scheduler that binds tasks, SLURM's task/affinity or cgroups, gave it), else all of them."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def set_threads(cfg: RunConfig, env: DistEnv) -> None:
-    """Share the cores among the processes of one node (torch defaults to all of them each)."""
+    """Share the CPUs this node's processes were given among them (torch defaults to every
+    core of the machine in each, whatever a scheduler bound the job to)."""
     if env.device.type != "cpu":
         return
-    threads = cfg.train.threads or max(1, (os.cpu_count() or 1) // env.local_world_size)
+    threads = cfg.train.threads or max(1, usable_cpus() // env.local_world_size)
     torch.set_num_threads(threads)
 
 
