@@ -210,7 +210,7 @@ def test_a_resumed_run_takes_its_recorded_decision(
         assert "1.40x" in resumed.reason
         emulated = expected.bf16 and not has_units
         assert ("bf16 autocast is emulated" in resumed.reason) is emulated, resumed.reason
-        assert ("train.amp=fp32" in resumed.describe()) is emulated
+        assert ("train.amp=off" in resumed.describe()) is emulated
     # Both axes explicit: the record does not matter.
     both = decide_tiny(path, amp="off", channels_last="off", checkpoint=state, build=never_built)
     assert (both.source, both.candidate) == ("explicit", Candidate(False, False))

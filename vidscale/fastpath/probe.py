@@ -35,7 +35,7 @@ per device and per shape:
   record, whichever other axis is explicit and whatever this device can do. A recorded bf16 on
   a device without bf16 units (a run moved from an AVX512-BF16 or AMX machine to an AVX2 one)
   stays bf16, emulated by autocast: the same arithmetic, slower, and the start says so in one
-  line (`EMULATED_BF16`); `train.amp=fp32` switches such a run. A checkpoint from before
+  line (`EMULATED_BF16`); `train.amp=off` switches such a run to fp32. A checkpoint from before
   decisions were recorded continues under the old hardware rule (`fast_path.hardware_rule`).
 - **Shapes**: one decision per run, at the recipe's base shape: multigrid phases and the adaptive
   batch keep it (the parameters' layout is fixed when the model is built).
@@ -97,7 +97,7 @@ __all__ = [
 RECORD_KEY = "fast_path"  # the decision's record in a checkpoint
 EMULATED_BF16 = (
     "this device has no bf16 units, so bf16 autocast is emulated here: the same arithmetic as "
-    "recorded, slower than fp32 (--set train.amp=fp32 switches this run to fp32)"
+    "recorded, slower than fp32 (--set train.amp=off switches this run to fp32)"
 )
 
 Source = Literal["off", "explicit", "probe", "cache", "checkpoint", "hardware"]
