@@ -197,8 +197,9 @@ def test_view_probabilities_average_views_as_the_evaluator_does() -> None:
     rgb = ModelInput("rgb", 3)
     by_logits = view_probabilities(_MeanLogit(), views, model_input=rgb)
     by_softmax = view_probabilities(_MeanLogit(), views, model_input=rgb, average="softmax")
-    expected_logits = (sum(logits) / 2).softmax(0)
-    expected_softmax = sum(x.softmax(0) for x in logits) / 2
+    zero = torch.zeros(2)
+    expected_logits = (sum(logits, zero) / 2).softmax(0)
+    expected_softmax = sum((x.softmax(0) for x in logits), zero) / 2
     assert torch.allclose(by_logits, expected_logits, atol=1e-6)
     assert torch.allclose(by_softmax, expected_softmax, atol=1e-6)
     assert not torch.allclose(by_logits, by_softmax, atol=1e-3)

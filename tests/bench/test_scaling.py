@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -227,7 +228,7 @@ def test_efficiency_is_measured_speed_over_one_process_times_p(measured: tuple) 
     assert rows[(1, "1 process")]["efficiency"] == 1.0
 
 
-def _bytes(tensors: list[torch.Tensor]) -> int:
+def _bytes(tensors: Sequence[torch.Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 

@@ -8,6 +8,7 @@ import contextlib
 import io
 import json
 from pathlib import Path
+from typing import Literal
 
 import pytest
 import torch
@@ -43,7 +44,7 @@ def shards(videos: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.parametrize("source", ["videos", "shards", "stream"])
 def test_the_data_set_the_classes_and_every_epoch_reads_the_split_once(
-    source: str, videos: Path, shards: Path
+    source: Literal["videos", "shards", "stream"], videos: Path, shards: Path
 ) -> None:
     root = videos if source == "videos" else shards
     given = ScalingConfig(

@@ -202,6 +202,7 @@ NUM_FRAMES = 48
 def encode(path: Path, frames: np.ndarray, enc: Encoding) -> Path:
     with av.open(str(path), mode="w") as container:
         stream = container.add_stream(enc.codec, rate=15, options={"threads": "1", **enc.options})
+        assert isinstance(stream, av.VideoStream)
         stream.width, stream.height = frames.shape[2], frames.shape[1]
         stream.pix_fmt = "yuv420p"
         stream.codec_context.gop_size = enc.gop
@@ -349,6 +350,12 @@ def test_decoder_threads_only_outside_loader_workers() -> None:
     assert decode_threads() == min(4, cores)
 
 
+def frame_index(video: Coded, pts: int | None) -> int:
+    """The display index of a coded frame or packet, which must carry a pts."""
+    assert pts is not None
+    return video.meta.index_of_pts[pts]
+
+
 def reference_frames(video: Coded) -> set[int]:
     """Frames later pictures may reference, read from the bitstream itself: H.264's
     nal_ref_idc, or for MPEG-1/2/4 every picture but B-pictures."""
@@ -360,7 +367,7 @@ def reference_frames(video: Coded) -> set[int]:
                 while at + 4 < len(data):
                     size, header = int.from_bytes(data[at : at + 4], "big"), data[at + 4]
                     if header & 0x1F in (1, 5) and header >> 5 & 3:
-                        refs.add(video.meta.index_of_pts[packet.pts])
+                        refs.add(frame_index(video, packet.pts))
                     at += 4 + size
         return refs
     return {i for i, t in picture_types(video).items() if t != "B"}
@@ -369,11 +376,10 @@ def reference_frames(video: Coded) -> set[int]:
 def picture_types(video: Coded) -> dict[int, str]:
     with av.open(str(video.path)) as container:
         return {
-            video.meta.index_of_pts[f.pts]: "?IPB"[int(f.pict_type)]
-            for f in container.decode(video=0)
+            frame_index(video, f.pts): "?IPB"[int(f.pict_type)] for f in container.decode(video=0)
         }
 
 
 def decode_order(video: Coded) -> list[int]:
     with av.open(str(video.path)) as container:
-        return [video.meta.index_of_pts[p.pts] for p in container.demux(video=0) if p.size]
+        return [frame_index(video, p.pts) for p in container.demux(video=0) if p.size]

@@ -91,7 +91,7 @@ def test_quantize_clips_outside_the_bound_and_maps_zero_to_128() -> None:
     q = quantize_flow(f)
     np.testing.assert_array_equal(q, [[[128, 128], [255, 0], [128, 255]]])
     np.testing.assert_array_equal(dequantize_flow(q[:, 1]), [[FLOW_BOUND, -FLOW_BOUND]])
-    assert abs(float(dequantize_flow(np.uint8(128)))) <= STEP / 2 + 1e-6
+    assert abs(float(dequantize_flow(np.array(128, dtype=np.uint8)))) <= STEP / 2 + 1e-6
 
 
 def test_quantize_respects_a_custom_bound() -> None:

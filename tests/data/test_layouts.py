@@ -187,8 +187,8 @@ def kinetics_videos(root: Path, train_dir: str = "train", val_dir: str = "val") 
     touch(root / val_dir / "yoga" / "ccccccccccc_000001_000011.mp4")
 
 
-def assert_kinetics_read(root: Path, **kwargs: Path) -> None:
-    splits = read_layout("kinetics", root, **kwargs)
+def assert_kinetics_read(root: Path, *, annotations_dir: Path | None = None) -> None:
+    splits = read_layout("kinetics", root, annotations_dir=annotations_dir)
     assert splits.classes == ["abseiling", "yoga"]
     assert [(r.path.name, r.label) for r in splits.train] == [
         ("aaaaaaaaaaa_000000_000010.mp4", 0),

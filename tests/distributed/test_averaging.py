@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import nn
 
@@ -10,15 +12,17 @@ from vidscale.distributed.averaging import average_replicas
 from vidscale.distributed.env import DistEnv
 
 
-def replica(env: DistEnv) -> tuple[nn.Module, torch.optim.Optimizer]:
+def replica(env: DistEnv) -> tuple[nn.Sequential, torch.optim.Optimizer]:
     """A linear layer and a BatchNorm whose values differ per rank as in DESIGN §6."""
     model = nn.Sequential(nn.Linear(2, 1, bias=False), nn.BatchNorm1d(1))
+    linear, bn = _layers(model)
+    assert bn.running_mean is not None and bn.running_var is not None
     with torch.no_grad():
-        model[0].weight.copy_(torch.randn(1, 2, generator=torch.Generator().manual_seed(env.rank)))
-        model[1].running_mean.fill_([0.0, 2.0][env.rank])
-        model[1].running_var.fill_(1.0)
-    optimizer = torch.optim.Adam(model[0].parameters())
-    p = model[0].weight
+        linear.weight.copy_(torch.randn(1, 2, generator=torch.Generator().manual_seed(env.rank)))
+        bn.running_mean.fill_([0.0, 2.0][env.rank])
+        bn.running_var.fill_(1.0)
+    optimizer = torch.optim.Adam(linear.parameters())
+    p = linear.weight
     optimizer.state[p] = {
         "step": torch.tensor(3.0),
         "exp_avg": torch.tensor([[[1.0, 2.0], [3.0, 2.0]][env.rank]]),
@@ -27,15 +31,22 @@ def replica(env: DistEnv) -> tuple[nn.Module, torch.optim.Optimizer]:
     return model, optimizer
 
 
+def _layers(model: nn.Sequential) -> tuple[nn.Linear, nn.BatchNorm1d]:
+    """`replica`'s two layers, typed."""
+    return cast(nn.Linear, model[0]), cast(nn.BatchNorm1d, model[1])
+
+
 def averaged(env: DistEnv, merge_optimizer_state: bool, merge_bn: bool) -> dict[str, object]:
     model, optimizer = replica(env)
     stats = average_replicas(
         model, optimizer, merge_optimizer_state=merge_optimizer_state, merge_bn=merge_bn
     )
-    state = optimizer.state[model[0].weight]
+    linear, bn = _layers(model)
+    assert bn.running_mean is not None and bn.running_var is not None
+    state = optimizer.state[linear.weight]
     return {
-        "weight": model[0].weight.detach().clone(),
-        "bn": (model[1].running_mean.clone(), model[1].running_var.clone()),
+        "weight": linear.weight.detach().clone(),
+        "bn": (bn.running_mean.clone(), bn.running_var.clone()),
         "m": state["exp_avg"].clone(),
         "v": state["exp_avg_sq"].clone(),
         "step": state["step"].clone(),

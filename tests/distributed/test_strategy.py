@@ -4,7 +4,7 @@ real gloo processes (Cong et al. Alg. 1-2; DESIGN §6)."""
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import torch
@@ -19,7 +19,7 @@ from vidscale.distributed.traffic import Traffic
 from vidscale.optim.factory import OptimConfig, build_optimizer
 
 
-def model(*, bn: bool = True) -> nn.Module:
+def model(*, bn: bool = True) -> nn.Sequential:
     torch.manual_seed(0)
     if not bn:
         return nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
@@ -60,19 +60,26 @@ def test_one_process_is_a_no_op(name: str) -> None:
     assert not strategy.per_rank
 
 
+def _grad(p: torch.Tensor) -> torch.Tensor:
+    assert p.grad is not None
+    return p.grad
+
+
 def ddp_behaviour(env: DistEnv) -> dict[str, object]:
     strategy = build_strategy(env, CommConfig())
     net = model()
     wrapped = strategy.wrap(net, sgd(net))
     with strategy.micro_batch(last=False):  # accumulation: nothing is sent
         backward(wrapped, env, 0)
-    local = [p.grad.clone() for p in net.parameters()]
+    local = [_grad(p).clone() for p in net.parameters()]
     with strategy.micro_batch(last=True):  # the step's last micro-batch: all-reduced
         backward(wrapped, env, 1)
-    summed = [p.grad.clone() for p in net.parameters()]
-    net[1].running_mean.fill_(float(env.rank))  # BN statistics that drifted apart
+    summed = [_grad(p).clone() for p in net.parameters()]
+    bn = cast(nn.BatchNorm1d, net[1])
+    assert bn.running_mean is not None
+    bn.running_mean.fill_(float(env.rank))  # BN statistics that drifted apart
     with strategy.consensus():
-        inside = net[1].running_mean.clone()
+        inside = bn.running_mean.clone()
     return {"local": local, "summed": summed, "traffic": strategy.take_traffic(), "inside": inside}
 
 

@@ -43,9 +43,9 @@ def test_an_unknown_name_is_one_line_naming_the_field_and_the_known_names() -> N
     with pytest.raises(ConfigError) as err:
         validate(with_strategy("horovod"))
     assert str(err.value) == message
-    with pytest.raises(ValueError) as err:
+    with pytest.raises(ValueError) as build_err:
         build_strategy(init_distributed("cpu"), CommConfig(), name="horovod")
-    assert str(err.value) == message
+    assert str(build_err.value) == message
     assert check_strategy_name("ddp") == "ddp"
 
 

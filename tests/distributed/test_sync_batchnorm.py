@@ -205,7 +205,8 @@ def bf16_training_step(env: DistEnv) -> dict[str, Any]:
     BN in float32: the logits agree to bf16 precision."""
     torch.manual_seed(0)
     clips = torch.randn(4, 3, 4, 32, 32)
-    model = small_model().to(env.device).to(memory_format=torch.channels_last)
+    # Module.to(memory_format=...) works at runtime, but torch's overloads of `to` omit it.
+    model = small_model().to(env.device).to(memory_format=torch.channels_last)  # type: ignore[call-overload]
     reference = small_model().to(env.device)
     reference.load_state_dict(model.state_dict())
     switch = PhaseSwitch(model, env)

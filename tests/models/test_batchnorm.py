@@ -4,6 +4,7 @@ aggregated statistics, switching modes in place, checkpoints and exact resume.""
 from __future__ import annotations
 
 import copy
+from typing import TypeVar, cast
 
 import pytest
 import torch
@@ -21,11 +22,14 @@ from vidscale.models.batchnorm import (
 from vidscale.models.registry import ModelConfig, build_model
 
 F64 = torch.float64
+BatchNormT = TypeVar("BatchNormT", nn.BatchNorm2d, nn.BatchNorm3d)
+ModuleT = TypeVar("ModuleT", bound=nn.Module)
 
 
-def _bn(kind: type[nn.BatchNorm2d] | type[nn.BatchNorm3d], channels: int = 3) -> nn.Module:
+def _bn(kind: type[BatchNormT], channels: int = 3) -> BatchNormT:
     """A float64 BN with a non-trivial affine and running statistics."""
     bn = kind(channels).to(F64)
+    assert bn.running_mean is not None and bn.running_var is not None
     with torch.no_grad():
         bn.weight.uniform_(0.5, 1.5)
         bn.bias.uniform_(-1.0, 1.0)
@@ -40,7 +44,7 @@ def _model(name: str, *, temporal_pool: bool = False) -> nn.Module:
     return build_model(cfg).to(F64).train()
 
 
-def _batchnorms(model: nn.Module) -> dict[str, nn.Module]:
+def _batchnorms(model: nn.Module) -> dict[str, nn.BatchNorm2d | nn.BatchNorm3d]:
     return {
         n: m for n, m in model.named_modules() if isinstance(m, nn.BatchNorm2d | nn.BatchNorm3d)
     }
@@ -69,6 +73,7 @@ def test_module_running_stats_hold_the_aggregate() -> None:
     bn.split_mean.copy_(torch.tensor([0.0, 1.0, 2.0, 3.0]))  # split j channel c at j·C + c
     bn.split_var.copy_(torch.tensor([1.0, 2.0, 1.0, 4.0]))
     bn.aggregate()
+    assert bn.running_mean is not None and bn.running_var is not None
     assert bn.running_mean.tolist() == [1.0, 2.0]
     assert bn.running_var.tolist() == [2.0, 4.0]
     bn(torch.randn(4, 2, 2, 3, 3, dtype=F64))  # a training forward keeps them aggregated
@@ -80,7 +85,7 @@ def test_module_running_stats_hold_the_aggregate() -> None:
 # -- training: each split of interleaved clips is a plain BN ----------------------------------
 
 
-def _split_reference(bn: nn.Module, splits: int) -> list[nn.Module]:
+def _split_reference(bn: ModuleT, splits: int) -> list[ModuleT]:
     return [copy.deepcopy(bn) for _ in range(splits)]
 
 
@@ -107,6 +112,7 @@ def test_volume_sub_bn_is_plain_bn_per_interleaved_split(channels_last: bool) ->
             torch.testing.assert_close(out[j::k], expected[j], rtol=1e-12, atol=1e-12)
             torch.testing.assert_close(sub.split_mean.view(k, 3)[j], refs[j].running_mean)
             torch.testing.assert_close(sub.split_var.view(k, 3)[j], refs[j].running_var)
+        assert sub.num_batches_tracked is not None
         assert int(sub.num_batches_tracked) == step + 1
     # The shared affine gets the sum of the splits' gradients.
     g = torch.randn_like(out)
@@ -116,8 +122,13 @@ def test_volume_sub_bn_is_plain_bn_per_interleaved_split(channels_last: bool) ->
     sum(
         ((e * g[j::k]).sum() for j, e in enumerate(expected)), torch.zeros((), dtype=F64)
     ).backward()
-    torch.testing.assert_close(sub.weight.grad, refs[0].weight.grad + refs[1].weight.grad)
-    torch.testing.assert_close(sub.bias.grad, refs[0].bias.grad + refs[1].bias.grad)
+    torch.testing.assert_close(sub.weight.grad, _grad(refs[0].weight) + _grad(refs[1].weight))
+    torch.testing.assert_close(sub.bias.grad, _grad(refs[0].bias) + _grad(refs[1].bias))
+
+
+def _grad(p: Tensor) -> Tensor:
+    assert p.grad is not None
+    return p.grad
 
 
 @pytest.mark.parametrize("channels_last", [False, True])
@@ -177,7 +188,7 @@ def test_model_sub_bn_is_the_plain_model_per_split(name: str, size: int, pool: b
     for j, ref in enumerate(refs):
         torch.testing.assert_close(out[j::2], ref(clips[j::2]), rtol=1e-10, atol=1e-10)
         for bn_name, bn in _batchnorms(ref).items():
-            sub = subs[bn_name]
+            sub = cast(SubBatchNorm2d | SubBatchNorm3d, subs[bn_name])
             c = sub.num_features
             torch.testing.assert_close(sub.split_mean.view(2, c)[j], bn.running_mean)
             torch.testing.assert_close(sub.split_var.view(2, c)[j], bn.running_var)
@@ -224,7 +235,7 @@ def test_generic_model_and_idempotent_switch() -> None:
     shared = nn.BatchNorm2d(4)
     model = nn.Sequential(nn.Conv2d(3, 4, 3), shared, nn.ReLU(), nn.Sequential(shared))
     assert set_batchnorm_splits(model, 2) == 1  # one module under two names: converted once
-    assert model[1] is model[3][0]
+    assert model[1] is cast(nn.Sequential, model[3])[0]
     model(torch.randn(6, 3, 5, 5))
     stats = split_state(model)
     assert set_batchnorm_splits(model, 2) == 0  # already there: split statistics kept
@@ -234,8 +245,10 @@ def test_generic_model_and_idempotent_switch() -> None:
 
 
 def test_running_stats_do_not_drift_through_conversions() -> None:
-    model = nn.Sequential(_bn(nn.BatchNorm3d))
-    mean, var = model[0].running_mean.clone(), model[0].running_var.clone()
+    bn = _bn(nn.BatchNorm3d)
+    model = nn.Sequential(bn)
+    assert bn.running_mean is not None and bn.running_var is not None
+    mean, var = bn.running_mean.clone(), bn.running_var.clone()
     set_batchnorm_splits(model, 4)
     torch.testing.assert_close(split_state(model)["0"][0], mean.expand(4, 3))
     set_batchnorm_splits(model, 2)
@@ -275,7 +288,7 @@ def test_optimizer_keeps_updating_the_same_parameters() -> None:
     for splits in (2, 1):
         set_batchnorm_splits(model, splits)
         assert [id(p) for p in model.parameters()] == before
-        bn = model.trunk.layer1[0].bn1
+        bn = cast(nn.BatchNorm2d, model.get_submodule("trunk.layer1.0.bn1"))
         assert any(p is bn.weight for p in opt.param_groups[0]["params"])
         old = bn.weight.detach().clone()
         _train_step(model, opt, torch.randn(4, 3, 8, 32, 32, dtype=F64))
@@ -293,7 +306,7 @@ def test_state_dict_is_plain_and_loads_strictly_into_a_plain_model() -> None:
     _train_step(model, opt, torch.randn(4, 3, 8, 32, 32, dtype=F64))
     state = model.state_dict()
     assert list(state) == plain_keys
-    bn = model.trunk.bn1
+    bn = cast(SubBatchNorm2d, model.get_submodule("trunk.bn1"))
     mean, var = aggregate_split_stats(bn.split_mean.view(2, -1), bn.split_var.view(2, -1))
     assert torch.equal(state["trunk.bn1.running_mean"], mean)
     assert torch.equal(state["trunk.bn1.running_var"], var)

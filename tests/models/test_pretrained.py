@@ -22,6 +22,7 @@ def _imagenet_like(depth: int, *, seed: int = 0) -> ResNet:
     trunk = ResNet(depth)
     for m in trunk.modules():
         if isinstance(m, torch.nn.BatchNorm2d):
+            assert m.running_mean is not None and m.running_var is not None
             m.running_mean.normal_(0.0, 0.1)
             m.running_var.uniform_(0.5, 1.5)
             m.weight.data.uniform_(0.5, 1.5)
@@ -116,7 +117,7 @@ def test_cross_modality_conv1_for_stacked_flow(resnet18_file: Path) -> None:
             name="tsn_resnet18", in_channels=20, num_classes=3, pretrained=str(resnet18_file)
         )
     ).eval()
-    assert torch.equal(model.trunk.conv1.weight, w)  # type: ignore[union-attr]
+    assert torch.equal(model.get_parameter("trunk.conv1.weight"), w)
     assert model(torch.randn(1, 20, 2, 32, 32)).shape == (1, 3)
 
 
@@ -124,6 +125,6 @@ def test_pretrained_i3d_is_inflated_from_2d(resnet18_file: Path, tmp_path: Path)
     path = tmp_path / "resnet50.pth"
     torch.save(_imagenet_like(50).state_dict(), path)
     model = build_model(ModelConfig(name="i3d_resnet50_3x1x1", num_classes=4, pretrained=str(path)))
-    w = model.trunk.conv1.weight  # type: ignore[union-attr]
+    w = model.get_parameter("trunk.conv1.weight")
     assert w.shape == (64, 3, 5, 7, 7)
     assert torch.equal(w[:, :, 2], torch.load(path, weights_only=True)["conv1.weight"])

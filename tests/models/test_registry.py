@@ -1,5 +1,8 @@
 """Every registered model: output shape, a gradient in every parameter; registry contracts."""
 
+from collections.abc import Iterable
+from typing import cast
+
 import pytest
 import torch
 
@@ -12,6 +15,7 @@ from vidscale.models.registry import (
     list_models,
     stage_temporal_resolutions,
 )
+from vidscale.models.resnet import Bottleneck, ResNet
 
 REQUIRED = {
     "tsm_resnet18", "tsm_resnet50", "tsm_resnet101",
@@ -93,9 +97,11 @@ def test_config_knobs_reach_the_trunk() -> None:
         name="tsm_resnet50", shift_div=4, shift_place="block", shift_every=2, temporal_pool=True
     )
     with torch.device("meta"):
-        trunk = build_model(cfg).trunk  # type: ignore[union-attr]
-    shifts = [b.shift for b in trunk.layer3]
+        trunk = cast(ResNet, build_model(cfg).trunk)
+    blocks = cast(Iterable[Bottleneck], trunk.layer3)
+    shifts = [b.shift for b in blocks]
     assert [s is not None for s in shifts] == [True, False] * 3
+    assert shifts[0] is not None
     assert shifts[0].fold_div == 4 and trunk.layer3[0].shift_place == "block"
     assert stage_temporal_resolutions(cfg, frames=8)["res3"] == 4
 

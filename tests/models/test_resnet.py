@@ -81,12 +81,17 @@ def test_inflated_trunk_has_3d_kernels_where_the_spec_says() -> None:
         hara = ResNet(50, temporal=I3D_3X3X3)
         wang = ResNet(50, temporal=I3D_3X1X1)
     assert hara.conv1.weight.shape == (64, 3, 7, 7, 7)
-    assert hara.layer3.get_submodule("1").conv2.weight.shape[2] == 3
-    assert hara.layer3.get_submodule("1").conv1.weight.shape[2] == 1
+    assert _kt(hara.layer3.get_submodule("1"), "conv2") == 3
+    assert _kt(hara.layer3.get_submodule("1"), "conv1") == 1
     assert wang.conv1.weight.shape == (64, 3, 5, 7, 7)
-    firsts = [block.conv1.weight.shape[2] for block in wang.layer3]
+    firsts = [_kt(block, "conv1") for block in wang.layer3]
     assert firsts == [3, 1, 3, 1, 3, 1]
-    assert all(block.conv2.weight.shape[2] == 1 for block in wang.blocks())
+    assert all(_kt(block, "conv2") == 1 for block in wang.blocks())
+
+
+def _kt(block: torch.nn.Module, conv: str) -> int:
+    """The temporal kernel size of a block's conv: dim 2 of its weight."""
+    return block.get_parameter(f"{conv}.weight").shape[2]
 
 
 def test_shift_every_other_block_and_placement() -> None:

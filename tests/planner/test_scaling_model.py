@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import TypedDict
 
 import pytest
 
@@ -24,7 +25,14 @@ from vidscale.planner.scaling_model import (
     step_time,
 )
 
-NO_LATENCY = dict(intra_hop_latency=0.0, inter_hop_latency=0.0, base_latency=0.0)
+
+class Latencies(TypedDict):
+    intra_hop_latency: float
+    inter_hop_latency: float
+    base_latency: float
+
+
+NO_LATENCY = Latencies(intra_hop_latency=0.0, inter_hop_latency=0.0, base_latency=0.0)
 
 
 def toy_costs(params: int = 10_000_000, layers: int = 10) -> ModelCosts:
@@ -114,13 +122,17 @@ def test_ddp_buckets_cap_the_first_at_one_mib_and_keep_every_byte() -> None:
 
 def test_ddp_first_bucket_follows_the_cap_unless_set() -> None:
     arrivals = [Gradient(ready=i / 10, nbytes=0.6 * overlap.MIB) for i in range(1, 11)]
-    one_call = dict(bucket_mb=100.0)
     calls: list[float] = []
-    overlap.comm_end(arrivals, lambda n: calls.append(n) or 0.0, Bucketing(**one_call))
+
+    def cost(nbytes: float) -> float:
+        calls.append(nbytes)
+        return 0.0
+
+    overlap.comm_end(arrivals, cost, Bucketing(bucket_mb=100.0))
     assert calls == [pytest.approx(6 * overlap.MIB)]  # as wrap_ddp runs it: one bucket
     calls.clear()
-    torch_default = Bucketing(**one_call, first_bucket_mb=1.0)
-    overlap.comm_end(arrivals, lambda n: calls.append(n) or 0.0, torch_default)
+    torch_default = Bucketing(bucket_mb=100.0, first_bucket_mb=1.0)
+    overlap.comm_end(arrivals, cost, torch_default)
     assert calls == [pytest.approx(1.2 * overlap.MIB), pytest.approx(4.8 * overlap.MIB)]
 
 

@@ -1,5 +1,7 @@
 """The Table 3 recipes resolve to the paper's global batch and linearly scaled LR."""
 
+from typing import cast
+
 import pytest
 
 from vidscale.cli import main
@@ -25,7 +27,7 @@ def test_simulated_cluster_keeps_the_global_batch_on_fewer_processes() -> None:
     for world in (1, 8, 64, 1536):
         row = recipe_row("x", cfg, world_size=world, train_size=K400)
         assert row["global_batch"] == 12_288
-        assert row["accumulate"] * world == 1536
+        assert cast(int, row["accumulate"]) * world == 1536
         assert row["lr"] == pytest.approx(1.92)
 
 

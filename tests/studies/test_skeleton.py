@@ -18,7 +18,8 @@ class Recorded(Study[list[str]]):
     label = "recorded"
 
     def __init__(self, out: Path) -> None:
-        self.out, self.nproc, self.steps = out, 1, []
+        self.out, self.nproc = out, 1
+        self.steps: list[str] = []
         self.spec = SweepSpec("demo_tsm_r18_8f_b32_e20", out, ("data.root=/x",), batches=(32,))
 
     def design(self) -> list[StudyRun]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -74,7 +75,7 @@ def test_controlled_fields_and_a_prep_without_flow_are_refused(
 
 
 def test_epochs_to_target_counts_flow_runs_against_the_scratch_best() -> None:
-    rows = [
+    rows: list[dict[str, Any]] = [
         {"run": "rgb", "eval_epochs": [1, 2], "val_top1": [90.0, 95.0]},
         {"run": "flow_scratch", "eval_epochs": [1, 2, 3], "val_top1": [40.0, 79.5, 80.0]},
         {"run": "flow_from_rgb", "eval_epochs": [1, 2, 3], "val_top1": [79.0, 81.0, 70.0]},

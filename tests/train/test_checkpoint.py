@@ -1,4 +1,5 @@
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -7,7 +8,11 @@ from vidscale.train import checkpoint as ckpt
 
 
 def test_save_load_round_trip_weights_only(tmp_path: Path) -> None:
-    state = {"model": {"w": torch.arange(3.0)}, "epoch": 2, "counters": {"skipped": {"a": "b"}}}
+    state: dict[str, Any] = {
+        "model": {"w": torch.arange(3.0)},
+        "epoch": 2,
+        "counters": {"skipped": {"a": "b"}},
+    }
     path = tmp_path / "c" / "last.pt"
     ckpt.save_checkpoint(state, path)
     loaded = ckpt.load_checkpoint(path)

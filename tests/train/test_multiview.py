@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import math
 from pathlib import Path
+from typing import cast
 
 import pytest
 import torch
@@ -67,7 +68,8 @@ def small_model() -> nn.Module:
     torch.manual_seed(0)
     model = nn.Sequential(nn.BatchNorm3d(3), nn.Flatten(), nn.Linear(3 * 2 * 4 * 4, N_CLASSES))
     with torch.no_grad():
-        bn = model[0]
+        bn = cast(nn.BatchNorm3d, model[0])
+        assert bn.running_mean is not None and bn.running_var is not None
         bn.running_mean.uniform_(0.2, 0.6)
         bn.running_var.uniform_(0.5, 2.0)
     return model.train()  # evaluate() must put it in eval mode itself

@@ -4,6 +4,7 @@ statistics worked by hand, what is put back afterwards, and sub-batch BN."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import cast
 
 import pytest
 import torch
@@ -23,14 +24,21 @@ def _model() -> nn.Sequential:
         nn.Conv2d(2, 3, 3), nn.BatchNorm2d(3), nn.ReLU(), nn.Conv2d(3, 3, 1), nn.BatchNorm2d(3)
     ).to(F64)
     with torch.no_grad():
-        for bn in (model[1], model[4]):
+        for bn in _bns(model):
+            assert bn.running_mean is not None and bn.running_var is not None
+            assert bn.num_batches_tracked is not None
             bn.weight.uniform_(0.5, 1.5)
             bn.bias.uniform_(-1.0, 1.0)
             bn.running_mean.fill_(5.0)  # stale statistics that precise BN must replace
             bn.running_var.fill_(9.0)
             bn.num_batches_tracked.fill_(7)
-    model[4].momentum = None
+    _bns(model)[1].momentum = None
     return model
+
+
+def _bns(model: nn.Sequential) -> tuple[nn.BatchNorm2d, nn.BatchNorm2d]:
+    """`_model`'s two BNs (model[1], model[4])."""
+    return cast(nn.BatchNorm2d, model[1]), cast(nn.BatchNorm2d, model[4])
 
 
 def _batches(count: int) -> list[Tensor]:
@@ -51,7 +59,7 @@ def _expected(model: nn.Sequential, batches: list[Tensor]) -> list[tuple[Tensor,
         for x in batches:
             f1 = model[0](x)
             per_bn[0].append(_stats(f1))
-            bn1 = model[1]
+            bn1 = _bns(model)[0]
             h = F.relu(F.batch_norm(f1, None, None, bn1.weight, bn1.bias, True, 0.0, bn1.eps))
             per_bn[1].append(_stats(model[3](h)))
     return [
@@ -68,9 +76,10 @@ def test_precise_bn_is_the_population_average_of_batch_statistics() -> None:
     model.eval()
     model[2].train()  # a mixed state: every module's own flag comes back
     precise_bn(model, iter(batches), num_batches=3)
-    for bn, (mean, var) in zip((model[1], model[4]), expected, strict=True):
+    for bn, (mean, var) in zip(_bns(model), expected, strict=True):
         torch.testing.assert_close(bn.running_mean, mean, rtol=1e-12, atol=1e-12)
         torch.testing.assert_close(bn.running_var, var, rtol=1e-12, atol=1e-12)
+        assert bn.num_batches_tracked is not None
         assert int(bn.num_batches_tracked) == 7  # a statistic refresh, not training steps
     assert (model[1].momentum, model[4].momentum) == (0.1, None)
     assert [m.training for m in model] == [False, False, True, False, False]

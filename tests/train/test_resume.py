@@ -49,9 +49,9 @@ def test_resume_mid_epoch_matches_uninterrupted_run(
 
     monkeypatch.setattr(loop, "train_step", interrupted_step)
     with pytest.raises(KeyboardInterrupt):
-        loop.Trainer(cfg, tmp_path / "cut", env, resume=False).run()
+        loop.Trainer(cfg, tmp_path / "cut", env, resume="never").run()
     monkeypatch.setattr(loop, "train_step", real_step)
-    resumed = loop.Trainer(cfg, tmp_path / "cut", env, resume=True).run()
+    resumed = loop.Trainer(cfg, tmp_path / "cut", env, resume="must").run()
 
     assert train_losses(tmp_path / "cut") == reference
     assert resumed["val_top1"] == full["val_top1"]

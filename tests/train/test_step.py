@@ -154,7 +154,10 @@ def test_forward_backward_runs_the_model_inside_the_autocast() -> None:
         autocast=lambda: torch.autocast("cpu", dtype=torch.bfloat16),
     )
     clips, labels = clips_and_labels(4)
-    batch = {"inputs": {"rgb": (clips * 40 + 128).clamp(0, 255).to(torch.uint8)}, "label": labels}
+    batch: dict[str, Any] = {
+        "inputs": {"rgb": (clips * 40 + 128).clamp(0, 255).to(torch.uint8)},
+        "label": labels,
+    }
     part = forward_backward(ctx, batch, clips=8)
     assert dtypes == [torch.bfloat16]
     assert part.count == 4 and 0 <= part.hits <= 4

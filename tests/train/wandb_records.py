@@ -11,6 +11,7 @@ zero-filled. W&B's checksum is zlib's CRC-32 seeded with the CRC of the type byt
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import struct
 import time
@@ -18,10 +19,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from wandb.proto import wandb_internal_pb2 as pb
+from typing import Any
 
 HEADER = struct.Struct("<4sHB")  # ident, magic, version
 CHUNK = struct.Struct("<IHB")  # checksum, length, type
@@ -29,11 +27,13 @@ BLOCK = 32768
 FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
 
 
-def records(path: Path) -> Iterator[pb.Record]:
-    """Every record of the log at `path`, in order; a damaged chunk fails the read."""
+def records(path: Path) -> Iterator[Any]:
+    """Every record of the log at `path` (a `wandb_internal_pb2.Record`), in order; a damaged
+    chunk fails the read."""
     # Imported here, not at the top: a host without wandb (a CUDA image running `pytest -m
-    # cuda`) must still collect the modules that import this one.
-    from wandb.proto import wandb_internal_pb2 as pb
+    # cuda`) must still collect the modules that import this one. Typed Any: protobuf builds
+    # the module's message classes at import time, so there is no static `Record` to check.
+    pb: Any = importlib.import_module("wandb.proto.wandb_internal_pb2")
 
     data = path.read_bytes()
     ident, magic, version = HEADER.unpack_from(data)
