@@ -1,11 +1,12 @@
-"""How long a run's training steps will take, said before the first one.
+"""How long a run will take: said before the first step, and after every epoch.
 
-The fast-path probe (`fastpath.probe`) times the run's own forward + backward pass at its
-per-process micro-batch and clip shape on this machine, in the setting the run then trains
-with; that time, times the micro-batches still to run, is the estimate. It counts the model's
-arithmetic only: the optimizer step, the all-reduce where it is not hidden behind the backward
-pass, waiting for data, evaluation and checkpoints come on top, and multigrid's phases change
-the shape (docs/benchmarks.md, "The demo on an AVX2-only CPU", measures the difference).
+Before the first step: the fast-path probe (`fastpath.probe`) times the run's own forward +
+backward pass at its per-process micro-batch and clip shape on this machine, in the setting the
+run then trains with; that time, times the micro-batches still to run, is the least the training
+steps take. The optimizer step, the all-reduce where it is not hidden behind the backward pass,
+waiting for data, evaluation and checkpoints come on top (the demo took 1.6-1.7x the estimate
+on 2 cores, docs/benchmarks.md, "The demo on an AVX2-only CPU"), and multigrid's phases change
+the shape. After each epoch the run log adds the time left at that epoch's pace (`duration`).
 """
 
 from __future__ import annotations
@@ -24,13 +25,15 @@ def expected_training_time(
     seconds = measured["seconds"] * steps * accumulate
     micro = f" x {accumulate} micro-batches" if accumulate > 1 else ""
     return (
-        f"expected: about {_duration(seconds)} of training steps on this machine ({steps} steps"
+        f"expected: at least {duration(seconds)} of training on this machine ({steps} steps"
         f"{micro} x {measured['seconds']:.3g} s, the probe's forward + backward in "
-        f"{decision.candidate.label}; evaluation, data and the optimizer come on top)"
+        f"{decision.candidate.label}; the optimizer, data and evaluation come on top, and each "
+        "epoch's line says the time left at its pace)"
     )
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
+    """`seconds` for a person: 45 s, 4.2 min, 1.5 h."""
     if seconds < 90:
         return f"{seconds:.0f} s"
     if seconds < 90 * 60:

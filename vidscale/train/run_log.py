@@ -21,6 +21,7 @@ from vidscale.distributed.env import DistEnv
 from vidscale.distributed.traffic import Traffic
 from vidscale.train.adaptive_batch import AdaptiveBatch
 from vidscale.train.evaluate import EvalResult
+from vidscale.train.expected_time import duration
 from vidscale.train.loggers import LoggerChoice
 from vidscale.train.metrics import MetricsLog, plot_run, progress, read_metrics
 from vidscale.train.step import StepResult
@@ -202,6 +203,8 @@ class RunLog:
             if val is not None:
                 msg += f" | {validation_line(val)}"
             msg += f" | {stats['epoch_seconds']:.1f}s, data wait {100 * wait:.1f}%"
+            if epochs_done < epochs:  # at this epoch's pace
+                msg += f", about {duration((epochs - epochs_done) * stats['epoch_seconds'])} left"
             print(msg, flush=True)
         self.totals = EpochTotals()
 
