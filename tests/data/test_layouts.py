@@ -340,3 +340,18 @@ def test_unknown_layout_and_missing_root(tmp_path: Path) -> None:
         read_layout("coco", tmp_path)
     with pytest.raises(AnnotationError, match="not a directory"):
         read_layout("generic", tmp_path / "nope")
+
+
+def test_the_generic_layout_reads_a_csv_with_a_byte_order_mark(tmp_path: Path) -> None:
+    """Spreadsheets save CSV with a UTF-8 byte-order mark: the generic layout reads it as
+    `vidscale prepare` does (one parser for both)."""
+    (tmp_path / "classes.txt").write_text("a\nb\n")
+    for split in ("train", "val"):
+        (tmp_path / f"{split}.csv").write_text(
+            "path,label\nx.mp4,a\ny.mp4,b\n", encoding="utf-8-sig"
+        )
+    for name in ("x.mp4", "y.mp4"):
+        (tmp_path / name).write_bytes(b"")
+    splits = read_layout("generic", tmp_path)
+    assert [(r.path.name, r.label) for r in splits.train] == [("x.mp4", 0), ("y.mp4", 1)]
+    assert len(splits.val) == 2

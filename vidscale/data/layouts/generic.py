@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Sequence
 from pathlib import Path
 
-from vidscale.data.annotations import AnnotationError, VideoRecord, parse_label, read_class_names
+from vidscale.data.annotations import (
+    HEADER,
+    VideoRecord,
+    parse_label,
+    read_class_names,
+    two_column_rows,
+)
 from vidscale.data.layouts.common import Missing
 from vidscale.data.layouts.registry import Split, register_layout
 
@@ -14,21 +19,11 @@ from vidscale.data.layouts.registry import Split, register_layout
 def _read_generic_csv(
     path: Path, classes: Sequence[str], missing: Missing, base: Path
 ) -> list[VideoRecord]:
-    if not path.is_file():
-        raise AnnotationError(f"{path}: annotation file not found")
-    with path.open(newline="") as f:
-        rows = list(csv.reader(f))
-    if not rows or [c.strip() for c in rows[0]] != ["path", "label"]:
-        raise AnnotationError(f"{path}:1: expected the header 'path,label'")
+    """The records of a `path,label` CSV, read as `vidscale prepare` and the annotation checks
+    read it (`annotations.two_column_rows`: a byte-order mark, blank rows, the same errors)."""
     records: list[VideoRecord] = []
-    for lineno, row in enumerate(rows[1:], start=2):
-        where = f"{path}:{lineno}"
-        if not row or all(not c.strip() for c in row):
-            continue
-        if len(row) != 2 or not row[0].strip():
-            raise AnnotationError(f"{where}: expected 'path,label', got {','.join(row)!r}")
-        label = parse_label(row[1], classes, where=where)
-        video = base / row[0].strip()
+    for where, video, label_text in two_column_rows(path, header=HEADER, root=base):
+        label = parse_label(label_text, classes, where=where)
         missing.keep(records, video, label, where=where, expected=video)
     return records
 
