@@ -187,3 +187,21 @@ def test_index_round_trip_and_path_checks(tmp_path: Path) -> None:
     index.write_text(index.read_text().splitlines()[0] + "\n" + line + "\n")
     with pytest.raises(ValueError, match=r"index\.jsonl:2: bad index entry: .*escapes"):
         read_index(index, root=tmp_path)
+
+
+def test_an_index_write_that_fails_leaves_no_temporary_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The index goes through `vidscale.atomic` like every other file: a write that fails
+    (here the rename) removes its temporary file and leaves the old index as it was."""
+    index = tmp_path / "index.jsonl"
+    index.write_text("old\n")
+
+    def refuse(src: Any, dst: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", refuse)
+    with pytest.raises(OSError, match="No space left"):
+        shards.write_index(index, [], root=tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["index.jsonl"]
+    assert index.read_text() == "old\n"

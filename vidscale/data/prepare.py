@@ -43,6 +43,7 @@ import cv2
 import numpy as np
 from tqdm import tqdm
 
+from vidscale.atomic import atomic_write_json, atomic_write_text
 from vidscale.data.annotations import VideoRecord, read_class_names
 from vidscale.data.encode import EncodedVideo, encode_image, encode_video, flow_engine
 from vidscale.data.flow import FLOW_BOUND, FlowEngine, FlowMethod
@@ -52,7 +53,6 @@ from vidscale.data.shards import (
     SHARD_PATTERN,
     ShardEntry,
     ShardWriter,
-    atomic_write,
     completed_shards,
     discard_incomplete,
     read_index,
@@ -84,7 +84,7 @@ class Manifest:
     def save(self, path: Path) -> None:
         """Write this manifest without `flow`, which `flow/manifest.json` holds."""
         data = {k: v for k, v in asdict(self).items() if k != "flow"}
-        atomic_write(Path(path), (json.dumps(data, indent=2) + "\n").encode())
+        atomic_write_json(Path(path), data)
 
     def __str__(self) -> str:
         c = self.counts
@@ -169,7 +169,7 @@ def _check_resume(out: Path, options: dict[str, Any], classes: list[str]) -> Non
             )
     else:
         out.mkdir(parents=True, exist_ok=True)
-        atomic_write(saved, (json.dumps(current, indent=2) + "\n").encode())
+        atomic_write_json(saved, current)
 
 
 def _done(out: Path, split: str) -> tuple[dict[str, ShardEntry], int]:
@@ -387,7 +387,7 @@ def _finish(
     shard_bytes: int,
 ) -> Manifest:
     """Write classes, indices (only videos of the current lists) and the manifest."""
-    atomic_write(out / "classes.txt", ("\n".join(splits.classes) + "\n").encode())
+    atomic_write_text(out / "classes.txt", "\n".join(splits.classes) + "\n")
     counts = {"frames": 0, "shards": 0, "bytes": 0}
     for split, records in (("train", splits.train), ("val", splits.val)):
         label_of = {_source(r): (r.label, r.label_set) for r in records}

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from vidscale.atomic import atomic_write_text
 from vidscale.data.decode import DecodeError
 from vidscale.data.label_sets import LabelSet
 
@@ -210,18 +211,10 @@ def read_index(path: Path, *, root: Path) -> list[ShardEntry]:
 
 
 def write_index(path: Path, entries: Sequence[ShardEntry], *, root: Path) -> None:
-    """Write a JSON-lines index atomically (temporary file, then rename)."""
+    """Write a JSON-lines index atomically (`vidscale.atomic`: a unique temporary file,
+    removed if the write fails, renamed into place and the directory synced)."""
     text = "".join(json.dumps(e.to_json(root)) + "\n" for e in entries)
-    atomic_write(Path(path), text.encode())
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    atomic_write_text(Path(path), text)
 
 
 # writing -------------------------------------------------------------------------------------
