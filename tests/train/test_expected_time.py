@@ -39,7 +39,7 @@ def test_nothing_is_said_without_a_timing_or_steps() -> None:
 
 
 def test_durations_read_as_a_person_would() -> None:
-    assert [duration(s) for s in (45, 252, 9000)] == ["45 s", "4.2 min", "2.5 h"]
+    assert [duration(s) for s in (0.37, 45, 252, 9000)] == ["0.4 s", "45 s", "4.2 min", "2.5 h"]
 
 
 @pytest.mark.slow

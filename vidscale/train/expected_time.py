@@ -33,7 +33,9 @@ def expected_training_time(
 
 
 def duration(seconds: float) -> str:
-    """`seconds` for a person: 45 s, 4.2 min, 1.5 h."""
+    """`seconds` for a person: 0.4 s, 45 s, 4.2 min, 1.5 h."""
+    if seconds < 10:
+        return f"{seconds:.1f} s"
     if seconds < 90:
         return f"{seconds:.0f} s"
     if seconds < 90 * 60:
