@@ -186,11 +186,12 @@ def test_the_time_limit_notice_checkpoints_and_requeues(
         epochs=LONG_EPOCHS,
     )
     wait_for_steps(run, 3)
-    # A limit 60-120 s away: the notice (90 s before it) comes at one of SLURM's next checks,
-    # every 30-60 s, while this long run is still training.
-    minutes = (slurm.job(job).run_time_s + 60) // 60 + 1
+    # A limit 120-180 s away: the notice (90 s before it) falls due within 30-90 s and comes
+    # at one of SLURM's checks (every 30-60 s), still well before the limit, while this long run
+    # trains. (60-120 s away, a late check could meet the limit itself: TIMEOUT, no requeue.)
+    minutes = (slurm.job(job).run_time_s + 120) // 60 + 1
     slurm.scontrol("update", f"JobId={job}", f"TimeLimit={minutes}")
-    slurm.wait_until(job, {"PENDING"}, timeout=180)  # requeued by the script itself
+    slurm.wait_until(job, {"PENDING"}, timeout=300)  # requeued by the script itself
     stopped_at = train_steps(run)
     text = log(run)
     assert "stopped for its time limit" in text and "requeued to continue" in text, text
