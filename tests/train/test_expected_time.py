@@ -24,11 +24,11 @@ def test_the_steps_left_times_the_chosen_settings_probe_time() -> None:
     decision = probed({"fp32": 0.4, "fp32+cl": 0.3}, chosen=(False, True))
     line = expected_training_time(decision, steps=480, accumulate=1)
     assert line is not None
-    assert line.startswith("expected: at least 2.4 min of training")  # 480 x 0.3 s
-    assert "480 steps x 0.3 s" in line and "fp32+cl" in line
+    assert line.startswith("expected: at least 2.4 min for the 480 steps")  # 480 x 0.3 s
+    assert "(0.3 s each" in line and "fp32+cl" in line
     accumulated = expected_training_time(decision, steps=10, accumulate=4)
     assert accumulated is not None and "at least 12 s" in accumulated
-    assert "10 steps x 4 micro-batches" in accumulated
+    assert "10 steps of 4 micro-batches" in accumulated
 
 
 def test_nothing_is_said_without_a_timing_or_steps() -> None:
@@ -53,6 +53,6 @@ def test_a_run_says_its_expected_time_and_the_time_left(
     assert main([*args, *(a for s in sets for a in ("--set", s))]) == 0
     lines = capsys.readouterr().out.splitlines()
     expected = [line for line in lines if line.startswith("vidscale: expected: at least")]
-    assert len(expected) == 1 and "steps x " in expected[0], lines
+    assert len(expected) == 1 and " s each, the probe's" in expected[0], lines
     epochs = [line for line in lines if line.startswith("epoch ")]
     assert len(epochs) == 2 and epochs[0].endswith(" left") and not epochs[1].endswith(" left")

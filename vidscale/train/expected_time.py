@@ -23,10 +23,10 @@ def expected_training_time(
     if measured is None or steps <= 0:
         return None
     seconds = measured["seconds"] * steps * accumulate
-    micro = f" x {accumulate} micro-batches" if accumulate > 1 else ""
+    micro = f" of {accumulate} micro-batches" if accumulate > 1 else ""
     return (
-        f"expected: at least {duration(seconds)} of training on this machine ({steps} steps"
-        f"{micro} x {measured['seconds']:.3g} s, the probe's forward + backward in "
+        f"expected: at least {duration(seconds)} for the {steps} steps{micro} on this machine "
+        f"({measured['seconds']:.3g} s each, the probe's forward + backward in "
         f"{decision.candidate.label}; the optimizer, data and evaluation come on top, and each "
         "epoch's line says the time left at its pace)"
     )
