@@ -7,12 +7,13 @@ a 3 x 3 kernel. Those taps add exact zeros to the output and get exactly zero gr
 CPU kernels compute them in full, and badly: on an AVX2-only CPU (oneDNN's AVX2 kernels, torch
 2.13) the forward + backward of res5's 512-channel 3 x 3 convolution of a 1 x 1 input takes
 about 14x as long as the centre tap alone, about half of a TSM-ResNet-18 training step at the
-demo's shape (docs/benchmarks.md, "The demo on an AVX2-only CPU"). So these modules convolve with
+demo's shape (docs/benchmarks.md, "The demo on an AVX2-only CPU"). So `Conv2d` convolves with
 the taps that reach the input only: the same output up to the order of the additions, the same
 gradients, the other taps' gradients exactly 0 as before. The parameters and `state_dict` are
 `nn.Conv2d`'s / `nn.Conv3d`'s.
 
-The 1 x 1 case is computed as a matrix product, and it must be on the CPU in bfloat16: torch
+The 1 x 1 case (for `Conv3d`, the spatially strided one only) is computed as a matrix product,
+and it must be on the CPU in bfloat16: torch
 2.13's oneDNN kernels get it wrong in the backward pass. The weight gradient of a stride-2 3 x 3
 convolution of a 1 x 1 input reads uninitialised memory (NaN or 1e33 where the other taps'
 gradients are 0), so one such step ruins a model (multigrid's coarsest crops hit it: a 16^2 crop
