@@ -28,7 +28,6 @@ from vidscale.train import builders
 from vidscale.train.adaptive_batch import AdaptiveBatch, sizes_for_batch
 from vidscale.train.checkpointer import Checkpointer, RunState, run_record
 from vidscale.train.evaluate import EvalResult, Stream, evaluate
-from vidscale.train.expected_time import expected_training_time
 from vidscale.train.loggers import LoggerChoice
 from vidscale.train.losses import objective_for
 from vidscale.train.phase_switch import PhaseSwitch
@@ -93,15 +92,9 @@ class Trainer:
         self.step_context = step_context(self)
         if state is not None:
             self.checkpointer.load(state, exact=start.exact, source=self.resumed_from)
+        steps_left = self.timeline.total_steps - self.progress.step
+        self.run_log.announce_start(self.fast, self.fast_choice, steps_left, self.sizes.accumulate)
         if env.is_main:
-            print(f"vidscale: {env.world_size} process(es), {self.fast.describe()}", flush=True)
-            print(f"vidscale: fast path: {self.fast_choice.describe()}", flush=True)
-            steps_left = self.timeline.total_steps - self.progress.step
-            expected = expected_training_time(
-                self.fast_choice, steps=steps_left, accumulate=self.sizes.accumulate
-            )
-            if expected:
-                print(f"vidscale: {expected}", flush=True)
             prepare_run_dir(run_dir, cfg, start, classes=splits.classes)
         resumed_at = self.progress.step if state else None
         self.run_log.open(run_dir, resumed_at=resumed_at, config=to_dict(cfg))

@@ -19,9 +19,11 @@ from tqdm import tqdm
 from vidscale.distributed.collectives import all_gather_object, all_reduce_max
 from vidscale.distributed.env import DistEnv
 from vidscale.distributed.traffic import Traffic
+from vidscale.fastpath.probe import FastPathDecision
+from vidscale.fastpath.settings import FastPath
 from vidscale.train.adaptive_batch import AdaptiveBatch
 from vidscale.train.evaluate import EvalResult
-from vidscale.train.expected_time import duration
+from vidscale.train.expected_time import duration, expected_training_time
 from vidscale.train.loggers import LoggerChoice
 from vidscale.train.metrics import MetricsLog, plot_run, progress, read_metrics
 from vidscale.train.step import StepResult
@@ -52,6 +54,19 @@ class RunLog:
         self.run_dir: Path | None = None
         self._sink = MetricsLog(Path("."), enabled=False)
         self._mark = time.perf_counter()
+
+    def announce_start(
+        self, fast: FastPath, choice: FastPathDecision, steps_left: int, accumulate: int
+    ) -> None:
+        """Rank 0's lines before the first step: processes, the fast path and why, and the time
+        the steps still to run are expected to take (`expected_time`)."""
+        if not self.env.is_main:
+            return
+        print(f"vidscale: {self.env.world_size} process(es), {fast.describe()}", flush=True)
+        print(f"vidscale: fast path: {choice.describe()}", flush=True)
+        expected = expected_training_time(choice, steps=steps_left, accumulate=accumulate)
+        if expected:
+            print(f"vidscale: {expected}", flush=True)
 
     def open(
         self, run_dir: Path, *, resumed_at: int | None, config: Mapping[str, Any] | None = None
