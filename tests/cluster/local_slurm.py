@@ -119,9 +119,9 @@ class LocalSlurm:
                 os.kill(pid, signal.SIGKILL)
 
     def job_processes(self, **env: str) -> list[int]:
-        """The processes of this cluster's jobs (their environment names its `slurm.conf` and
-        a job id; the daemons' names only the former),
-        optionally only those whose environment also holds each `NAME=value` of `env`."""
+        """The processes of this cluster's jobs (their environment names its `slurm.conf` and a
+        job id; the daemons' names only the former), optionally only those whose environment
+        also holds each `NAME=value` of `env`."""
         wanted = [f"SLURM_CONF={self.conf}".encode()]
         wanted += [f"{k}={v}".encode() for k, v in env.items()]
         found = []

@@ -44,8 +44,15 @@ def decode_threads() -> int:
     data = sys.modules.get("torch.utils.data")  # never imports torch
     if data is not None and data.get_worker_info() is not None:
         return 1
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, min(4, cores or 1))
+    return max(1, min(4, usable_cpus()))
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on: its affinity mask where the OS has one (what a
+    scheduler that binds tasks, SLURM's task/affinity or cgroups, gave it), else all of them."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 @contextmanager

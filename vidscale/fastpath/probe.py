@@ -405,7 +405,7 @@ def settled(
         return _explicit(bf16, cl, amp=amp, channels_last=channels_last)
     if checkpoint is not None:
         return _recorded(checkpoint, fixed, device)
-    to_time = candidates(device, bf16=fixed[0], channels_last=fixed[1])
+    to_time = candidates(device, bf16=bf16, channels_last=cl)
     if len(to_time) == 1:  # an axis at "auto" that this device leaves one value of
         only = to_time[0]
         return FastPathDecision(

@@ -13,8 +13,8 @@ gradients, the other taps' gradients exactly 0 as before. The parameters and `st
 `nn.Conv2d`'s / `nn.Conv3d`'s.
 
 The 1 x 1 case (for `Conv3d`, the spatially strided one only) is computed as a matrix product,
-and it must be on the CPU in bfloat16: torch
-2.13's oneDNN kernels get it wrong in the backward pass. The weight gradient of a stride-2 3 x 3
+and it must be on the CPU in bfloat16: torch 2.13's oneDNN kernels get it wrong in the backward
+pass. The weight gradient of a stride-2 3 x 3
 convolution of a 1 x 1 input reads uninitialised memory (NaN or 1e33 where the other taps'
 gradients are 0), so one such step ruins a model (multigrid's coarsest crops hit it: a 16^2 crop
 through a ResNet reaches res5's strided convolution at 1 x 1); and on CPUs without AMX the bf16
@@ -24,6 +24,8 @@ rather than a 1 x 1 convolution. Every other input takes the module's usual path
 """
 
 from __future__ import annotations
+
+from functools import cache
 
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -37,6 +39,7 @@ def _centre_only(kernel: tuple[int, ...], padding: object) -> bool:
     )
 
 
+@cache  # a pure function of four ints, asked at every forward
 def reached_taps(size: int, kernel: int, stride: int, padding: int) -> tuple[int, int, int]:
     """The kernel taps [first, last) that read the input at some output position along one
     dimension, and the padding that keeps every output position where it was with only those

@@ -7,7 +7,6 @@ config; the functions here hand it the run's seed and this process's place.
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -19,6 +18,7 @@ from torch.utils.data import DataLoader
 
 from vidscale.config import ConfigError, RunConfig
 from vidscale.data.dataset import VideoClipDataset
+from vidscale.data.decode import usable_cpus
 from vidscale.data.inputs import ModelInput
 from vidscale.data.loaders import Placement, TrainData, eval_dataset, eval_loader, train_data
 from vidscale.data.splits import DataSplits, read_splits, recorded_flow
@@ -68,14 +68,6 @@ def resolve_num_classes(cfg: RunConfig, classes: list[str]) -> RunConfig:
             f"{len(classes)} classes (set model.num_classes=0 to take it from the list)"
         )
     return cfg
-
-
-def usable_cpus() -> int:
-    """The CPUs this process may run on: its affinity mask where the OS has one (what a
-    scheduler that binds tasks, SLURM's task/affinity or cgroups, gave it), else all of them."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def set_threads(cfg: RunConfig, env: DistEnv) -> None:

@@ -4,7 +4,7 @@ Before the first step: the fast-path probe (`fastpath.probe`) times the run's ow
 backward pass at its per-process micro-batch and clip shape on this machine, in the setting the
 run then trains with; that time, times the micro-batches still to run, is the least the training
 steps take. The optimizer step, the all-reduce where it is not hidden behind the backward pass,
-waiting for data, evaluation and checkpoints come on top (the demo took 1.6-1.7x the estimate
+waiting for data, evaluation and checkpoints come on top (the demo took 1.6-1.9x the estimate
 on 2 cores, docs/benchmarks.md, "The demo on an AVX2-only CPU"), and multigrid's phases change
 the shape. After each epoch the run log adds the time left at that epoch's pace (`duration`).
 """

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from vidscale.config import RunConfig, to_dict, validate
+from vidscale.data.decode import usable_cpus
 from vidscale.data.loaders import stop_workers
 from vidscale.distributed.collectives import broadcast_object
 from vidscale.distributed.env import DistEnv, init_distributed
@@ -289,7 +290,7 @@ class Trainer:
                 "fast_path": self.fast.describe(),
                 "fast_path_choice": self.fast_choice.record(),
                 "host_memory_retained": self.host_memory_retained,
-                "cpus": builders.usable_cpus(),
+                "cpus": usable_cpus(),
                 "threads": torch.get_num_threads(),
             },
         )
