@@ -28,6 +28,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("", "atomic", "errors", "models", "optim", "schedules"),  # the ground floor: pure parts
     ("data", "distributed"),  # clips in, processes together
     ("config", "recipes"),  # a run's description, composed of the components' configs
+    ("step",),  # one optimizer step: what training, the probe and the benches run
     ("fastpath",),  # choosing the arithmetic by measurement
     ("train", "predict", "export"),  # the loop and what uses one run
     ("bench", "planner"),  # measuring this device; the analytic model and the planner
@@ -214,6 +215,30 @@ def test_models_know_nothing_of_data_or_distribution() -> None:
     for p in (PACKAGE / "models").rglob("*.py"):
         text = p.read_text()
         assert "vidscale.data" not in text and "vidscale.distributed" not in text, p
+
+
+def backward_calls(package: Path = PACKAGE) -> list[str]:
+    """`file:line` of every `.backward(...)` call in the package."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "backward"
+            ):
+                found.append(f"{path.relative_to(package)}:{node.lineno}")
+    return found
+
+
+def test_the_training_step_exists_once() -> None:
+    """Training, the fast-path probe and every bench run `step.run.train_step` (or its
+    `forward_backward`): a backward pass anywhere else is a private copy of the step, which can
+    differ from the trainer's (loss outside the autocast, no update) and measure a step the
+    trainer never runs."""
+    outside = [c for c in backward_calls() if not c.startswith("step/")]
+    assert outside == [], f"backward() outside vidscale/step/: {outside}"
+    assert backward_calls(), "the guard must see the step's own backward()"
 
 
 # -- sizes ---------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from tests.distributed.multiproc import run_ranks
 from vidscale.data.inputs import ModelInput
 from vidscale.distributed.ddp import gradient_sync, wrap_ddp
 from vidscale.distributed.env import DistEnv
-from vidscale.train.step import StepContext, train_step
+from vidscale.step.run import StepContext, train_step
 
 GLOBAL = 8  # clips per optimizer step over all ranks and micro-batches
 

@@ -9,11 +9,11 @@ import pytest
 
 from vidscale.distributed.env import init_distributed
 from vidscale.distributed.traffic import Traffic
+from vidscale.step.agreement import StepAgreement
+from vidscale.step.run import StepResult
 from vidscale.train.evaluate import EvalResult
 from vidscale.train.metrics import read_metrics
-from vidscale.train.resilience import StepAgreement
 from vidscale.train.run_log import RunLog
-from vidscale.train.step import StepResult
 
 
 def step_result(loss: float, *, finite: bool = True, hits: int = 3) -> StepResult:
@@ -107,14 +107,13 @@ def test_finish_writes_the_summary_from_the_counters(tmp_path: Path) -> None:
     assert summary["skipped"] == [{"path": "bad.mp4", "reason": "no video stream"}]
 
 
-def test_a_restored_log_continues_its_counters_and_an_exact_resume_its_totals() -> None:
+def test_a_restored_log_continues_its_counters_and_totals() -> None:
     env = init_distributed("cpu")
     first = RunLog(env, log_every=1, show_progress=False)
     run_steps(first, [step_result(1.0)], traffic=Traffic())
-    state = {"rank_counters": [first.counters.as_dict()], "epoch_totals": first.totals.as_dict()}
-    exact = RunLog(env, log_every=1, show_progress=False)
-    exact.restore(state, exact=True)
-    assert exact.counters == first.counters and exact.totals == first.totals
-    carried = RunLog(env, log_every=1, show_progress=False)
-    carried.restore(state, exact=False)
-    assert carried.counters == first.counters and carried.totals.steps == 0
+    counters, totals = first.counters_state(), first.totals_state()
+    assert (counters, totals) == ([first.counters.as_dict()], first.totals.as_dict())
+    restored = RunLog(env, log_every=1, show_progress=False)
+    restored.load_counters(counters)
+    restored.load_totals(totals)
+    assert restored.counters == first.counters and restored.totals == first.totals

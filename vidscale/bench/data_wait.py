@@ -1,7 +1,7 @@
 """How much of a training step waits for data (TSM paper Fig. 3b): `bench_data_wait` trains a
-real model for a few steps with the real `DataLoader` and measures the fraction of step time
-blocked waiting for the next batch (data loading not hidden by compute) for several clip
-lengths and loader worker counts."""
+real model for a few steps (the trainer's `step.run.train_step`) with the real `DataLoader` and
+measures the fraction of step time blocked waiting for the next batch (data loading not hidden
+by compute) for several clip lengths and loader worker counts."""
 
 from __future__ import annotations
 
@@ -16,16 +16,19 @@ from typing import Literal
 
 import numpy as np
 import torch
-from torch import nn
 from torch.utils.data import DataLoader
 
 from vidscale.bench.dataload import BenchVideoSpec, find_videos, make_bench_videos, prepare_shards
 from vidscale.data.annotations import VideoRecord
 from vidscale.data.clip import ClipSpec
 from vidscale.data.dataset import VideoClipDataset, collate
+from vidscale.data.inputs import ModelInput
 from vidscale.data.shard_dataset import ShardClipDataset
-from vidscale.data.transforms import normalize
 from vidscale.models.registry import ModelConfig, build_model
+from vidscale.step.fixed_batch import bench_sgd
+from vidscale.step.run import StepContext, train_step
+
+WAIT_BENCH_LR = 1e-3
 
 
 @dataclass(frozen=True)
@@ -129,7 +132,6 @@ class _WaitRun:
         cfg = ModelConfig(name=self.model_name, num_classes=self.num_classes, frames=frames)
         device = torch.device(self.device)
         model = build_model(cfg).to(device).train()
-        optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
         total = self.warmup + self.steps
         loader = DataLoader(
             dataset,
@@ -141,22 +143,20 @@ class _WaitRun:
             pin_memory=device.type == "cuda",
             prefetch_factor=2 if workers else None,
         )
+        # The trainer's step on the loader's batches: it times its own wait for the next batch.
+        ctx = StepContext(
+            model=model, optimizer=bench_sgd(model), prepare=ModelInput("rgb", 3), device=device
+        )
         step_s: list[float] = []
         wait_s: list[float] = []
         batches = iter(loader)
         for _ in range(total):
             start = time.perf_counter()
-            item = next(batches)  # blocked here: loading not hidden by the previous step
-            wait_s.append(time.perf_counter() - start)
-            clips = normalize(item["inputs"]["rgb"].to(device, non_blocking=True))
-            labels = item["label"].to(device, non_blocking=True)
-            loss = nn.functional.cross_entropy(model(clips), labels)
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            result = train_step(ctx, batches, accumulate=1, clips=self.batch, lr=WAIT_BENCH_LR)
             if device.type == "cuda":  # the step ends when its kernels do
                 torch.cuda.synchronize(device)
             step_s.append(time.perf_counter() - start)
+            wait_s.append(result.wait_s)
         del batches  # stops the workers
         timed_step, timed_wait = step_s[self.warmup :], wait_s[self.warmup :]
         return WaitRow(

@@ -7,9 +7,9 @@ device:
 - MACs, parameters, Compute/IO (MACs per uint8 input byte, the reading under which the paper's
   27.4k / 6.85k / 16.6k work out) from `bench.flops.model_info`; FLOPs = 2·MACs (the paper's
   "FLOPs" column counts MACs). Accuracy is left to the user's runs (`vidscale eval`).
-- Training: seconds and clips/s of the trainer's step (forward, cross-entropy on float logits,
-  backward, SGD with momentum and weight decay), its FLOPs counted as 3x the forward's
-  (backward ≈ 2x forward).
+- Training: seconds and clips/s of the trainer's step (`step.fixed_batch.FixedBatchStep`:
+  forward and cross-entropy under the autocast, backward, gradient norm, SGD with momentum and
+  weight decay), its FLOPs counted as 3x the forward's (backward ≈ 2x forward).
 - Inference: clips/s of an eval-mode forward pass without autograd (the paper's throughput).
 - Utilisation (§3a): achieved FLOP/s over peak FLOP/s, the peak being a large matmul in the
   same dtype timed in the same rounds (`hardware.matmul_probe`).
@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from vidscale.bench.flops import ModelInfo, model_info
 from vidscale.bench.model_ratios import PASSES, Pass, add_ratios, comparisons
@@ -77,6 +77,7 @@ from vidscale.models.registry import (
     list_models,
     stage_temporal_resolutions,
 )
+from vidscale.step.fixed_batch import FixedBatchStep
 
 Mode = Literal["fp32", "fast"]
 Clock = Literal["wall", "process"]
@@ -184,9 +185,7 @@ class _Subject:
     fast: FastPath
     tf32: bool
     model: nn.Module
-    optimizer: torch.optim.Optimizer
-    clips: Tensor
-    labels: Tensor
+    step: FixedBatchStep  # the trainer's step on the fixed random batch
     retain_host_memory: bool  # CPU fast path: glibc keeps freed memory (see `host_memory`)
     auto: FastPathDecision | None = None  # "fast" rows: the probe's decision they run
 
@@ -203,17 +202,13 @@ class _Subject:
     def train_step(self) -> None:
         self._settings()
         self.model.train()
-        with self.fast.autocast()():
-            loss = nn.functional.cross_entropy(self.model(self.clips).float(), self.labels)
-            loss.backward()
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        self.step()
 
     def infer(self) -> None:
         self._settings()
         self.model.eval()
         with torch.inference_mode(), self.fast.autocast()():
-            self.model(self.clips)
+            self.model(self.step.clips)
 
 
 def check_trainable(name: str, *, frames: int, size: int, batch: int) -> None:
@@ -268,13 +263,13 @@ def _subject(
     torch.manual_seed(0)
     model = build_model(ModelConfig(name=name, num_classes=cfg.num_classes)).to(device)
     model = apply_to_model(model, fast)
-    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9, weight_decay=1e-4)
     shape = (cfg.batch, 3, cfg.clip_frames(name), cfg.size, cfg.size)
     clips = torch.randn(shape, device=device)
     labels = torch.randint(cfg.num_classes, (cfg.batch,), device=device)
+    step = FixedBatchStep(model, clips, labels, autocast=fast.autocast())
     tf32 = mode == "fast" and device.type == "cuda"  # what the trainer's fast path turns on
     retain = mode == "fast" and device.type == "cpu"  # as the trainer's CPU fast path
-    return _Subject(name, mode, fast, tf32, model, optimizer, clips, labels, retain, auto)
+    return _Subject(name, mode, fast, tf32, model, step, retain, auto)
 
 
 def check_request(names: Sequence[str], cfg: BenchConfig, *, baseline: str | None) -> str:

@@ -41,8 +41,8 @@ from vidscale.fastpath import hardware
 from vidscale.fastpath.settings import Candidate, FastPath, apply_to_model, resolve_fast_path
 from vidscale.fastpath.timing import spread, time_round_robin
 from vidscale.models.registry import build_model
+from vidscale.step.run import StepContext, forward_backward
 from vidscale.train.builders import decide_fast_path, model_input
-from vidscale.train.step import StepContext, forward_backward
 from vidscale.train.timeline import Shape, Timeline, make_timeline, run_sizes
 
 # (long cycle, short cycle) of each variant.
@@ -130,7 +130,7 @@ def _fast_path(
 def _shape_calls(
     cfg: RunConfig, shapes: Sequence[Shape], *, fast: FastPath, device: torch.device
 ) -> tuple[dict[str, Callable[[], object]], Callable[[], None]]:
-    """One forward + backward per shape, run as training runs it (`train.step.forward_backward`:
+    """One forward + backward per shape, run as training runs it (`step.run.forward_backward`:
     uint8 clips normalised on the device, the autocast, the loss in float32; gradients
     accumulate, as in an accumulated step), and the optimizer step, on one model in training
     mode."""

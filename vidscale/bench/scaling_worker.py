@@ -61,8 +61,8 @@ from vidscale.fastpath.settings import Candidate, apply_to_model, resolve_fast_p
 from vidscale.models.registry import build_model
 from vidscale.optim.factory import OptimConfig, build_optimizer
 from vidscale.schedules.lr import scaled_lr
-from vidscale.train.losses import objective_for
-from vidscale.train.step import StepContext, train_step
+from vidscale.step.objective import objective_for
+from vidscale.step.run import StepContext, train_step
 
 
 class RandomClips(Dataset[dict[str, Any]]):

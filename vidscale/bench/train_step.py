@@ -1,8 +1,8 @@
 """One model's training step on random clips at a fixed fast-path setting, ready to time or
 profile: what `bench throughput` and `bench profile` run.
 
-The step is the trainer's: forward under the setting's autocast, cross-entropy on float logits,
-backward, SGD with momentum and weight decay. The setting is given (e.g. "bf16+cl"), never
+The step is the trainer's (`step.fixed_batch.FixedBatchStep`): forward and cross-entropy under
+the setting's autocast, backward, the gradient norm, SGD with momentum and weight decay. The setting is given (e.g. "bf16+cl"), never
 probed, so a run on a lent GPU spends no time deciding it.
 """
 
@@ -22,6 +22,7 @@ from vidscale.fastpath.settings import (
     resolve_fast_path,
 )
 from vidscale.models.registry import ModelConfig, build_model, default_frames
+from vidscale.step.fixed_batch import FixedBatchStep
 
 
 @dataclass(frozen=True)
@@ -78,9 +79,6 @@ class TrainStep:
         torch.manual_seed(0)
         model = build_model(shape.model_config()).to(device)
         self.model: nn.Module = apply_to_model(model, self.fast).train()
-        self.optimizer = torch.optim.SGD(
-            self.model.parameters(), lr=1e-4, momentum=0.9, weight_decay=1e-4
-        )
         self.forward: nn.Module = self.model
         if compile_backend is not None:
             compiled = torch.compile(self.model, backend=compile_backend)
@@ -89,19 +87,17 @@ class TrainStep:
         clip = (shape.batch, 3, shape.clip_frames, shape.size, shape.size)
         self.clips: Tensor = torch.randn(clip, device=device)
         self.labels: Tensor = torch.randint(shape.num_classes, (shape.batch,), device=device)
-        self._autocast = self.fast.autocast()
+        self.step = FixedBatchStep(
+            self.forward, self.clips, self.labels, autocast=self.fast.autocast()
+        )
+        self.optimizer = self.step.optimizer
 
     def __call__(self) -> None:
-        self.run(self.clips, self.labels)
+        self.step()
 
     def run(self, clips: Tensor, labels: Tensor) -> None:
         """One step on `clips` (float, on the device) and their `labels`."""
-        with self._autocast():
-            logits = self.forward(clips)
-        loss = nn.functional.cross_entropy(logits.float(), labels)
-        loss.backward()
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        self.step.on(clips, labels)
 
 
 def release(device: torch.device) -> None:

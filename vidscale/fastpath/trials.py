@@ -19,6 +19,7 @@ from vidscale.fastpath import hardware
 from vidscale.fastpath.rule import hopeless
 from vidscale.fastpath.settings import Candidate, FastPath, apply_to_model
 from vidscale.fastpath.timing import time_round_robin
+from vidscale.step.fixed_batch import FixedBatchStep
 
 
 @dataclass(frozen=True)
@@ -64,17 +65,10 @@ class Timed:
 
 
 def _step(
-    model: nn.Module, fast: FastPath, clips: torch.Tensor, labels: torch.Tensor
-) -> Callable[[], None]:
-    autocast = fast.autocast()
-
-    def step() -> None:
-        with autocast():  # the loop's train_step: loss and backward inside autocast
-            loss = nn.functional.cross_entropy(model(clips).float(), labels)
-            loss.backward()
-        model.zero_grad(set_to_none=True)
-
-    return step
+    candidate: Candidate, model: nn.Module, clips: torch.Tensor, labels: torch.Tensor
+) -> FixedBatchStep:
+    fast = FastPath(clips.device, candidate.bf16, candidate.channels_last, compile=False)
+    return FixedBatchStep(model, clips, labels, autocast=fast.autocast())
 
 
 def probe(
@@ -87,18 +81,19 @@ def probe(
     ranks: int = 1,
     on_turn: Callable[[str], None] | None = None,
 ) -> Timed:
-    """Seconds per training step (forward, loss, backward) of each candidate, per timed round.
+    """Seconds per training step (`step.fixed_batch.FixedBatchStep`, the trainer's step on one
+    process) of each candidate, per timed round.
 
     With `settings.drop_hopeless`, a candidate is timed no more once its rounds so far rule it
     out of `choose` over the `settings.repeats` x `ranks` rounds its samples will be pooled
-    into (every rank probes, `fast_path_probe`); the probe ends when only one is left.
+    into (every rank probes, `fastpath.probe`); the probe ends when only one is left.
 
     `build()` gives a fresh model on the CPU; it is built, fed random clips and stepped under a
     forked RNG (CPU and `device`), so the caller's random streams are left exactly as they were.
     Process-wide settings (threads, host-memory retention, TF32) are the caller's: set them as
     training will run before probing. `on_turn(label)` is told before each candidate's turn
     (`time_round_robin`). This runs in the calling process: a candidate that hangs or crashes
-    takes the process with it (`fast_path_isolation.probe_isolated` runs it in a child).
+    takes the process with it (`isolation.probe_isolated` runs it in a child).
     """
     cuda = [device.index or 0] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=cuda):
@@ -112,10 +107,9 @@ def probe(
         del base
         clips = torch.randn(shape.clips, device=device)
         labels = torch.randint(shape.num_classes, (shape.batch,), device=device)
-        calls = {}
-        for c in settings_to_time:
-            fast = FastPath(device, c.bf16, c.channels_last, compile=False)
-            calls[c.label] = _step(models[c.channels_last], fast, clips, labels)
+        calls = {
+            c.label: _step(c, models[c.channels_last], clips, labels) for c in settings_to_time
+        }
         dropped: dict[str, str] = {}
 
         def drop(so_far: Mapping[str, Sequence[float]]) -> list[str]:

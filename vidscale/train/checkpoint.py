@@ -2,8 +2,9 @@
 
 A checkpoint is written to a temporary file in the same directory, fsynced, renamed over the
 target and the directory fsynced (`vidscale.atomic`), so a crash never leaves a truncated
-`last.pt`. Everything that training state depends on is in it: model, optimizer, progress, the
-epoch's running totals, the per-rank counters and the sizes the run was made with. Randomness is a
+`last.pt`. Everything that training state depends on is in it: every part of the run's
+`state.StateRegistry` (model, optimizer, progress, the epoch's running totals, the per-rank
+counters, ...) and the sizes the run was made with. Randomness is a
 pure function of (seed, rank, step), so no RNG state needs saving for an exact resume.
 """
 
@@ -124,19 +125,25 @@ def newest_loadable(run_dir: Path) -> Search:
 
 
 def upgrade(state: dict[str, Any]) -> dict[str, Any]:
-    """A checkpoint written before run sizes and per-rank counters were recorded, in today's layout:
-    progress from its top-level keys, rank 0's counters for every rank, the epoch's running
-    sums unknown (zero). Its sizes cannot be checked (`resume.resolve_start` says so)."""
-    if "progress" in state or "step" not in state:
-        return state
-    progress = {k: int(state[k]) for k in ("epoch", "step", "step_in_epoch")}
-    return {
-        **state,
-        "progress": progress,
-        "rank_counters": [state.get("counters", {})],
-        "epoch_totals": {},
-        "bad_steps_in_a_row": 0,
-    }
+    """A checkpoint of an earlier layout in today's (`state.StateRegistry` keys):
+    - written before run sizes and per-rank counters were recorded: progress from its top-level
+      keys, rank 0's counters for every rank, the epoch's running sums unknown (zero); its
+      sizes cannot be checked (`resume.resolve_start` says so);
+    - written before the divergence guard was a part of its own: its count of bad steps in a
+      row, top-level, moves under `divergence_guard`."""
+    if "progress" not in state and "step" in state:
+        progress = {k: int(state[k]) for k in ("epoch", "step", "step_in_epoch")}
+        state = {
+            **state,
+            "progress": progress,
+            "rank_counters": [state.get("counters", {})],
+            "epoch_totals": {},
+            "bad_steps_in_a_row": 0,
+        }
+    if "bad_steps_in_a_row" in state and "divergence_guard" not in state:
+        state = {**state, "divergence_guard": {"bad_steps_in_a_row": state["bad_steps_in_a_row"]}}
+        del state["bad_steps_in_a_row"]
+    return state
 
 
 def comm_state_path(ckpt_dir: Path, rank: int) -> Path:

@@ -43,6 +43,7 @@ from vidscale.train.resilience import (
 )
 from vidscale.train.resume import Progress, checkpoint_record
 from vidscale.train.run_log import RunLog
+from vidscale.train.state import Held, PartLoadError, StateRegistry
 from vidscale.train.timeline import RunSizes
 from vidscale.train.watchdog import Watchdog
 
@@ -59,6 +60,21 @@ class RunState:
     guard: DivergenceGuard
     adaptive: AdaptiveBatch
     phase_switch: PhaseSwitch
+
+    def registry(self) -> StateRegistry:
+        """Every checkpointed part by its key in the checkpoint (`state`): the one list that
+        saving and loading both read. The strategy's per-rank state is saved beside it."""
+        parts = StateRegistry()
+        parts.register("model", unwrap(self.model))
+        parts.register("optimizer", self.optimizer)
+        parts.register("progress", self.progress, exact_only=True)
+        log = self.run_log
+        parts.register("epoch_totals", Held(log.totals_state, log.load_totals), exact_only=True)
+        parts.register("rank_counters", Held(log.counters_state, log.load_counters))
+        parts.register("divergence_guard", self.guard, exact_only=True)
+        parts.register("adaptive_batch", self.adaptive, exact_only=True, optional=True)
+        parts.register("batchnorm_splits", self.phase_switch, optional=True)
+        return parts
 
 
 def run_record(cfg: RunConfig, sizes: RunSizes, *, fast_path: FastPathDecision) -> dict[str, Any]:
@@ -90,28 +106,23 @@ class Checkpointer:
     ) -> None:
         self.dir = run_dir / "checkpoints"
         self.run_dir, self.env, self.parts = run_dir, env, parts
+        self.state = parts.registry()
         self.record, self.keep, self.signals = record, keep, signals
         self.last_good = "none yet"  # named when the run diverges
         self.watchdog = watchdog or Watchdog.disabled()  # each save is one watched unit
 
     # -- load --------------------------------------------------------------------------------
     def load(self, state: dict[str, Any], *, exact: bool, source: Path | None) -> None:
-        """Put checkpoint `state` (read from `source`) back into the run. `exact`: the same
-        run continues (not a carried-over change of sizes), so the epoch's totals and the
-        count of bad steps in a row continue too. A checkpoint of another model is a
-        `ConfigError`."""
-        parts = self.parts
+        """Put checkpoint `state` (read from `source`) back into the run: every registered
+        part, those that describe the plan only if `exact` (the same run continues, not a
+        carried-over change of sizes). A checkpoint of another model is a `ConfigError`."""
         try:
-            unwrap(parts.model).load_state_dict(state["model"])
-            parts.optimizer.load_state_dict(state["optimizer"])
-        except (RuntimeError, ValueError, KeyError) as err:
+            self.state.load_state_dict(state, exact=exact)
+        except PartLoadError as err:
+            cause = first_line(err.__cause__ or err)
             raise ConfigError(
-                f"--resume: {source} does not fit this run: {first_line(err)}"
+                f"--resume: {source} does not fit this run: {err.key}: {cause}"
             ) from None
-        parts.run_log.restore(state, exact=exact)
-        if exact:
-            parts.guard.consecutive = int(state["bad_steps_in_a_row"])
-        parts.phase_switch.load_state_dict(state.get("batchnorm_splits", {}))
         self.last_good = f"{source} (step {state['progress']['step']})"
         self._load_strategy(int(state["progress"]["step"]))
 
@@ -131,21 +142,6 @@ class Checkpointer:
         strategy.load_state_dict(saved)
 
     # -- save --------------------------------------------------------------------------------
-    def state(self, rank_counters: list[dict[str, Any]]) -> dict[str, Any]:
-        """The checkpoint of the run as it stands, with every rank's counters."""
-        parts = self.parts
-        return {
-            "model": unwrap(parts.model).state_dict(),
-            "optimizer": parts.optimizer.state_dict(),
-            "progress": parts.progress.as_dict(),
-            "epoch_totals": parts.run_log.totals.as_dict(),
-            "bad_steps_in_a_row": parts.guard.consecutive,
-            "rank_counters": rank_counters,
-            "adaptive_batch": parts.adaptive.state_dict(),
-            "batchnorm_splits": parts.phase_switch.state_dict(),
-            **self.record,
-        }
-
     def save(self, *, epoch_end: bool) -> None:
         """Checkpoint where the run is. Weights that are not finite are never written: the
         last good checkpoint must survive rotation (`Diverged` instead)."""
@@ -160,10 +156,11 @@ class Checkpointer:
         # Each rank's own state first (an AAVG learner's replica between averagings) ...
         save_comm_state(parts.strategy, self.dir, rank=self.env.rank, step=step)
         with parts.strategy.consensus():  # ... then rank 0 writes the model every rank holds.
-            # Also the barrier that puts every rank's file before the last.pt that names it.
-            rank_counters = all_gather_object(parts.run_log.counters.as_dict())
+            # Every rank: the run's counters are gathered, also the barrier that puts every
+            # rank's file before the last.pt that names it.
+            state = self.state.state_dict()
             if self.env.is_main:
-                self._write(self.state(rank_counters), epoch_end=epoch_end)
+                self._write({**state, **self.record}, epoch_end=epoch_end)
         # No rank leaves before the checkpoint is on disk: one restarted at once must find it.
         barrier()
         self.last_good = f"{self.dir / LAST} (step {step})"

@@ -1,7 +1,7 @@
 """The training entry point: `train(cfg, run_dir=...)`, and the `Trainer` that runs the epochs.
 
 The trainer keeps the epoch loop, evaluation and the batch adaptation between epochs, and calls
-its collaborators at named points: the step (`step.train_step`), the checkpointer
+its collaborators at named points: the step (`step.run.train_step`), the checkpointer
 (`checkpointer.Checkpointer`: load, save, stop) and the run log (`run_log.RunLog`). The LR is a
 pure function of the position in the run's `timeline.Timeline`, so resume is exact. A run
 survives (`resilience`, `resume`): it continues from its newest loadable checkpoint, checkpoints
@@ -18,19 +18,19 @@ from typing import Any
 import torch
 
 from vidscale.config import RunConfig, to_dict, validate
-from vidscale.data.decode import usable_cpus
 from vidscale.data.loaders import stop_workers
 from vidscale.distributed.collectives import broadcast_object
 from vidscale.distributed.env import DistEnv, init_distributed
 from vidscale.distributed.failure import fail_together
 from vidscale.distributed.strategy import build_strategy
 from vidscale.optim.factory import build_optimizer
+from vidscale.step.objective import objective_for
+from vidscale.step.run import StepContext, StepResult, seed_step, train_step
 from vidscale.train import builders
 from vidscale.train.adaptive_batch import AdaptiveBatch, sizes_for_batch
 from vidscale.train.checkpointer import Checkpointer, RunState, run_record
 from vidscale.train.evaluate import EvalResult, Stream, evaluate
 from vidscale.train.loggers import LoggerChoice
-from vidscale.train.losses import objective_for
 from vidscale.train.phase_switch import PhaseSwitch
 from vidscale.train.precise_bn import pooled_precise_bn
 from vidscale.train.resilience import (
@@ -43,7 +43,6 @@ from vidscale.train.resilience import (
 )
 from vidscale.train.resume import ResumeMode, find_start, prepare_run_dir
 from vidscale.train.run_log import RunLog
-from vidscale.train.step import StepContext, StepResult, seed_step, train_step
 from vidscale.train.timeline import Phase, make_timeline
 from vidscale.train.watchdog import Watchdog
 
@@ -77,7 +76,7 @@ class Trainer:
         # The sizes the run was started with (what checkpoints record and resume checks), and
         # those it follows now: the same unless the batch size adapted.
         self.start_sizes, self.progress = start.sizes, start.progress
-        self._build_schedule(state if start.exact else None)
+        self._build_schedule()
         self.train_data = builders.build_train_data(
             cfg, env, splits.train, micro_batch=self.sizes.micro_batch
         )
@@ -93,6 +92,7 @@ class Trainer:
         self.step_context = step_context(self)
         if state is not None:
             self.checkpointer.load(state, exact=start.exact, source=self.resumed_from)
+            self._follow_batch()  # the adaptive batch a resumed run had reached
         steps_left = self.timeline.total_steps - self.progress.step
         self.run_log.announce_start(self.fast, self.fast_choice, steps_left, self.sizes.accumulate)
         if env.is_main:
@@ -119,17 +119,14 @@ class Trainer:
         self.strategy = build_strategy(env, cfg.comm, name=cfg.dist.strategy, aavg=cfg.aavg)
         self.ddp_model = self.strategy.wrap(self.model, self.optimizer)
 
-    def _build_schedule(self, exact_state: dict[str, Any] | None) -> None:
-        """The batch size now (restored from `exact_state`, a checkpoint resumed exactly), the
-        sizes and timeline it gives, and the phase the model enters at the current epoch."""
+    def _build_schedule(self) -> None:
+        """The start's batch size (a resume restores an adapted one with the other checkpointed
+        parts), its sizes and timeline, and the phase the model enters at the current epoch."""
         cfg, env = self.cfg, self.env
         self.adaptive = AdaptiveBatch.from_config(
             cfg, world_size=env.world_size, global_batch=self.start_sizes.global_batch
         )
-        if exact_state is not None and "adaptive_batch" in exact_state:
-            self.adaptive.load_state_dict(exact_state["adaptive_batch"])
-        self.sizes = sizes_for_batch(cfg, self.start_sizes, global_batch=self.adaptive.global_batch)
-        self.timeline = make_timeline(cfg, self.sizes)
+        self.sizes, self.timeline = self.start_sizes, make_timeline(cfg, self.start_sizes)
         self.phase_switch = PhaseSwitch(self.model, env)
         self.phase_switch.enter(self.timeline.phase_at(self.progress.epoch))
 
@@ -181,14 +178,23 @@ class Trainer:
         if self.env.is_main:
             self.adaptive.observe(accuracy, epochs_done=epochs_done)
         self.adaptive.load_state_dict(broadcast_object(self.adaptive.state_dict()))
+        if self._follow_batch():
+            self.run_log.batch_adapted(
+                self.sizes,
+                self.adaptive,
+                accuracy=accuracy,
+                step=self.progress.step,
+                epoch=epochs_done,
+            )
+
+    def _follow_batch(self) -> bool:
+        """Sizes and timeline for the adaptive batch's global batch; whether they changed. The
+        loader follows the timeline from the next epoch it sets up."""
         sizes = sizes_for_batch(self.cfg, self.start_sizes, global_batch=self.adaptive.global_batch)
         if sizes == self.sizes:
-            return
-        self.sizes = sizes
-        self.timeline = make_timeline(self.cfg, sizes)  # the loader follows it from next epoch
-        self.run_log.batch_adapted(
-            sizes, self.adaptive, accuracy=accuracy, step=self.progress.step, epoch=epochs_done
-        )
+            return False
+        self.sizes, self.timeline = sizes, make_timeline(self.cfg, sizes)
+        return True
 
     def train_epoch(self) -> None:
         p = self.progress
@@ -287,17 +293,13 @@ class Trainer:
                 "base_lr": self.sizes.base_lr,
                 "strategy": self.cfg.dist.strategy,
                 "batch_history": [list(h) for h in self.adaptive.history],
-                "fast_path": self.fast.describe(),
-                "fast_path_choice": self.fast_choice.record(),
                 "host_memory_retained": self.host_memory_retained,
-                "cpus": usable_cpus(),
-                "threads": torch.get_num_threads(),
             },
         )
 
 
 def step_context(trainer: Trainer) -> StepContext:
-    """The context every step of `trainer`'s run uses (`train.step`), built once."""
+    """The context every step of `trainer`'s run uses (`step.run`), built once."""
     signals = trainer.signals  # not `trainer`: a trainer in a reference cycle would outlive
     # its last reference, and its loaders' persistent workers with it
     return StepContext(

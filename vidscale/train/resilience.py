@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import signal
 import threading
@@ -23,6 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import FrameType
+from typing import Any
 
 import torch
 from torch import nn
@@ -80,60 +80,10 @@ class StopSignals:
         return self.received is not None
 
 
-@dataclass(frozen=True)
-class StepAgreement:
-    """One step's numbers summed over ranks."""
-
-    loss: float  # mean over ranks of each rank's mean micro-batch loss
-    hits: int
-    clips: int
-    finite: bool  # every rank's loss and the gradient norm were finite
-    stop: bool  # some rank was asked to stop
-
-
-def agree_step(
-    *,
-    loss: float,
-    hits: int,
-    clips: int,
-    finite: bool,
-    stop: bool,
-    world_size: int,
-    device: torch.device,
-) -> StepAgreement:
-    """The one all-reduce per step (identity on one process)."""
-    values = torch.tensor(
-        [loss if finite else 0.0, hits, clips, 0.0 if finite else 1.0, 1.0 if stop else 0.0],
-        dtype=torch.float64,
-        device=device,
-    )
-    summed = all_reduce_sum(values).tolist()
-    return StepAgreement(
-        loss=summed[0] / world_size,
-        hits=int(summed[1]),
-        clips=int(summed[2]),
-        finite=summed[3] == 0,
-        stop=summed[4] > 0,
-    )
-
-
 def any_rank(flag: bool, *, device: torch.device) -> bool:
     """Whether `flag` holds on some rank (a collective: every rank must call it)."""
     values = torch.tensor([1.0 if flag else 0.0], dtype=torch.float64, device=device)
     return bool(all_reduce_sum(values).item() > 0)
-
-
-def gradient_norm(model: nn.Module, *, max_norm: float) -> float:
-    """The global L2 norm of the gradients (after DDP's all-reduce, the same on every rank),
-    clipping them to `max_norm` when it is > 0 (`optim.clip_grad_norm`)."""
-    grads = [p.grad for p in model.parameters() if p.grad is not None]
-    if not grads:
-        return 0.0
-    norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0)
-    value = float(norm)  # the step's one device sync for the norm
-    if max_norm > 0 and math.isfinite(value):
-        torch.nn.utils.clip_grads_with_norm_(grads, max_norm, norm)
-    return value
 
 
 class BatchNormSnapshot:
@@ -177,6 +127,12 @@ class DivergenceGuard:
                 f"({self.consecutive} in a row > train.max_bad_steps={self.max_bad_steps}); "
                 f"last good checkpoint: {last_good}"
             )
+
+    def state_dict(self) -> dict[str, int]:
+        return {"bad_steps_in_a_row": self.consecutive}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.consecutive = int(state["bad_steps_in_a_row"])
 
 
 def weights_finite(model: nn.Module, *, device: torch.device) -> bool:

@@ -52,8 +52,12 @@ class Progress:
     step: int = 0
     step_in_epoch: int = 0
 
-    def as_dict(self) -> dict[str, int]:
+    def state_dict(self) -> dict[str, int]:
         return dataclasses.asdict(self)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.epoch, self.step = int(state["epoch"]), int(state["step"])
+        self.step_in_epoch = int(state["step_in_epoch"])
 
 
 @dataclass(frozen=True)

@@ -14,19 +14,21 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import torch
 from tqdm import tqdm
 
+from vidscale.data.decode import usable_cpus
 from vidscale.distributed.collectives import all_gather_object, all_reduce_max
 from vidscale.distributed.env import DistEnv
 from vidscale.distributed.traffic import Traffic
 from vidscale.fastpath.probe import FastPathDecision
 from vidscale.fastpath.settings import FastPath
+from vidscale.step.run import StepResult
 from vidscale.train.adaptive_batch import AdaptiveBatch
 from vidscale.train.evaluate import EvalResult
 from vidscale.train.expected_time import duration, expected_training_time
 from vidscale.train.loggers import LoggerChoice
 from vidscale.train.metrics import MetricsLog, plot_run, progress, read_metrics
-from vidscale.train.step import StepResult
 from vidscale.train.summary import EpochTotals, RunCounters, write_summary
 from vidscale.train.timeline import RunSizes
 
@@ -54,12 +56,19 @@ class RunLog:
         self.run_dir: Path | None = None
         self._sink = MetricsLog(Path("."), enabled=False)
         self._mark = time.perf_counter()
+        self.machine: dict[str, Any] = {}
 
     def announce_start(
         self, fast: FastPath, choice: FastPathDecision, steps_left: int, accumulate: int
     ) -> None:
         """Rank 0's lines before the first step: processes, the fast path and why, and the time
         the steps still to run are expected to take (`expected_time`)."""
+        self.machine = {  # what the summary reports of how the run computed
+            "fast_path": fast.describe(),
+            "fast_path_choice": choice.record(),
+            "cpus": usable_cpus(),
+            "threads": torch.get_num_threads(),
+        }
         if not self.env.is_main:
             return
         print(f"vidscale: {self.env.world_size} process(es), {fast.describe()}", flush=True)
@@ -87,15 +96,21 @@ class RunLog:
         too; a second close does nothing."""
         self._sink.close(completed=completed)
 
-    def restore(self, state: dict[str, Any], *, exact: bool) -> None:
-        """The counters from a checkpoint, and the epoch's totals if it continues exactly (a
-        carried-over run starts its epoch afresh)."""
+    # The run statistics a checkpoint holds (`state.Held` parts): every rank's counters, and
+    # the epoch's running totals, which a carried-over plan change starts afresh.
+    def counters_state(self) -> list[dict[str, Any]]:
+        """Every rank's counters, rank by rank (a collective: every rank calls it)."""
+        return all_gather_object(self.counters.as_dict())
+
+    def load_counters(self, saved: list[dict[str, Any]]) -> None:
         env = self.env
-        self.counters = RunCounters.restored(
-            state["rank_counters"], rank=env.rank, world_size=env.world_size
-        )
-        if exact:
-            self.totals = EpochTotals(**state["epoch_totals"])
+        self.counters = RunCounters.restored(saved, rank=env.rank, world_size=env.world_size)
+
+    def totals_state(self) -> dict[str, Any]:
+        return self.totals.as_dict()
+
+    def load_totals(self, saved: dict[str, Any]) -> None:
+        self.totals = EpochTotals(**saved)
 
     def write(self, kind: str, *, step: int, **values: Any) -> None:
         """One record of `kind` in `metrics.jsonl` (and TensorBoard) on rank 0."""
@@ -226,9 +241,9 @@ class RunLog:
     def finish(self, **fields: Any) -> dict[str, Any]:
         """The run's summary from every rank's counters (a collective) with `fields` (model,
         world_size, global_batch, epochs, num_classes, extra); rank 0 writes `summary.json`
-        and the plots. Closes the log."""
-        merged = RunCounters.merge(all_gather_object(self.counters.as_dict()))
-        summary = merged.summary(**fields)
+        and the plots, with the fast path and CPUs it announced at start. Closes the log."""
+        fields["extra"] = {**fields.get("extra", {}), **self.machine}
+        summary = RunCounters.merge(self.counters_state()).summary(**fields)
         if self.env.is_main and self.run_dir is not None:
             write_summary(summary, self.run_dir / "summary.json")
             plot_run(read_metrics(self.run_dir / "metrics.jsonl"), self.run_dir)

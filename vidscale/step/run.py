@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -20,10 +20,18 @@ import torch
 from torch import nn
 
 from vidscale.config import RunConfig
-from vidscale.data.inputs import ModelInput
 from vidscale.distributed.env import DistEnv
-from vidscale.train.losses import CROSS_ENTROPY, Objective
-from vidscale.train.resilience import StepAgreement, agree_step, gradient_norm
+from vidscale.step.agreement import StepAgreement, agree_step, gradient_norm
+from vidscale.step.objective import CROSS_ENTROPY, Objective
+
+
+class PrepareInput(Protocol):
+    """A batch's inputs -> the model's input on `device` (`data.inputs.ModelInput` in training:
+    the clips moved and normalised; `fixed_batch.already_prepared` for clips made on the device)."""
+
+    def __call__(
+        self, inputs: Mapping[str, torch.Tensor], device: torch.device
+    ) -> torch.Tensor: ...
 
 
 class MicroBatchSync(Protocol):
@@ -55,14 +63,14 @@ class StepContext:
 
     model: nn.Module
     optimizer: torch.optim.Optimizer
-    prepare: ModelInput
+    prepare: PrepareInput
     device: torch.device
     autocast: Callable[[], AbstractContextManager[Any]] = nullcontext
     micro_batch: MicroBatchSync = no_sync_needed
     world_size: int = 1
     clip_grad_norm: float = 0.0  # 0: no clipping
     stop_requested: Callable[[], bool] = never
-    objective: Objective = CROSS_ENTROPY  # `losses.objective_for(multi_label=...)`
+    objective: Objective = CROSS_ENTROPY  # `objective.objective_for(multi_label=...)`
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from vidscale.data.inputs import ModelInput
-from vidscale.train.step import StepContext, forward_backward, train_step
+from vidscale.step.run import StepContext, forward_backward, train_step
 
 CLASSES = 3
 

@@ -1,0 +1,76 @@
+"""The training step on one fixed batch of random clips: what the fast-path probe and the benches
+time. It is `run.train_step` itself, with one micro-batch a step and no loader (data loading is
+measured on its own, `bench data-wait`), so a bench or the probe measures the step the trainer
+runs: forward and loss inside the fast path's autocast, backward, the gradient norm, the
+agreement (local on one process) and the optimizer's update.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+import torch
+from torch import nn
+
+from vidscale.step.run import StepContext, StepResult, train_step
+
+CLIPS = "clips"  # the batch's one input: float clips already on the device
+
+# The benches' and the probe's optimizer when the caller gives none: SGD with momentum and
+# weight decay, the video recipes' optimizer (the rate is the step's `lr`).
+SGD_MOMENTUM, SGD_WEIGHT_DECAY = 0.9, 1e-4
+BENCH_LR = 1e-4  # small, so that timed steps keep the weights near where they started
+
+
+def already_prepared(inputs: Mapping[str, torch.Tensor], device: torch.device) -> torch.Tensor:
+    """The clips as made: random float clips on the device need no moving or normalising."""
+    return inputs[CLIPS]
+
+
+def bench_sgd(model: nn.Module) -> torch.optim.Optimizer:
+    return torch.optim.SGD(
+        model.parameters(), lr=BENCH_LR, momentum=SGD_MOMENTUM, weight_decay=SGD_WEIGHT_DECAY
+    )
+
+
+class FixedBatchStep:
+    """`model` (as it runs forward: compiled or wrapped, if so) trained on `clips` (N, C, T, H, W)
+    float on the device and `labels` (N,); calling it runs one step and returns its result.
+    `optimizer` defaults to `bench_sgd` over `model`'s parameters; `autocast` is the fast
+    path's (`FastPath.autocast()`)."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        clips: torch.Tensor,
+        labels: torch.Tensor,
+        *,
+        optimizer: torch.optim.Optimizer | None = None,
+        autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
+        lr: float = BENCH_LR,
+    ) -> None:
+        self.context = StepContext(
+            model=model,
+            optimizer=optimizer if optimizer is not None else bench_sgd(model),
+            prepare=already_prepared,
+            device=clips.device,
+            autocast=autocast,
+        )
+        self.clips, self.labels, self.lr = clips, labels, lr
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        return self.context.optimizer
+
+    def on(self, clips: torch.Tensor, labels: torch.Tensor) -> StepResult:
+        """One step on other clips of the same kind (a bench that feeds decoded batches)."""
+        batch = {"inputs": {CLIPS: clips}, "label": labels, "skipped": []}
+        return train_step(
+            self.context, itertools.repeat(batch), accumulate=1, clips=len(labels), lr=self.lr
+        )
+
+    def __call__(self) -> StepResult:
+        return self.on(self.clips, self.labels)
