@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from vidscale.data.synthetic import write_synthetic_dataset
+from vidscale.data.synthetic.videos import write_synthetic_dataset
 
 _CACHE_DIR = Path(tempfile.mkdtemp(prefix="vidscale-fast-path-"))
 os.environ["VIDSCALE_FAST_PATH_CACHE"] = str(_CACHE_DIR / "fast_path.json")

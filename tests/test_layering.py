@@ -62,7 +62,7 @@ _ARGPARSE_CALLS = frozenset(
 
 
 def module_name(path: Path, package: Path = PACKAGE) -> str:
-    """`vidscale/bench/models.py` -> `vidscale.bench.models`; a package's __init__ is the
+    """`vidscale/bench/compute/models.py` -> `vidscale.bench.compute.models`; a package's __init__ is the
     package."""
     parts = (package.name, *path.relative_to(package).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -106,7 +106,7 @@ def package_graph() -> Mapping[str, frozenset[str]]:
 
 
 def subject(module: str) -> str:
-    """The first part under the package: `vidscale.bench.models` -> `bench`, `vidscale` -> ""."""
+    """The first part under the package: `vidscale.bench.compute.models` -> `bench`, `vidscale` -> ""."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else ""
 

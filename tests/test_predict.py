@@ -20,8 +20,8 @@ from vidscale.config import DataConfig, RunConfig, apply_overrides, save_config
 from vidscale.data.annotations import write_annotations
 from vidscale.data.clip import ClipSpec
 from vidscale.data.inputs import ModelInput
-from vidscale.data.synthetic import write_synthetic_dataset
-from vidscale.data.synthetic_writer import encode_h264
+from vidscale.data.synthetic.videos import write_synthetic_dataset
+from vidscale.data.synthetic.writer import encode_h264
 from vidscale.models.registry import ModelConfig, build_model
 from vidscale.predict import (
     predict,

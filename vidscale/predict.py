@@ -32,8 +32,8 @@ from torch import nn
 from vidscale.config import RunConfig
 from vidscale.data.clip import ClipSpec
 from vidscale.data.clip import sample_views as clip_views
-from vidscale.data.decode import DecodeError
 from vidscale.data.inputs import ModelInput
+from vidscale.data.media.decode import DecodeError
 from vidscale.data.sources import FlowSettings, file_source
 from vidscale.models.registry import build_model
 from vidscale.train.average_precision import ViewAggregation

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from vidscale.bench.profile import idle_gaps, self_times
-from vidscale.bench.throughput import ThroughputConfig, bench_throughput, fill_batch
+from vidscale.bench.compute.profile import idle_gaps, self_times
+from vidscale.bench.compute.throughput import ThroughputConfig, bench_throughput, fill_batch
 
 TINY = ThroughputConfig(
     models=("tsm_resnet18",),

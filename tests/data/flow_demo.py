@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vidscale.data.prepare import prepare_from_layout
-from vidscale.data.synthetic import write_synthetic_dataset
+from vidscale.data.prepared.prepare import prepare_from_layout
+from vidscale.data.synthetic.videos import write_synthetic_dataset
 
 FRAMES = 8  # per video: 7 flows
 

@@ -28,13 +28,13 @@ from torch.utils.data import DataLoader
 from vidscale.data.annotations import AnnotationError, VideoRecord
 from vidscale.data.clip import ClipSpec
 from vidscale.data.dataset import VideoClipDataset, collate
-from vidscale.data.decode import DecodeError, decode_frames, probe
-from vidscale.data.encode import encode_video
 from vidscale.data.layouts import LayoutSplits, read_layout
-from vidscale.data.prepare import open_prepared, prepare_dataset
-from vidscale.data.shard_dataset import ShardClipDataset, StreamingShardDataset
-from vidscale.data.shards import ShardEntry, encode_jpeg, iter_videos
-from vidscale.data.synthetic_writer import encode_h264
+from vidscale.data.media.decode import DecodeError, decode_frames, probe
+from vidscale.data.media.encode import encode_video
+from vidscale.data.prepared.prepare import open_prepared, prepare_dataset
+from vidscale.data.prepared.shard_dataset import ShardClipDataset, StreamingShardDataset
+from vidscale.data.prepared.shards import ShardEntry, encode_jpeg, iter_videos
+from vidscale.data.synthetic.writer import encode_h264
 
 T = TypeVar("T")
 DEADLINE_S = 60.0  # generous on a loaded 2-core machine; a hang never finishes

@@ -12,9 +12,9 @@ from tests.data.flow_demo import write_flow_demo
 from vidscale.data.annotations import read_annotations, read_class_names
 from vidscale.data.clip import ClipSpec, clip_positions, sample_views, stack_channels
 from vidscale.data.dataset import VideoClipDataset
-from vidscale.data.decode import probe
-from vidscale.data.prepare import open_prepared
-from vidscale.data.shard_dataset import ShardClipDataset, StreamingShardDataset
+from vidscale.data.media.decode import probe
+from vidscale.data.prepared.prepare import open_prepared
+from vidscale.data.prepared.shard_dataset import ShardClipDataset, StreamingShardDataset
 from vidscale.data.sources import FlowSettings, VideoFrames
 
 

@@ -10,7 +10,7 @@ from vidscale.data import dataset as dataset_module
 from vidscale.data.annotations import VideoRecord
 from vidscale.data.clip import ClipSpec
 from vidscale.data.dataset import VideoClipDataset, collate
-from vidscale.data.decode import decode_frames, probe
+from vidscale.data.media.decode import decode_frames, probe
 from vidscale.data.read_health import UnreadableData, UnreadableLimit
 
 

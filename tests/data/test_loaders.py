@@ -12,10 +12,10 @@ from vidscale.config import ConfigError, DataConfig
 from vidscale.data.clip import ClipSpec
 from vidscale.data.dataset import VideoClipDataset
 from vidscale.data.loaders import Placement, eval_dataset, eval_loader, train_data
-from vidscale.data.prepare import FLOW_DIR, prepare_from_layout
-from vidscale.data.shard_dataset import ShardClipDataset, StreamingShardDataset
+from vidscale.data.prepared.prepare import FLOW_DIR, prepare_from_layout
+from vidscale.data.prepared.shard_dataset import ShardClipDataset, StreamingShardDataset
 from vidscale.data.splits import read_splits, recorded_flow
-from vidscale.data.synthetic import write_synthetic_dataset
+from vidscale.data.synthetic.videos import write_synthetic_dataset
 
 SPEC = ClipSpec(frames=2, crop_size=16, short_side=16)
 SOURCES = ("videos", "shards", "stream")

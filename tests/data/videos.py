@@ -7,7 +7,7 @@ from pathlib import Path
 import av
 import numpy as np
 
-from vidscale.data.synthetic_writer import encode_h264
+from vidscale.data.synthetic.writer import encode_h264
 
 
 def numbered_frames(n: int, *, size: int = 32) -> np.ndarray:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import torch
 
-from vidscale.data.synthetic import write_synthetic_dataset
+from vidscale.data.synthetic.videos import write_synthetic_dataset
 from vidscale.train.checkpoint import load_checkpoint
 from vidscale.train.metrics import read_metrics
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from vidscale.bench.flops import model_info
+from vidscale.bench.compute.flops import model_info
 from vidscale.cli import main
 from vidscale.models.image import ALEXNET_CONVS, AlexNetBN, ImageResNet
 from vidscale.models.registry import (

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from tests.models.test_transfer import randomised
-from vidscale.bench.flops import model_info
+from vidscale.bench.compute.flops import model_info
 from vidscale.config import save_config
 from vidscale.models.i3d import I3D_3X1X1, I3D_NL_PLACEMENT, i3d_non_local
 from vidscale.models.nonlocal_block import (

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from vidscale.bench.flops import model_info
+from vidscale.bench.compute.flops import model_info
 from vidscale.models.registry import (
     ModelConfig,
     build_model,

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from vidscale.bench.scaling_config import ScalingConfig, Variant
-from vidscale.bench.scaling_report import build_report
-from vidscale.bench.scaling_worker import StepSamples
+from vidscale.bench.scaling.config import ScalingConfig, Variant
+from vidscale.bench.scaling.report import build_report
+from vidscale.bench.scaling.worker import StepSamples
 from vidscale.distributed.comm_hooks import HookName
 from vidscale.planner import capacity, clusters
 from vidscale.planner.capacity import PlanRequest

@@ -18,7 +18,7 @@ from tests.planner.test_capacity import (
 )
 from vidscale.cli import main
 
-__all__ = ["measured_json"]  # the fixture, shared with tests/bench/test_capacity.py
+__all__ = ["measured_json"]  # the fixture, shared with tests/planner/test_capacity.py
 
 
 def test_plan_prints_time_efficiency_bottleneck_and_batch(

@@ -9,7 +9,7 @@ from typing import TypedDict
 
 import pytest
 
-from vidscale.bench.flops import model_info
+from vidscale.bench.compute.flops import model_info
 from vidscale.models.registry import ModelConfig
 from vidscale.planner import allreduce, overlap, paper_scaling
 from vidscale.planner.allreduce import GB, US, Interconnect, ring_allreduce_seconds

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from vidscale.config import ConfigError
-from vidscale.data.synthetic_multilabel import write_multilabel_dataset
+from vidscale.data.synthetic.multilabel import write_multilabel_dataset
 from vidscale.studies.multilabel import (
     RECIPES,
     MultiLabelStudySpec,

@@ -12,7 +12,7 @@ import pytest
 from tests.tiny_run import tiny_overrides
 from vidscale.cli import build_parser, main, resolve_config
 from vidscale.config import ConfigError, to_dict
-from vidscale.data.prepare import prepare_from_layout
+from vidscale.data.prepared.prepare import prepare_from_layout
 from vidscale.studies.two_stream import (
     RECIPES,
     TwoStreamStudySpec,

@@ -15,7 +15,7 @@ from tests.distributed.multiproc import run_ranks
 from tests.tiny_run import tiny_overrides
 from tests.train.test_resilience import dies_after, losses, records
 from vidscale.config import RunConfig, apply_overrides
-from vidscale.data.prepare import prepare_from_layout
+from vidscale.data.prepared.prepare import prepare_from_layout
 from vidscale.recipes import get_recipe
 from vidscale.train import loop
 from vidscale.train.checkpoint import load_checkpoint

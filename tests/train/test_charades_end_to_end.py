@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.data.test_charades_layout import CLASSES, charades  # noqa: F401  (the fixture)
+from tests.data.layouts.test_charades_layout import CLASSES, charades  # noqa: F401  (the fixture)
 from tests.tiny_run import tiny_overrides
 from vidscale.cli import main
 

@@ -19,8 +19,8 @@ from tests.distributed.multiproc import run_ranks
 from tests.tiny_run import tiny_overrides
 from vidscale.config import RunConfig, apply_overrides
 from vidscale.data.dataset import VideoClipDataset
-from vidscale.data.prepare import open_prepared, prepare_from_layout
-from vidscale.data.shards import ShardEntry
+from vidscale.data.prepared.prepare import open_prepared, prepare_from_layout
+from vidscale.data.prepared.shards import ShardEntry
 from vidscale.distributed.env import DistEnv, init_distributed
 from vidscale.models.registry import build_model
 from vidscale.recipes import get_recipe

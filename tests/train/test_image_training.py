@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from vidscale.config import apply_overrides
-from vidscale.data.prepare import open_prepared, prepare_from_layout
-from vidscale.data.synthetic_images import CLASSES, write_synthetic_images
+from vidscale.data.prepared.prepare import open_prepared, prepare_from_layout
+from vidscale.data.synthetic.images import CLASSES, write_synthetic_images
 from vidscale.recipes import get_recipe
 from vidscale.train.eval_run import evaluate_run
 from vidscale.train.loop import train

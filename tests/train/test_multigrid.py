@@ -16,8 +16,8 @@ from tests.distributed.multiproc import run_ranks
 from tests.tiny_run import tiny_overrides
 from tests.train.test_resilience import dies_after, losses, records
 from vidscale.config import RunConfig, apply_overrides
-from vidscale.data.prepare import prepare_from_layout
-from vidscale.data.synthetic import write_synthetic_dataset
+from vidscale.data.prepared.prepare import prepare_from_layout
+from vidscale.data.synthetic.videos import write_synthetic_dataset
 from vidscale.distributed.sync_batchnorm import GroupSyncBatchNorm
 from vidscale.models.batchnorm import SubBatchNorm2d
 from vidscale.recipes import get_recipe

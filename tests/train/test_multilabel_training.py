@@ -17,7 +17,7 @@ import torch
 from tests.tiny_run import tiny_overrides
 from vidscale.cli import main
 from vidscale.config import apply_overrides
-from vidscale.data.synthetic_multilabel import MULTI_LABEL_CLASSES, write_multilabel_dataset
+from vidscale.data.synthetic.multilabel import MULTI_LABEL_CLASSES, write_multilabel_dataset
 from vidscale.predict import PRESENT_AT, predict_video
 from vidscale.recipes import get_recipe
 from vidscale.train import loop

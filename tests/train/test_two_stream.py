@@ -18,8 +18,8 @@ from tests.data.flow_demo import write_flow_demo
 from vidscale.cli import main
 from vidscale.config import apply_overrides, save_config
 from vidscale.data.inputs import ModelInput
-from vidscale.data.prepare import open_prepared
-from vidscale.data.shard_dataset import ShardClipDataset
+from vidscale.data.prepared.prepare import open_prepared
+from vidscale.data.prepared.shard_dataset import ShardClipDataset
 from vidscale.distributed.env import init_distributed
 from vidscale.models.registry import build_model
 from vidscale.predict import load_run, run_probabilities, view_probabilities

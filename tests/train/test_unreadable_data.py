@@ -14,7 +14,7 @@ import pytest
 
 from tests.data.damaged import damaged_copy
 from tests.tiny_run import tiny_overrides
-from vidscale.data.synthetic import write_synthetic_dataset
+from vidscale.data.synthetic.videos import write_synthetic_dataset
 
 RECIPE = "demo_tsm_r18_8f_b32_e20"
 

@@ -15,7 +15,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from vidscale.bench.shard_train import cores_at
+from vidscale.bench.data.shard_train import cores_at
 
 STEPS = ("setup", "tests", "throughput", "shards", "profile")
 STEP_FILES = {"throughput": "throughput.json", "shards": "shards.json", "profile": "profile.json"}

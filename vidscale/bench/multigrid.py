@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from vidscale.bench.flops import model_info
+from vidscale.bench.compute.flops import model_info
 from vidscale.config import RunConfig
 from vidscale.distributed.env import DistEnv
 from vidscale.fastpath import hardware

@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     args = build_parser().parse_args(argv)
     from vidscale.data.annotations import AnnotationError
-    from vidscale.data.decode import DecodeError
+    from vidscale.data.media.decode import DecodeError
 
     bad_input = (ConfigError, AnnotationError, DecodeError, OSError, ValueError)
     from vidscale.train.resilience import PREEMPTED_EXIT_CODE, Diverged, Preempted

@@ -147,7 +147,7 @@ def _width_x_height(text: str) -> tuple[int, int]:
 
 def _flow_method_list(text: str) -> tuple[str, ...]:
     """An argparse type: comma-separated optical flow methods (e.g. `dis,tvl1`)."""
-    from vidscale.data.flow import FLOW_METHODS
+    from vidscale.data.media.flow import FLOW_METHODS
 
     names = tuple(text.split(","))
     unknown = [n for n in names if n not in FLOW_METHODS]

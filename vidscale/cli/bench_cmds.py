@@ -27,13 +27,13 @@ from vidscale.data.layouts import VIDEO_LAYOUTS
 from vidscale.distributed.strategy import strategy_names
 
 if TYPE_CHECKING:
-    from vidscale.bench.models import BenchConfig, Mode
+    from vidscale.bench.compute.models import BenchConfig, Mode
 
 
 def cmd_bench_data(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from vidscale.bench.dataload import PRESETS, bench_data
+    from vidscale.bench.data.dataload import PRESETS, bench_data
 
     _check_dir("--videos", args.videos)
     _check_parent("--out-json", args.out_json)
@@ -53,7 +53,7 @@ def cmd_bench_data(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_data_wait(args: argparse.Namespace) -> int:
-    from vidscale.bench.data_wait import bench_data_wait
+    from vidscale.bench.data.data_wait import bench_data_wait
 
     _check_model("--model", args.model)
     _check_dir("--videos", args.videos)
@@ -125,7 +125,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 def _bench_models_config(args: argparse.Namespace) -> BenchConfig:
     import dataclasses
 
-    from vidscale.bench.models import PASSES, BenchConfig
+    from vidscale.bench.compute.models import PASSES, BenchConfig
 
     # Every BenchConfig field has a flag of the same name; unset flags keep the base's value.
     fields = [f.name for f in dataclasses.fields(BenchConfig) if f.name not in ("modes", "passes")]
@@ -140,8 +140,8 @@ def _bench_models_config(args: argparse.Namespace) -> BenchConfig:
 
 
 def cmd_bench_models(args: argparse.Namespace) -> int:
-    from vidscale.bench.models import DEFAULT_MODELS, bench_models, check_request
-    from vidscale.bench.report import format_report
+    from vidscale.bench.compute.models import DEFAULT_MODELS, bench_models, check_request
+    from vidscale.bench.compute.models_table import format_report
 
     cfg = _bench_models_config(args)
     _check_parent("--out-json", args.out_json)
@@ -209,7 +209,7 @@ def _add_bench_models(bench_sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_bench_flow(args: argparse.Namespace) -> int:
-    from vidscale.bench.flow import FlowBenchConfig, bench_flow, format_flow_table
+    from vidscale.bench.data.flow import FlowBenchConfig, bench_flow, format_flow_table
 
     if args.video is not None and not args.video.is_file():
         raise ConfigError(f"--video: {args.video} is not a file")
@@ -249,7 +249,7 @@ def _add_bench_flow(bench_sub: argparse._SubParsersAction) -> None:
 def cmd_bench_scaling(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from vidscale.bench.scaling import (
+    from vidscale.bench.scaling.measure import (
         ScalingConfig,
         ScalingRunFailed,
         bench_scaling,
@@ -257,7 +257,7 @@ def cmd_bench_scaling(args: argparse.Namespace) -> int:
         run_worker,
         torchrun_world,
     )
-    from vidscale.bench.scaling_report import format_table
+    from vidscale.bench.scaling.report import format_table
 
     # Every ScalingConfig field but `fast_path` has a flag of the same name; unset flags keep
     # the config's default.

@@ -15,7 +15,7 @@ SETTINGS = ["fp32", "fp32+cl", "bf16", "bf16+cl"]
 
 
 def cmd_bench_throughput(args: argparse.Namespace) -> int:
-    from vidscale.bench.throughput import (
+    from vidscale.bench.compute.throughput import (
         DEFAULT_MODELS,
         ThroughputConfig,
         bench_throughput,
@@ -60,7 +60,7 @@ def cmd_bench_throughput(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_shard_train(args: argparse.Namespace) -> int:
-    from vidscale.bench.shard_train import ShardTrainConfig, bench_shard_train
+    from vidscale.bench.data.shard_train import ShardTrainConfig, bench_shard_train
 
     _check_parent("--out-json", args.out_json)
     cfg = ShardTrainConfig(
@@ -96,8 +96,8 @@ def cmd_bench_shard_train(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_profile(args: argparse.Namespace) -> int:
-    from vidscale.bench.models import check_trainable
-    from vidscale.bench.profile import bench_profile, format_profile
+    from vidscale.bench.compute.models import check_trainable
+    from vidscale.bench.compute.profile import bench_profile, format_profile
     from vidscale.models.registry import default_frames, list_models
 
     _check_parent("--out-json", args.out_json)

@@ -13,12 +13,12 @@ from vidscale.config import ConfigError, DataConfig
 from vidscale.data.layouts import LAYOUTS
 
 if TYPE_CHECKING:
-    from vidscale.data.synthetic_multilabel import MultiLabelSynthSummary
+    from vidscale.data.synthetic.multilabel import MultiLabelSynthSummary
 
 
 def cmd_synth(args: argparse.Namespace) -> int:
-    from vidscale.data.synthetic import write_synthetic_dataset
-    from vidscale.data.synthetic_images import write_synthetic_images
+    from vidscale.data.synthetic.images import write_synthetic_images
+    from vidscale.data.synthetic.videos import write_synthetic_dataset
 
     if args.images and args.multi_label:
         raise ConfigError("--multi-label writes videos: leave out --images")
@@ -56,7 +56,7 @@ MULTI_LABEL_SIZE = 48
 def _synth_multi_label(args: argparse.Namespace, *, size: int) -> MultiLabelSynthSummary:
     """The multi-label demo (`multilabel` layout); a per-class count N asks for N videos per
     class in all, N x 6 videos (each video has 2-3 classes); without one, the demo's counts."""
-    from vidscale.data.synthetic_multilabel import MULTI_LABEL_CLASSES, write_multilabel_dataset
+    from vidscale.data.synthetic.multilabel import MULTI_LABEL_CLASSES, write_multilabel_dataset
 
     counts = {
         f"{split}_videos": per_class * len(MULTI_LABEL_CLASSES)
@@ -69,8 +69,8 @@ def _synth_multi_label(args: argparse.Namespace, *, size: int) -> MultiLabelSynt
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
-    from vidscale.data.flow import FlowUnavailable
-    from vidscale.data.prepare import PrepareError, prepare_from_layout
+    from vidscale.data.media.flow import FlowUnavailable
+    from vidscale.data.prepared.prepare import PrepareError, prepare_from_layout
 
     try:
         with progress_to_stderr(args.json):
@@ -152,7 +152,7 @@ def _add_prepare_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--fps", type=_above(0), default=None, help="resample videos to this rate")
     p.add_argument("--quality", type=_at_least(1, 100), default=90, help="JPEG quality (1-100)")
-    from vidscale.data.flow import FLOW_METHODS
+    from vidscale.data.media.flow import FLOW_METHODS
 
     p.add_argument(
         "--flow",

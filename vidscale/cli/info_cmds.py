@@ -11,7 +11,7 @@ from vidscale.cli.output import add_json_flag, print_json, print_result
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from vidscale.bench.flops import format_info, info_as_dict, model_info
+    from vidscale.bench.compute.flops import format_info, info_as_dict, model_info
     from vidscale.models.registry import ModelConfig, default_frames, default_num_classes
 
     _check_model("NAME", args.name)

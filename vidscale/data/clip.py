@@ -7,7 +7,7 @@ item, so the sampling and the transforms live here only, whatever the storage:
 
 - RGB (`modality="rgb"`): a position is a frame, C = 3.
 - Optical flow (`modality="flow"`): a position is the flow from frame k to k + 1, C = 2 (x, y)
-  quantised to uint8 around 128 (`data.flow`). A clip takes, for each of its `frames`
+  quantised to uint8 around 128 (`data.media.flow`). A clip takes, for each of its `frames`
   segments, a stack of L = `flow_stack` consecutive flows (Simonyan & Zisserman's stacked
   flow, TSN's segment sampling; Cong et al. §II: "10 consecutive flows are randomly sampled"),
   so the model sees 2L channels (x0, y0, x1, y1, ...) per segment. A horizontal flip mirrors the

@@ -31,8 +31,8 @@ from torch.utils.data import Dataset
 
 from vidscale.data.annotations import VideoRecord
 from vidscale.data.clip import ClipSpec, FrameSource, SampledClip, sample_clip
-from vidscale.data.decode import VideoMeta, probe
 from vidscale.data.epoch_state import SharedInts
+from vidscale.data.media.decode import VideoMeta, probe
 from vidscale.data.read_health import ReadHealth, UnreadableLimit
 from vidscale.data.sources import FlowSettings, file_source
 from vidscale.data.targets import check_label_sets, clip_span_s, collate_targets, label_fields

@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader
 from vidscale.data.clip import ClipSpec
 from vidscale.data.data_config import DataConfig
 from vidscale.data.dataset import VideoClipDataset, collate
+from vidscale.data.prepared.shard_dataset import ShardClipDataset, StreamingShardDataset
 from vidscale.data.samplers import (
     BatchRequest,
     ExactEvalSampler,
@@ -30,7 +31,6 @@ from vidscale.data.samplers import (
     RequestCycle,
     TrainSampler,
 )
-from vidscale.data.shard_dataset import ShardClipDataset, StreamingShardDataset
 
 # A loader worker writes every thread's Python stack to its stderr when it receives this.
 STACKS_SIGNAL = signal.SIGUSR2
@@ -221,7 +221,9 @@ def worker_context(data: DataConfig) -> BaseContext | None:
         return None
     context = mp.get_context(data.worker_start)
     if data.worker_start == "forkserver":
-        context.set_forkserver_preload(["vidscale.data.dataset", "vidscale.data.shard_dataset"])
+        context.set_forkserver_preload(
+            ["vidscale.data.dataset", "vidscale.data.prepared.shard_dataset"]
+        )
     return context
 
 

@@ -24,17 +24,17 @@ from pathlib import Path
 import numpy as np
 
 from vidscale.data.clip import ClipSpec, FrameSource, Modality
-from vidscale.data.decode import DecodeError, VideoMeta, decode_frames, probe
-from vidscale.data.encode import decode_image, flow_engine, resize_short_side
-from vidscale.data.flow import (
+from vidscale.data.layouts import IMAGE_EXTENSIONS
+from vidscale.data.media.decode import DecodeError, VideoMeta, decode_frames, probe
+from vidscale.data.media.encode import decode_image, flow_engine, resize_short_side
+from vidscale.data.media.flow import (
     FLOW_BOUND,
     FlowMethod,
     decode_flow_jpeg,
     quantize_flow,
     to_gray,
 )
-from vidscale.data.layouts import IMAGE_EXTENSIONS
-from vidscale.data.shards import ShardEntry, ShardReader, decode_jpegs
+from vidscale.data.prepared.shards import ShardEntry, ShardReader, decode_jpegs
 
 
 @dataclass

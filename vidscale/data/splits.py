@@ -17,7 +17,7 @@ from vidscale.data.annotations import read_annotations, read_class_names
 from vidscale.data.data_config import DataConfig
 from vidscale.data.layouts import read_layout
 from vidscale.data.layouts.generic import GENERIC
-from vidscale.data.prepare import FLOW_DIR, open_prepared
+from vidscale.data.prepared.prepare import FLOW_DIR, open_prepared
 from vidscale.data.sources import FlowSettings
 from vidscale.errors import ConfigError
 
@@ -69,7 +69,7 @@ def read_splits(data: DataConfig) -> DataSplits:
 def recorded_flow(data: DataConfig) -> FlowSettings:
     """The optical-flow settings the run's input is computed with: those prepared flow was
     prepared with (so a run's saved config says how to compute its input from a raw video),
-    else `data.flow`."""
+    else `data.media.flow`."""
     if not is_prepared(data) or data.train_clip.modality != "flow":
         return data.flow
     path = Path(data.root) / FLOW_DIR / "prepare_options.json"

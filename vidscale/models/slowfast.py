@@ -23,7 +23,7 @@ every vidscale head (PySlowFast: 0.01), the last BN of each block starts at 1 as
 the trunk (PySlowFast's configs zero it), and there is no ImageNet initialisation (SlowFast is
 trained from scratch, §4 "Training"; the Fast pathway's widths do not fit ImageNet weights).
 
-Cost with 400 classes and 32 input frames (`bench.flops`: convs and fc, BN not counted, as in
+Cost with 400 classes and 32 input frames (`bench.compute.flops`: convs and fc, BN not counted, as in
 PySlowFast's numbers): 4x16 has 34,480,216 parameters, 27.64 GMACs at 224x224 and 36.10 at
 256x256; 8x8 has 34,566,488 parameters, 50.31 and 65.71 GMACs. The model zoo's 36.1 and 65.7
 "GFLOPs" are the 256x256 figures (its test views are 256-pixel crops).

@@ -3,7 +3,7 @@
 The scaling model (`planner/scaling_model.py`) needs to know when each gradient becomes ready
 during the backward pass: backward visits the layers in reverse forward order and spends on each
 a time proportional to its work. This table is that input. It is counted the way
-`bench/flops.py` counts a whole model: the model is built on the meta device (no weights, no
+`bench/compute/flops.py` counts a whole model: the model is built on the meta device (no weights, no
 arithmetic) and run once on a (1, C, T, H, W) clip; a forward hook on every module that owns
 parameters records, in execution order, its parameter count and, for convolutions and linear
 layers, its multiply-accumulates (output elements x input channels per group x kernel volume).

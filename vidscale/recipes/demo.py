@@ -21,7 +21,7 @@ from dataclasses import replace
 
 from vidscale.config import DataConfig, RunConfig, TrainConfig
 from vidscale.data.clip import ClipSpec, Modality
-from vidscale.data.synthetic_multilabel import DEFAULT_SIZE as MULTI_LABEL_SIZE
+from vidscale.data.synthetic.multilabel import DEFAULT_SIZE as MULTI_LABEL_SIZE
 from vidscale.models.registry import ModelConfig
 from vidscale.optim.factory import OptimConfig
 from vidscale.recipes.registry import register_recipe

@@ -27,7 +27,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from vidscale.bench.flops import model_info
+from vidscale.bench.compute.flops import model_info
 from vidscale.config import ConfigError, RunConfig, apply_overrides, load_config, validate
 from vidscale.models.registry import ModelConfig
 from vidscale.recipes import get_recipe

@@ -6,7 +6,7 @@ Two runs on one multi-label demo directory DATA (`vidscale synth --multi-label`)
 - `tsn`: `demo_tsn_r18_multilabel_8f_b32_e10`, the same recipe without the temporal shift.
 
 Each video shows three objects moving as two or three classes move, and no single frame tells
-a class (`data.synthetic_multilabel`), so the temporal model can recover every label while an
+a class (`data.synthetic.multilabel`), so the temporal model can recover every label while an
 order-blind average of frames ranks each class's videos about at random: its AP near the
 class's positive rate. The report sets each run's final and best validation mAP against that
 chance level, the mean positive rate of the classes scored, computed from the validation labels

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from vidscale.config import ConfigError, apply_overrides, validate
-from vidscale.data.prepare import FLOW_DIR
+from vidscale.data.prepared.prepare import FLOW_DIR
 from vidscale.recipes import get_recipe
 from vidscale.schedules.batch_scaling import LRRule
 from vidscale.schedules.lr import scaled_lr

@@ -18,9 +18,9 @@ from torch.utils.data import DataLoader
 
 from vidscale.config import ConfigError, RunConfig
 from vidscale.data.dataset import VideoClipDataset
-from vidscale.data.decode import usable_cpus
 from vidscale.data.inputs import ModelInput
 from vidscale.data.loaders import Placement, TrainData, eval_dataset, eval_loader, train_data
+from vidscale.data.media.decode import usable_cpus
 from vidscale.data.splits import DataSplits, read_splits, recorded_flow
 from vidscale.distributed.env import DistEnv
 from vidscale.fastpath.cache import cache_file

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from vidscale.data.decode import usable_cpus
+from vidscale.data.media.decode import usable_cpus
 from vidscale.distributed.collectives import all_gather_object, all_reduce_max
 from vidscale.distributed.env import DistEnv
 from vidscale.distributed.traffic import Traffic

@@ -1,0 +1,121 @@
+"""The multi-label demo: decodable files, label sets of 2-3 of its 6 classes, objects that move
+as their class does in quadrants of their own, and the same bytes from the same seed."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vidscale.cli.data_cmds import MULTI_LABEL_SIZE
+from vidscale.data.annotations import read_class_names
+from vidscale.data.layouts.multilabel import read_multilabel_annotations
+from vidscale.data.media.decode import decode_frames, probe
+from vidscale.data.synthetic.multilabel import (
+    DEFAULT_SIZE,
+    MULTI_LABEL_CLASSES,
+    OBJECTS,
+    REGION,
+    draw_object_labels,
+    place_objects,
+    render_multilabel_video,
+    write_multilabel_dataset,
+)
+from vidscale.data.synthetic.videos import CLASSES
+
+SMALL = {"size": 32, "num_frames": 8, "workers": 1}
+
+
+def test_layout_labels_decoding_and_determinism(tmp_path: Path) -> None:
+    a = write_multilabel_dataset(tmp_path / "a", seed=3, train_videos=4, val_videos=2, **SMALL)
+    # Same seed, more training videos: the videos both have are byte-identical.
+    write_multilabel_dataset(tmp_path / "b", seed=3, train_videos=6, val_videos=2, **SMALL)
+    write_multilabel_dataset(tmp_path / "c", seed=4, train_videos=1, val_videos=0, **SMALL)
+    assert (a.train_videos, a.val_videos, a.classes) == (4, 2, 6)
+    classes = read_class_names(tmp_path / "a" / "classes.txt")
+    assert classes == [c for c in CLASSES if "rotating" not in c] == list(MULTI_LABEL_CLASSES)
+    header, first = (tmp_path / "a" / "train.csv").read_text().splitlines()[:2]
+    assert header == "path,labels" and first.startswith("videos/train/train_00000.mp4,")
+    train = read_multilabel_annotations(tmp_path / "a" / "train.csv", classes=classes)
+    val = read_multilabel_annotations(tmp_path / "a" / "val.csv", classes=classes)
+    assert (len(train), len(val)) == (4, 2)
+    for rec in [*train, *val]:
+        assert len(rec.labels) in (2, 3)
+        meta = probe(rec.path)
+        assert (meta.num_frames, meta.width, meta.height) == (8, 32, 32)
+        frames = decode_frames(rec.path, list(range(8))).astype(int)
+        assert frames.shape == (8, 32, 32, 3) and frames.std() > 20  # textured, not blank
+        twin = tmp_path / "b" / rec.path.relative_to(tmp_path / "a")
+        assert rec.path.read_bytes() == twin.read_bytes()
+    b_train = read_multilabel_annotations(tmp_path / "b" / "train.csv", classes=classes)
+    assert [r.labels for r in b_train[:4]] == [r.labels for r in train]
+    other = tmp_path / "c" / train[0].path.relative_to(tmp_path / "a")
+    assert train[0].path.read_bytes() != other.read_bytes()
+
+
+def test_label_sets_have_two_or_three_classes_each_equally_likely() -> None:
+    rng = np.random.default_rng(0)
+    draws = [draw_object_labels(rng) for _ in range(4000)]
+    assert {len(d) for d in draws} == {OBJECTS}
+    distinct = Counter(len(set(d)) for d in draws)
+    assert set(distinct) == {2, 3}
+    assert distinct[2] / len(draws) == pytest.approx(0.5, abs=0.03)
+    in_set = Counter(c for d in draws for c in set(d))
+    assert set(in_set) == set(range(len(MULTI_LABEL_CLASSES)))
+    for c in range(len(MULTI_LABEL_CLASSES)):  # every class in 2.5 / 6 of the label sets
+        assert in_set[c] / len(draws) == pytest.approx(2.5 / 6, abs=0.03)
+    first = Counter(d[0] for d in draws)  # no class favours a drawing position
+    assert max(first.values()) / len(draws) < 1 / 6 + 0.03
+
+
+@pytest.mark.parametrize("labels", [(0, 3, 4), (1, 1, 4), (5, 3, 2)])
+def test_each_object_moves_as_its_class_in_its_own_quadrant(labels: tuple[int, ...]) -> None:
+    n, frames = 64, 16
+    objects = place_objects(labels, rng=np.random.default_rng(sum(labels)), n=n, num_frames=frames)
+    assert [o.label for o in objects] == list(labels)
+    region = round(REGION * n)
+    corners = set()
+    for obj in objects:
+        t = obj.trajectory
+        # MULTI_LABEL_CLASSES: left, right, up, down, growing, shrinking.
+        attribute = {0: t.x, 1: t.x, 2: t.y, 3: t.y}.get(obj.label, np.log(t.half_size))
+        direction = [-1, 1, -1, 1, 1, -1][obj.label]
+        halves = np.sign(attribute[8] - attribute[0]), np.sign(attribute[15] - attribute[8])
+        assert halves == (direction, direction), MULTI_LABEL_CLASSES[obj.label]
+        corner = (int(t.x.mean() > n / 2), int(t.y.mean() > n / 2))
+        low = np.array(corner) * (n - region)
+        positions = np.stack([t.x, t.y], axis=1)  # (T, 2)
+        assert np.all(np.abs(positions - (low + region / 2)) <= region / 2 + 1)
+        corners.add(corner)
+    assert len(corners) == len(objects) and REGION == 0.5  # quadrants: no two objects overlap
+
+
+def test_rendering_is_deterministic_and_checks_its_input() -> None:
+    def render() -> np.ndarray:
+        rng = np.random.default_rng(5)
+        return render_multilabel_video(
+            (0, 2, 2), rng=rng, size=32, num_frames=6, noise=4.0, distractors=1
+        )
+
+    frames = render()
+    assert frames.shape == (6, 32, 32, 3) and frames.dtype == np.uint8
+    np.testing.assert_array_equal(frames, render())
+    assert np.abs(np.diff(frames.astype(int), axis=0)).mean() > 1  # the objects move
+    with pytest.raises(ValueError, match="between 1 and 4 objects"):
+        render_multilabel_video(
+            (0,) * 5, rng=np.random.default_rng(0), size=32, num_frames=6, noise=0, distractors=0
+        )
+    for bad, message in (
+        ({"size": 31}, "even"),
+        ({"num_frames": 2}, "num_frames"),
+        ({"train_videos": -1}, ">= 0"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            write_multilabel_dataset(Path("unused"), **bad)  # type: ignore[arg-type]
+
+
+def test_the_synth_help_names_the_generators_default_size() -> None:
+    # `vidscale synth --help` states the side without importing the generator.
+    assert MULTI_LABEL_SIZE == DEFAULT_SIZE

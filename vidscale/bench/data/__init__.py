@@ -1,0 +1,3 @@
+"""What feeding the step costs: `dataload` (a clip from each storage format), `data_wait` (the
+share of a step blocked on data, Fig. 3b), `shard_train` (a model trained from prepared shards),
+`flow` (optical flow extraction per CPU core)."""

@@ -1,0 +1,483 @@
+"""Data-loading benchmarks: what a clip costs from each storage format, and how much of a
+training step waits for data (TSM paper Fig. 3b).
+
+`bench_data` reads the same clips (same videos, same frame indices) several ways, on one core:
+
+- `h264_sequential`: decode every frame from the start of the video up to the last frame the
+  clip uses, no seeking (what a naive loader does; for a TSN clip that is the whole video);
+- `h264_seek`: keyframe-aware seeking from a cached packet index, decoding every frame from a
+  GOP's keyframe to the frame wanted (`decode_baseline`, the decoder before decoding segments);
+- `h264_segments`: `decode.decode_frames`, decoding by segments: GOPs entered once, pictures that
+  are neither wanted nor references skipped, only wanted frames converted (`decode_segments`);
+- `h264_segments_tN` (with `threads` = N > 1): the same on N decoder threads (wall time; CPU
+  adds up);
+- `shards`: JPEG frames from prepared tar shards (`ShardReader`: a few `pread`s, then decode
+  exactly the frames used),
+
+for 8-frame TSN clips and 16/32-frame dense clips (stride 2), on videos with x264's default
+GOP (250) and with a small GOP. Methods are interleaved clip by clip, so they share the
+machine's noise, and every lossless method's frames are checked against the sequential
+decode's, so a fast wrong decoder stops the benchmark. Reported: clips/s of wall time (one
+worker process), CPU ms per clip (clips per CPU-second is the per-core rate, which other
+processes on the machine distort less) and frames decoded per clip. The magnitudes DESIGN §4
+expects on one core, and what was measured beside them, are in docs/benchmarks.md ("Data
+loading: raw H.264 vs prepared shards").
+
+How much of a training step waits for data is `data_wait.bench_data_wait`'s.
+
+Benchmark videos are generated when none are given: a camera pan over a textured scene with
+moving objects and sensor noise, 340x256 (short side 256, as `prepare` stores), 30 fps; the
+`k400` preset makes Kinetics-400-like files instead: 456x256, x264 CRF 21, default GOP.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import av
+import cv2
+import numpy as np
+import torch
+
+from vidscale.data.annotations import VideoRecord
+from vidscale.data.clip import ClipSpec, frame_indices
+from vidscale.data.layouts import VIDEO_EXTENSIONS, LayoutSplits
+from vidscale.data.media.decode import (
+    DecodeError,
+    DecodeStats,
+    RGBConverter,
+    VideoMeta,
+    decode_frames,
+    open_video,
+    probe,
+)
+from vidscale.data.media.decode_baseline import decode_frames_seek
+from vidscale.data.prepared.prepare import open_prepared, prepare_dataset
+from vidscale.data.prepared.shards import ShardEntry, ShardReader
+
+
+@dataclass(frozen=True)
+class ClipKind:
+    name: str
+    spec: ClipSpec
+
+
+DEFAULT_CLIPS = (
+    ClipKind("tsn8", ClipSpec(frames=8, sampling="uniform")),
+    ClipKind("dense16", ClipSpec(frames=16, sampling="dense", stride=2)),
+    ClipKind("dense32", ClipSpec(frames=32, sampling="dense", stride=2)),
+)
+
+
+# benchmark videos ----------------------------------------------------------------------------
+
+
+def scene_frames(
+    rng: np.random.Generator, *, num_frames: int, width: int, height: int
+) -> Iterator[np.ndarray]:
+    """(H, W, 3) uint8 frames: a pan (2 px/frame) over smooth colour blotches with fine texture,
+    two moving rectangles and pixel noise; detail an encoder must actually code."""
+    pan = 2
+    full_w = width + pan * num_frames
+    coarse = rng.uniform(30, 220, size=(max(height // 16, 2), max(full_w // 16, 2), 3))
+    scene = cv2.resize(coarse.astype(np.float32), (full_w, height), interpolation=cv2.INTER_CUBIC)
+    scene += rng.normal(0, 10, size=(height, full_w, 1)).astype(np.float32)
+    boxes = [(rng.uniform(0, width), rng.uniform(0, height), rng.normal(0, 3, 2)) for _ in range(2)]
+    colours = rng.uniform(0, 255, size=(2, 3))
+    for t in range(num_frames):
+        img = scene[:, t * pan : t * pan + width].copy()
+        for (x0, y0, v), colour in zip(boxes, colours, strict=True):
+            x, y = int(x0 + v[0] * t) % width, int(y0 + v[1] * t) % height
+            img[y : y + height // 5, x : x + width // 6] = colour
+        img += rng.normal(0, 2.0, size=img.shape).astype(np.float32)
+        yield img.clip(0, 255).astype(np.uint8)
+
+
+def write_bench_video(
+    path: Path, frames: Iterator[np.ndarray], *, fps: int, gop: int, crf: int = 23
+) -> Path:
+    """H.264 (x264 preset medium, B-frames, `crf`) with a keyframe at least every `gop` frames."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with av.open(str(path), mode="w") as container:
+        stream = container.add_stream("libx264", rate=fps, options={"crf": str(crf)})
+        stream.pix_fmt = "yuv420p"
+        stream.codec_context.gop_size = gop
+        for i, rgb in enumerate(frames):
+            if i == 0:
+                stream.height, stream.width = rgb.shape[:2]
+            for packet in stream.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return path
+
+
+@dataclass(frozen=True)
+class BenchVideoSpec:
+    """Videos generated for a data benchmark: `count` scenes of `seconds` at `fps`, `width` x
+    `height`, each scene encoded at x264 `crf` once per GOP length in `gops`."""
+
+    count: int = 4
+    seconds: float = 10.0
+    fps: int = 30
+    width: int = 340
+    height: int = 256
+    gops: tuple[int, ...] = (250, 16)
+    crf: int = 23
+
+
+# Named sets of generated videos. k400: Kinetics-400 as commonly stored (short side 256 at 16:9,
+# x264 CRF 21, x264's default GOP of 250 frames), the set raw-video decoding is tuned on.
+PRESETS = {
+    "default": BenchVideoSpec(),
+    "k400": BenchVideoSpec(width=456, height=256, gops=(250,), crf=21),
+}
+
+
+def make_bench_videos(
+    out: Path, spec: BenchVideoSpec = BenchVideoSpec(), *, seed: int = 0
+) -> dict[str, list[Path]]:
+    """The scenes of `spec` (picked by `seed`), per GOP length: {"gop250": [...], ...}."""
+    sources: dict[str, list[Path]] = {f"gop{g}": [] for g in spec.gops}
+    num_frames = round(spec.seconds * spec.fps)
+    for k in range(spec.count):
+        for gop in spec.gops:
+            rng = np.random.default_rng((seed, k))  # the same scene for every GOP length
+            frames = scene_frames(rng, num_frames=num_frames, width=spec.width, height=spec.height)
+            path = Path(out) / f"gop{gop}" / f"scene_{k:03d}.mp4"
+            video = write_bench_video(path, frames, fps=spec.fps, gop=gop, crf=spec.crf)
+            sources[f"gop{gop}"].append(video)
+    return sources
+
+
+def find_videos(directory: Path, *, limit: int) -> list[Path]:
+    found = sorted(p for p in Path(directory).rglob("*") if p.suffix.lower() in VIDEO_EXTENSIONS)
+    if not found:
+        raise FileNotFoundError(f"no videos ({', '.join(VIDEO_EXTENSIONS)}) under {directory}")
+    return found[:limit]
+
+
+# readers -------------------------------------------------------------------------------------
+
+
+def decode_sequential(path: Path, indices: np.ndarray) -> tuple[np.ndarray, int]:
+    """Frames at `indices` by decoding every frame from the start up to the last one used;
+    also the number of frames decoded. The reference every lossless reader must equal."""
+    wanted = {int(i) for i in indices}
+    last = max(wanted)
+    got: dict[int, np.ndarray] = {}
+    decoded = 0
+    to_rgb = RGBConverter()
+    with open_video(path) as (container, stream):
+        try:
+            for i, frame in enumerate(container.decode(stream)):
+                decoded += 1
+                if i in wanted:
+                    got[i] = to_rgb(frame)
+                if i >= last:
+                    break
+        except av.error.FFmpegError as err:
+            raise DecodeError(f"{path}: decoding failed: {err}") from err
+    if len(got) != len(wanted):
+        raise DecodeError(f"{path}: only {decoded} frames")
+    return np.stack([got[int(i)] for i in indices]), decoded
+
+
+# One read: (video number, frame indices) -> (the frames, frames decoded from the source).
+Read = Callable[[int, np.ndarray], tuple[np.ndarray, int]]
+
+
+@dataclass
+class Method:
+    """A way to read clip frames: its name, which source it reads, the read function and
+    whether it is lossless (its frames must equal the sequential decode's)."""
+
+    name: str
+    source: str
+    read: Read
+    lossless: bool = True
+    wall_s: list[float] = field(default_factory=list)
+    cpu_s: list[float] = field(default_factory=list)
+    decoded: list[int] = field(default_factory=list)
+
+    def measure(self, video: int, indices: np.ndarray) -> np.ndarray:
+        wall, cpu = time.perf_counter(), time.process_time()
+        frames, decoded = self.read(video, indices)
+        self.cpu_s.append(time.process_time() - cpu)
+        self.wall_s.append(time.perf_counter() - wall)
+        self.decoded.append(decoded)
+        return frames
+
+
+def h264_methods(
+    source: str, paths: list[Path], metas: list[VideoMeta], *, threads: int = 1
+) -> list[Method]:
+    """The raw-video readers of one source (module docstring), `h264_sequential` first."""
+
+    def sequential(video: int, indices: np.ndarray) -> tuple[np.ndarray, int]:
+        return decode_sequential(paths[video], indices)
+
+    def seek(video: int, indices: np.ndarray) -> tuple[np.ndarray, int]:
+        stats = DecodeStats()
+        frames = decode_frames_seek(paths[video], indices, meta=metas[video], stats=stats)
+        return frames, stats.frames_decoded
+
+    def segments(threads: int) -> Read:
+        def read(video: int, indices: np.ndarray) -> tuple[np.ndarray, int]:
+            stats = DecodeStats()
+            frames = decode_frames(
+                paths[video], indices, meta=metas[video], stats=stats, threads=threads
+            )
+            return frames, stats.frames_decoded
+
+        return read
+
+    methods = [
+        Method("h264_sequential", source, sequential),
+        Method("h264_seek", source, seek),
+        Method("h264_segments", source, segments(1)),
+    ]
+    if threads > 1:
+        methods.append(Method(f"h264_segments_t{threads}", source, segments(threads)))
+    return methods
+
+
+def shard_method(entries: list[ShardEntry], reader: ShardReader) -> Method:
+    def read(video: int, indices: np.ndarray) -> tuple[np.ndarray, int]:
+        return reader.read_frames(entries[video], indices), len(set(indices.tolist()))
+
+    return Method("shards", "jpeg", read, lossless=False)
+
+
+# the clip benchmark --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DataBenchRow:
+    method: str
+    source: str
+    clip: str
+    frames: int
+    clips: int
+    clips_per_s: float  # wall time, one worker process
+    clips_per_cpu_s: float  # per core
+    wall_ms: float  # median
+    cpu_ms: float  # mean
+    frames_decoded: float  # mean per clip
+    speedup_vs_sequential: float  # CPU time of h264_sequential on the default GOP / this
+    speedup_vs_seek: float  # CPU time of h264_seek on this source (shards: the first) / this
+
+
+def _rows(methods: list[Method], clip: str, frames: int, baseline: str) -> list[DataBenchRow]:
+    base = next(m for m in methods if m.name == "h264_sequential" and m.source == baseline)
+    base_cpu = float(np.mean(base.cpu_s))
+    seek_cpu = {m.source: float(np.mean(m.cpu_s)) for m in methods if m.name == "h264_seek"}
+    rows = []
+    for m in methods:
+        cpu = float(np.mean(m.cpu_s))
+        seek = seek_cpu.get(m.source, seek_cpu[baseline])
+        rows.append(
+            DataBenchRow(
+                method=m.name,
+                source=m.source,
+                clip=clip,
+                frames=frames,
+                clips=len(m.wall_s),
+                clips_per_s=len(m.wall_s) / sum(m.wall_s),
+                clips_per_cpu_s=1.0 / cpu if cpu > 0 else float("inf"),
+                wall_ms=1e3 * float(np.median(m.wall_s)),
+                cpu_ms=1e3 * cpu,
+                frames_decoded=float(np.mean(m.decoded)),
+                speedup_vs_sequential=base_cpu / cpu if cpu > 0 else float("inf"),
+                speedup_vs_seek=seek / cpu if cpu > 0 else float("inf"),
+            )
+        )
+    return rows
+
+
+def prepare_shards(paths: list[Path], out: Path, *, quality: int) -> list[ShardEntry]:
+    splits = LayoutSplits(["bench"], [VideoRecord(p, 0) for p in paths], [])
+    manifest = prepare_dataset(
+        splits, out, short_side=256, quality=quality, workers=1, progress=False
+    )
+    if manifest.skipped:
+        listing = "; ".join(f"{p}: {reason}" for p, reason in manifest.skipped)
+        raise DecodeError(f"cannot benchmark unreadable videos (remove them): {listing}")
+    by_path = {e.path: e for e in open_prepared(out).train}
+    return [by_path[str(Path(p).absolute())] for p in paths]
+
+
+def bench_data(
+    videos_dir: Path | None = None,
+    *,
+    out_json: Path | None = None,
+    work_dir: Path | None = None,
+    clips: Sequence[ClipKind] = DEFAULT_CLIPS,
+    rounds: int = 5,
+    generate: BenchVideoSpec = BenchVideoSpec(),
+    max_videos: int = 8,
+    quality: int = 90,
+    seed: int = 0,
+    threads: int = 1,
+    show: bool = True,
+) -> dict[str, Any]:
+    """Clips/s, CPU ms and frames decoded per clip of each reading method (module docstring),
+    side by side.
+
+    `videos_dir`: benchmark these videos (as they are encoded); otherwise the videos of
+    `generate` are made, their scenes picked by `seed`. Every round reads, for every video and
+    clip kind, one random training clip with every method in rotating order; a lossless method
+    whose frames differ from the sequential decode's raises `RuntimeError`. `threads` > 1 adds
+    `h264_segments` on that many decoder threads. Shards are prepared from the first source (short
+    side 256, JPEG `quality`). Returns (and writes to `out_json`) the settings and one row per
+    (clip kind, method, source).
+    """
+    with ExitStack() as stack:
+        work = Path(work_dir or stack.enter_context(tempfile.TemporaryDirectory()))
+        sources = (
+            {"given": find_videos(Path(videos_dir), limit=max_videos)}
+            if videos_dir is not None
+            else make_bench_videos(work / "videos", generate, seed=seed)
+        )
+        first = next(iter(sources))
+        # Probed once per video, as each loader worker caches it.
+        metas = {s: [probe(p) for p in paths] for s, paths in sources.items()}
+        entries = prepare_shards(sources[first], work / "shards", quality=quality)
+        reader = ShardReader()
+        stack.callback(reader.close)
+        rows: list[DataBenchRow] = []
+        for kind in clips:  # fresh methods per clip kind: each keeps its own samples
+            methods = _methods(sources, metas, entries, reader, threads=threads)
+            _run_rounds(methods, kind.spec, metas[first], rounds=rounds, seed=seed)
+            rows.extend(_rows(methods, kind.name, kind.spec.frames, baseline=first))
+        videos = _video_settings(sources, metas, first)  # before cleanup: reads file sizes
+    settings = videos | {
+        "generated": asdict(generate) if videos_dir is None else None,
+        "rounds": rounds,
+        "decoder_threads": threads,
+        "clips": {k.name: asdict(k.spec) for k in clips},
+        "jpeg_quality": quality,
+    }
+    result = {"settings": settings | _host(), "rows": [asdict(r) for r in rows]}
+    if out_json is not None:
+        Path(out_json).write_text(json.dumps(result, indent=2) + "\n")
+    if show:
+        print(format_data_table(rows))
+        print(format_gains(rows))
+    return result
+
+
+def _methods(
+    sources: dict[str, list[Path]],
+    metas: dict[str, list[VideoMeta]],
+    entries: list[ShardEntry],
+    reader: ShardReader,
+    *,
+    threads: int,
+) -> list[Method]:
+    """Every reading method: the H.264 ones on each source, then the shards."""
+    methods = [m for s, p in sources.items() for m in h264_methods(s, p, metas[s], threads=threads)]
+    return [*methods, shard_method(entries, reader)]
+
+
+def _video_settings(
+    sources: dict[str, list[Path]], metas: dict[str, list[VideoMeta]], first: str
+) -> dict[str, Any]:
+    """The videos read: paths, frames, bit rates and the first source's frame size."""
+    return {
+        "videos": {s: [str(p) for p in paths] for s, paths in sources.items()},
+        "frames_per_video": [m.num_frames for m in metas[first]],
+        "kbps": {s: _kbps(paths, metas[s]) for s, paths in sources.items()},
+        "size": [metas[first][0].width, metas[first][0].height],
+    }
+
+
+def _host() -> dict[str, Any]:
+    """The machine the clips were read on."""
+    return {
+        "cpu_count": os.cpu_count(),
+        "machine": platform.platform(),
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+def _kbps(paths: list[Path], metas: list[VideoMeta]) -> list[int]:
+    """Average bit rate of each video (decoding cost grows with it)."""
+    return [
+        round(p.stat().st_size * 8e-3 / max(m.duration, 1e-9))
+        for p, m in zip(paths, metas, strict=True)
+    ]
+
+
+def _run_rounds(
+    methods: list[Method], spec: ClipSpec, metas: list[VideoMeta], *, rounds: int, seed: int
+) -> None:
+    """Warm every method on every video once (page cache, codec tables), then time `rounds`,
+    checking every clip's frames."""
+    for video, meta in enumerate(metas):
+        indices = frame_indices(meta.num_frames, spec, rng=None)
+        _check_lossless(methods, [m.read(video, indices)[0] for m in methods], video, indices)
+    for r in range(rounds):
+        for video, meta in enumerate(metas):
+            rng = np.random.default_rng((seed, r, video, spec.frames))
+            indices = frame_indices(meta.num_frames, spec, rng=rng)
+            shift = (r * len(metas) + video) % len(methods)
+            order = list(range(shift, len(methods))) + list(range(shift))  # who goes first
+            frames: list[np.ndarray] = [np.empty(0)] * len(methods)
+            for i in order:
+                frames[i] = methods[i].measure(video, indices)
+            _check_lossless(methods, frames, video, indices)
+
+
+def _check_lossless(
+    methods: list[Method], frames: list[np.ndarray], video: int, indices: np.ndarray
+) -> None:
+    """Every lossless method read what the full sequential decode of its source reads."""
+    reference = {
+        m.source: f for m, f in zip(methods, frames, strict=True) if m.name == "h264_sequential"
+    }
+    for m, f in zip(methods, frames, strict=True):
+        if m.lossless and not np.array_equal(f, reference[m.source]):
+            raise RuntimeError(
+                f"{m.name} read other frames than a full sequential decode "
+                f"({m.source} video {video}, frames {indices.tolist()})"
+            )
+
+
+def format_data_table(rows: Sequence[DataBenchRow]) -> str:
+    head = (
+        f"{'clip':8s} {'method':16s} {'source':8s} {'clips/s':>8s} {'clips/cpu-s':>11s} "
+        f"{'wall ms':>8s} {'cpu ms':>8s} {'decoded':>8s} {'x seq':>6s} {'x seek':>6s}"
+    )
+    lines = [head]
+    for r in rows:
+        lines.append(
+            f"{r.clip:8s} {r.method:16s} {r.source:8s} {r.clips_per_s:8.1f} "
+            f"{r.clips_per_cpu_s:11.1f} {r.wall_ms:8.1f} {r.cpu_ms:8.1f} "
+            f"{r.frames_decoded:8.1f} {r.speedup_vs_sequential:6.1f} {r.speedup_vs_seek:6.2f}"
+        )
+    return "\n".join(lines)
+
+
+def format_gains(rows: Sequence[DataBenchRow]) -> str:
+    """One line per (clip, source): what segment decoding gains over the seeking decoder."""
+    by = {(r.clip, r.method, r.source): r for r in rows}
+    lines = []
+    for r in rows:
+        if r.method == "h264_segments":
+            seek = by[(r.clip, "h264_seek", r.source)]
+            lines.append(
+                f"{r.clip} {r.source}: h264_segments reads {r.speedup_vs_seek:.2f}x the clips per "
+                f"CPU-second of h264_seek, decoding {r.frames_decoded:.1f} frames per clip "
+                f"instead of {seek.frames_decoded:.1f}"
+            )
+    return "\n".join(lines)

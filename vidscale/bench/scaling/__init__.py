@@ -1,0 +1,3 @@
+"""`vidscale bench scaling`: training speed against the number of processes. `measure` launches
+`worker` ranks with torchrun for each world size in `config`; `data` feeds them real clips
+(`--data`); `report` computes speed-up and efficiency, the table and the JSON the planner reads."""
