@@ -33,7 +33,7 @@ if [ "$DRY_RUN" = 1 ]; then
   LIMITS=(120 120 300 150 120 60)  # setup tests throughput shards profile report: 2 shared cores
 else
   DEVICE=cuda SETTING=bf16+cl SIZE=224 FRAMES=0 SHORT=256
-  FILL="--batch 8 --max-batch 128 --warmup 3 --steps 10 --compile both --compile-only tsm_resnet50 slowfast_resnet50_8x8"
+  FILL="--batch 8 --max-batch 128 --warmup 3 --steps 10 --compile both --compile-only tsm_resnet50,slowfast_resnet50_8x8"
   SYNTH="--train-per-class 8 --val-per-class 1 --size 256 --frames 48"
   SHARDS="--size 224 --frames 8 --warmup 10 --steps 150"
   PROFILE="--batch 8 --warmup 3"
@@ -61,7 +61,7 @@ step tests "${LIMITS[1]}" "$PY" -m pytest -q -p no:cacheprovider -rs -m cuda \
   --junitxml="$WORK/tests.xml" tests
 
 # shellcheck disable=SC2086
-step throughput "${LIMITS[2]}" "${VS[@]}" bench throughput --device "$DEVICE" --setting "$SETTING" \
+step throughput "${LIMITS[2]}" "${VS[@]}" bench throughput --device "$DEVICE" --fast-path "$SETTING" \
   --size "$SIZE" --frames "$FRAMES" --fill-batch $FILL --out-json "$WORK/throughput.json"
 
 # TSM's filled batch from the throughput step (8 if that step left none).
@@ -73,12 +73,12 @@ print(next((r["batch"] for r in rows if r["model"] == "tsm_resnet50"), 8))' "$WO
 step shards "${LIMITS[3]}" bash -c '"$PY" -m vidscale synth --out "$WORK/videos" '"$SYNTH"' &&
   "$PY" -m vidscale prepare --layout generic --root "$WORK/videos" --out "$WORK/prepared" \
     --short-side '"$SHORT"' --no-progress &&
-  "$PY" -m vidscale bench shard-train "$WORK/prepared" --device '"$DEVICE"' --setting '"$SETTING"' \
+  "$PY" -m vidscale bench shard-train "$WORK/prepared" --device '"$DEVICE"' --fast-path '"$SETTING"' \
     --batch '"$BATCH"' '"$SHARDS"' --out-json "$WORK/shards.json"'
 
 # shellcheck disable=SC2086
 step profile "${LIMITS[4]}" "${VS[@]}" bench profile tsm_resnet50 slowfast_resnet50_8x8 \
-  --device "$DEVICE" --setting "$SETTING" --size "$SIZE" --frames "$FRAMES" $PROFILE \
+  --device "$DEVICE" --fast-path "$SETTING" --size "$SIZE" --frames "$FRAMES" $PROFILE \
   --out-json "$WORK/profile.json"
 
 DRY=()

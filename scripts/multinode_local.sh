@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Several nodes on one machine: two torchrun agents, one process each, joined by a c10d
-# rendezvous exactly as two nodes are (README, "Several nodes"), train one recipe. The result
+# rendezvous exactly as two nodes are (docs/distributed.md, "Several nodes"), train one recipe. The result
 # equals `torchrun --standalone --nproc_per_node 2` of the same recipe, step for step.
 #   RECIPE=demo_tsm_r18_8f_b32_e20, DEMO_DATA=demo_data, RUNS=runs, RUN=multinode (run name),
 #   PORT (rendezvous port; default: a free one), THREADS (per process; default: half the cores).

@@ -37,6 +37,7 @@ import torch
 
 from vidscale.atomic import atomic_write, atomic_write_text
 from vidscale.data.transforms import input_normalization
+from vidscale.errors import InputError
 from vidscale.models.image import torchvision_resnet
 from vidscale.models.registry import ModelConfig, build_model, list_models
 from vidscale.models.resnet import ResNet
@@ -255,7 +256,7 @@ def _require_trunk(run: Path) -> None:
     try:
         torchvision_resnet(model)
     except ValueError as err:
-        raise ValueError(f"{run} ({model_cfg.name}): cannot export a trunk: {err}") from err
+        raise InputError(f"{run} ({model_cfg.name}): cannot export a trunk: {err}") from err
 
 
 def _check_trunk_file(out: Path, state: dict[str, torch.Tensor], trunk: ResNet) -> str:

@@ -1,4 +1,4 @@
-"""`vidscale predict VIDEO --checkpoint RUN`: the top-k classes of one video from a trained run.
+"""`vidscale predict RUN VIDEO`: the top-k classes of one video from a trained run.
 
 The video is sampled the way the run evaluates (its saved `data.eval_clip`: frames, uniform or
 dense sampling, short side, crop, RGB or optical flow computed from the video as the run's data
@@ -35,6 +35,7 @@ from vidscale.data.clip import sample_views as clip_views
 from vidscale.data.inputs import ModelInput
 from vidscale.data.media.decode import DecodeError
 from vidscale.data.sources import FlowSettings, file_source
+from vidscale.errors import InputError
 from vidscale.models.registry import build_model
 from vidscale.train.average_precision import ViewAggregation
 from vidscale.train.checkpoint import load_weights
@@ -68,7 +69,7 @@ def load_run(
     classes = class_names(run, cfg)
     num_classes = cfg.model.num_classes or len(classes)
     if num_classes != len(classes):
-        raise ValueError(f"{run}: the model has {num_classes} classes, the list {len(classes)}")
+        raise InputError(f"{run}: the model has {num_classes} classes, the list {len(classes)}")
     model_cfg = dataclasses.replace(cfg.model, num_classes=num_classes, pretrained=None)
     cfg = dataclasses.replace(cfg, model=model_cfg)
     path = checkpoint_path(run, checkpoint)
@@ -211,9 +212,9 @@ def predict_video(
     if flow_run is not None:
         other = load_run(flow_run, checkpoint=flow_checkpoint, device=device)
         if other.classes != loaded.classes:
-            raise ValueError(f"{run} and {flow_run} have different class lists")
+            raise InputError(f"{run} and {flow_run} have different class lists")
         if other.cfg.data.multi_label != multi_label:
-            raise ValueError(f"{run} and {flow_run}: one is multi-label, the other not")
+            raise InputError(f"{run} and {flow_run}: one is multi-label, the other not")
         second = run_probabilities(video, other, num_clips=num_clips, num_crops=num_crops)
         probs = (weights[0] * probs + weights[1] * second) / sum(weights)
     order = probs.argsort(descending=True, stable=True).tolist()

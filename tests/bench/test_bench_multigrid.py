@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from vidscale.bench import multigrid
 from vidscale.bench.multigrid import (
     MultigridBenchConfig,
-    bench_multigrid,
-    format_report,
+    MultigridConfig,
     micro_batch_counts,
     plan_variants,
     shape_key,
@@ -65,7 +65,8 @@ def test_counts_equal_a_step_by_step_walk_of_the_run() -> None:
 
 def test_bench_sums_the_measured_shapes(tmp_path: Path) -> None:
     """Each plan's compute is its micro-batch counts x the shapes' measured seconds plus one
-    optimizer step per step; the given setting is the one timed and the report ends the echo."""
+    optimizer step per step; the given setting is the one timed, and the progress goes to
+    `echo`."""
     cfg = apply_overrides(
         get_recipe("demo_tsm_r18_8f_multigrid_b32_e20"),
         ["train.epochs=2", "data.batch_size=4", "optim.simulate_world_size=0"],
@@ -73,30 +74,23 @@ def test_bench_sums_the_measured_shapes(tmp_path: Path) -> None:
     bench = MultigridBenchConfig(dataset_size=256, variants=("both",), warmup=0, repeats=1, steps=1)
     lines: list[str] = []
     out = tmp_path / "b.json"
-    result = bench_multigrid(
-        "demo",
-        cfg,
-        bench,
-        device="cpu",
-        setting=Candidate(False, False),
-        out_json=out,
-        echo=lines.append,
-    )
-    assert json.loads(out.read_text()) == json.loads(json.dumps(result))
-    seconds = {r["shape"]: r["seconds"] for r in result["shapes"]}
-    for v in result["variants"]:
-        counted = sum(r["micro_batches"][v["variant"]] * r["seconds"] for r in result["shapes"])
-        assert v["compute_s"] == pytest.approx(counted + v["steps"] * result["optimizer_step_s"])
-        assert v["micro_batches"] == sum(r["micro_batches"][v["variant"]] for r in result["shapes"])
-    base, both = result["variants"]
+    config = MultigridConfig("demo", cfg, bench, setting=Candidate(False, False))
+    result = multigrid.run(config, out_json=out, progress=True, device="cpu", echo=lines.append)
+    assert json.loads(out.read_text()) == result.to_dict()
+    seconds = {r["shape"]: r["seconds"] for r in result.shapes}
+    for v in result.variants:
+        counted = sum(r["micro_batches"][v["variant"]] * r["seconds"] for r in result.shapes)
+        assert v["compute_s"] == pytest.approx(counted + v["steps"] * result.optimizer_step_s)
+        assert v["micro_batches"] == sum(r["micro_batches"][v["variant"]] for r in result.shapes)
+    base, both = result.variants
     assert base["measured_speedup"] == 1.0 and base["model_mac_saving"] == 1.0
     assert both["steps"] < base["steps"] and both["model_mac_saving"] > 1.0
     assert both["measured_speedup"] == pytest.approx(base["compute_s"] / both["compute_s"])
     assert all(s > 0 for s in seconds.values())
-    # The setting given is the one timed, the report printed is the result's, then the file.
-    assert result["fast_path"] == "fp32"
-    assert lines[-2:] == [format_report(result), f"wrote {out}"]
-    assert lines[0].startswith("demo: ") and "model MACs x" in lines[-2]
+    # The setting given is the one timed; the shapes' count, then each round.
+    assert result.fast_path == "fp32" and result.config == bench
+    assert lines[0].startswith("demo: ") and lines[1:] == ["  round 1/1"]
+    assert "model MACs x" in multigrid.format_report(result)
 
 
 def test_bad_variants_are_refused() -> None:

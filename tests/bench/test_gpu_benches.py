@@ -12,8 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from vidscale.bench.compute.profile import idle_gaps, self_times
-from vidscale.bench.compute.throughput import ThroughputConfig, bench_throughput, fill_batch
+from vidscale.bench.compute import throughput
+from vidscale.bench.compute.profile import ProfileResult, idle_gaps, self_times
+from vidscale.bench.compute.throughput import (
+    FillTrial,
+    ThroughputConfig,
+    ThroughputResult,
+    fill_batch,
+)
 
 TINY = ThroughputConfig(
     models=("tsm_resnet18",),
@@ -42,12 +48,7 @@ def test_fill_batch_doubles_until_out_of_memory_and_keeps_the_last_that_fit() ->
 
     assert fill_batch(run, start=2, cap=64) == (
         8,
-        [
-            {"batch": 2, "fits": True},
-            {"batch": 4, "fits": True},
-            {"batch": 8, "fits": True},
-            {"batch": 16, "fits": False},
-        ],
+        [FillTrial(2, True), FillTrial(4, True), FillTrial(8, True), FillTrial(16, False)],
     )
     assert fill_batch(lambda b: None, start=3, cap=12)[0] == 12  # the cap stops it
     with pytest.raises(ValueError, match="batch 16 does not fit"):
@@ -59,18 +60,20 @@ def test_fill_batch_doubles_until_out_of_memory_and_keeps_the_last_that_fit() ->
 @pytest.mark.slow
 def test_throughput_eager_and_compiled_rows(tmp_path: Path) -> None:
     out = tmp_path / "t.json"
-    result = bench_throughput(replace(TINY, fill=True, max_batch=2), device="cpu", out_json=out)
-    assert json.loads(out.read_text()) == json.loads(json.dumps(result))
-    assert result["complete"]
-    eager, compiled = result["rows"]
-    assert (eager["compiled"], compiled["compiled"]) == (False, True)
-    assert eager["batch"] == compiled["batch"] == 2
-    assert eager["fill_trials"] == [{"batch": 1, "fits": True}, {"batch": 2, "fits": True}]
-    for row in result["rows"]:
-        assert row["input"] == "4x3x32x32" and row["train_flops_per_clip"] > 0
-        assert math.isclose(row["clips_per_s"], row["batch"] / row["step_s"])
-        assert math.isclose(row["mfu"], row["train_flops_per_s"] / result["peak_flops_per_s"])
-        assert row["warmup_s"] > 0 and row["peak_memory_bytes"] is None  # no CUDA memory on CPU
+    cfg = replace(TINY, fill=True, max_batch=2)
+    result = throughput.run(cfg, out_json=out, device="cpu")
+    assert json.loads(out.read_text()) == result.to_dict()
+    assert ThroughputResult.read(out) == result
+    assert result.complete and result.settings == cfg
+    eager, compiled = result.rows
+    assert (eager.compiled, compiled.compiled) == (False, True)
+    assert eager.batch == compiled.batch == 2
+    assert eager.fill_trials == (FillTrial(1, True), FillTrial(2, True))
+    for row in result.rows:
+        assert row.input == "4x3x32x32" and row.train_flops_per_clip > 0
+        assert math.isclose(row.clips_per_s, row.batch / row.step_s)
+        assert math.isclose(row.mfu, row.train_flops_per_s / result.peak_flops_per_s)
+        assert row.warmup_s > 0 and row.peak_memory_bytes is None  # no CUDA memory on CPU
 
 
 @pytest.mark.slow
@@ -81,10 +84,10 @@ def test_a_throughput_run_stopped_early_keeps_every_eager_row_measured(tmp_path:
     out = tmp_path / "t.json"
     cfg = replace(TINY, models=("tsm_resnet18", "tsn_resnet18"), compile_backend="no_such")
     with pytest.raises(Exception, match="no_such"):
-        bench_throughput(cfg, device="cpu", out_json=out)
-    kept = json.loads(out.read_text())
-    assert not kept["complete"]
-    rows = [(r["model"], r["compiled"]) for r in kept["rows"]]
+        throughput.run(cfg, out_json=out, device="cpu")
+    kept = ThroughputResult.read(out)
+    assert not kept.complete
+    rows = [(r.model, r.compiled) for r in kept.rows]
     assert rows == [("tsm_resnet18", False), ("tsn_resnet18", False)]
 
 
@@ -94,7 +97,7 @@ def test_a_throughput_run_stopped_early_keeps_every_eager_row_measured(tmp_path:
         (("nope_model",), "unknown model 'nope_model'"),
         (("tsm_resnet18", "--compile-only", "tsn_resnet18"), "not among the models"),
         (("tsm_resnet18", "--size", "32", "--frames", "1", "--batch", "1"), "cannot train"),
-        (("tsm_resnet18", "--setting", "fp16"), "invalid choice"),
+        (("tsm_resnet18", "--fast-path", "fp16"), "invalid choice"),
     ],
 )
 def test_throughput_bad_arguments_are_one_line_errors(args: tuple[str, ...], message: str) -> None:
@@ -120,18 +123,19 @@ def test_self_times_subtract_nested_calls_and_gaps_count_idle_time() -> None:
 def test_profile_on_the_cpu_lists_operators_shares_and_gaps(tmp_path: Path) -> None:
     out = tmp_path / "p.json"
     done = vidscale(
-        "bench", "profile", "tsm_resnet18", "--device", "cpu", "--setting", "fp32",
+        "bench", "profile", "tsm_resnet18", "--device", "cpu", "--fast-path", "fp32",
         "--batch", "2", "--size", "32", "--frames", "4", "--warmup", "0", "--top", "5",
         "--out-json", str(out),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert json.loads(out.read_text())["complete"]
-    (m,) = json.loads(out.read_text())["models"]
-    assert m["timeline"] == "cpu operators" and len(m["top"]) == 5
-    assert any(t["kind"] == "matmul/conv" and "conv" in t["name"] for t in m["top"])
-    assert m["matmul_conv_share"] + m["memory_bound_share"] == pytest.approx(1)
-    assert 0 < m["matmul_conv_share"] < 1 and 0 <= m["idle_share"] < 1
-    assert sum(t["share"] for t in m["top"]) <= 1 + 1e-9
+    result = ProfileResult.read(out)
+    assert result.complete and result.to_dict() == json.loads(out.read_text())
+    (m,) = result.models
+    assert m.timeline == "cpu operators" and len(m.top) == 5
+    assert any(t.kind == "matmul/conv" and "conv" in t.name for t in m.top)
+    assert m.matmul_conv_share + m.memory_bound_share == pytest.approx(1)
+    assert 0 < m.matmul_conv_share < 1 and 0 <= m.idle_share < 1
+    assert sum(t.share for t in m.top) <= 1 + 1e-9
 
 
 def test_profile_and_shard_train_bad_arguments_are_one_line_errors(tmp_path: Path) -> None:

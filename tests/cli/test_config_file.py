@@ -58,6 +58,7 @@ def losses(run: Path) -> list[float]:
     return [r["loss"] for r in read_metrics(run / "metrics.jsonl") if r["kind"] == "train"]
 
 
+@pytest.mark.slow
 def test_a_run_from_a_finished_runs_config_is_the_same_run(tiny_demo: Path, tmp_path: Path) -> None:
     first, again = tmp_path / "first", tmp_path / "again"
     sets = [*tiny_overrides(tiny_demo), "train.epochs=2", "train.amp=off"]

@@ -96,8 +96,8 @@ BAD = [
     Bad(("eval", "{tmp}/no/such/run"), "has no config.json"),
     Bad(("eval", "{bare}"), "no epoch checkpoints"),
     Bad(("eval", "{run}", "--last", "0"), "--last"),
-    Bad(("predict", "{text}", "--checkpoint", "{run}"), "notes.txt: not a readable video"),
-    Bad(("predict", "{tmp}/none.mp4", "--checkpoint", "{run}"), "none.mp4"),
+    Bad(("predict", "{run}", "{text}"), "notes.txt: not a readable video"),
+    Bad(("predict", "{run}", "{tmp}/none.mp4"), "none.mp4"),
     Bad(("train", "--recipe", DEMO, "--data", "{tmp}/nowhere", "--out", "{tmp}/t1"), "data.root"),
     Bad(("train", "--recipe", DEMO, "--out", "{tmp}/t3", "--set", "optim.lrr=1"), "lrr"),
     Bad(("train", "--recipe", "nope", "--out", "{tmp}/t4"), "unknown recipe 'nope'"),
@@ -106,7 +106,7 @@ BAD = [
     Bad(("recipes", "--world-size", "0"), "--world-size"),
     Bad(("prepare", "--root", "{tmp}/nowhere", "--out", "{tmp}/p1"), "nowhere"),
     Bad(("synth", "--out", "{text}/demo"), "notes.txt"),
-    Bad(("sweep", "--out", "{tmp}/sw1", "--batches", "32,x"), "--batches"),
+    Bad(("study", "batch-size", "--out", "{tmp}/sw1", "--batches", "32,x"), "--batches"),
     Bad(("bench", "data", "--videos", "{tmp}/nowhere"), "--videos"),
     Bad(("bench", "data-wait", "--frames", "8,x"), "--frames"),
     Bad(("bench", "models", "nope"), "nope"),
@@ -115,8 +115,9 @@ BAD = [
 MORE_BAD = [
     Bad(("eval", "{run}", "--set", "data.nope=1"), "data.nope"),
     Bad(("eval", "{run}", "--clips", "0"), "--clips"),
-    Bad(("predict", "{video}", "--checkpoint", "{tmp}/nowhere"), "--checkpoint"),
-    Bad(("predict", "{video}", "--checkpoint", "{run}/damaged.pt"), "not a readable checkpoint"),
+    Bad(("predict", "{tmp}/nowhere", "{video}"), "RUN"),
+    Bad(("predict", "{run}", "{video}", "--checkpoint", "epoch_0099"), "epoch_0099"),
+    Bad(("predict", "{run}/damaged.pt", "{video}"), "not a readable checkpoint"),
     Bad(("train", "--recipe", DEMO, "--data", "{empty}", "--out", "{tmp}/t2"), "classes.txt"),
     Bad(("export", "{run}", "--format", "torchscript", "--out", "{text}/m.pt"), "--out"),
     Bad(("info", "tsm_resnet18", "--size", "0"), "--size"),
@@ -125,18 +126,20 @@ MORE_BAD = [
     Bad(("prepare", "--root", "{empty}", "--out", "{tmp}/p3", "--split", "4"), "--split"),
     Bad(("synth", "--out", "{tmp}/s", "--size", "33"), "--size must be even"),
     Bad(("synth", "--out", "{tmp}/s", "--multi-label", "--images"), "--multi-label writes videos"),
-    Bad(("sweep", "--out", "{tmp}/sw2", "--plot-only"), "no finished runs"),
-    Bad(("aavg-study", "--out", "{tmp}/a1", "--ks", "1,x"), "--ks"),
-    Bad(("multigrid-study", "--out", "{tmp}/m1", "--seeds", "0,x"), "--seeds"),
-    Bad(("multigrid-study", "--out", "{tmp}/m2", "--epochs", "0"), "--epochs"),
-    Bad(("two-stream-study", "--out", "{tmp}/ts"), "--data"),
+    Bad(("study", "batch-size", "--out", "{tmp}/sw2", "--plot-only"), "no finished runs"),
+    Bad(("study", "aavg", "--out", "{tmp}/a1", "--ks", "1,x"), "--ks"),
+    Bad(("study", "multigrid", "--out", "{tmp}/m1", "--seeds", "0,x"), "--seeds"),
+    Bad(("study", "multigrid", "--out", "{tmp}/m2", "--epochs", "0"), "--epochs"),
+    Bad(("study", "two-stream", "--out", "{tmp}/ts"), "--data"),
     Bad(("bench", "data", "--rounds", "0"), "--rounds"),
     Bad(("bench", "data-wait", "--model", "nope"), "nope"),
     Bad(("bench", "models", "--quick", "--out-json", "{text}/b.json"), "--out-json"),
     Bad(("bench", "multigrid", "nope"), "unknown recipe 'nope'"),
     Bad(("bench", "multigrid", DEMO, "--variants", "long,fast"), "fast"),
     Bad(("bench", "multigrid", DEMO, "--set", "multigrid.epoch_factor=0"), "epoch_factor"),
-    Bad(("bench", "multigrid", DEMO, "--fast-setting", "fp16"), "--fast-setting"),
+    Bad(("bench", "multigrid", DEMO, "--fast-path", "fp16"), "--fast-path"),
+    Bad(("bench", "scaling", "--fast-path", "bf16,tsm_resnet18=fp32"), "--fast-path"),
+    Bad(("plan", "--world-size", "0"), "--world-size"),
     Bad(("train", "--recipe", DEMO, "--out", "{tmp}/t5", "--set", "dist.backend=mpi"), "backend"),
     Bad(
         (*("train", "--recipe", DEMO, "--data", "{empty}", "--out", "{tmp}/t6"), *NCCL_ON_CPU),
@@ -178,6 +181,7 @@ def outcomes(places: dict[str, Path]) -> dict[str, subprocess.CompletedProcess[s
         return dict(zip(map(str, BAD), pool.map(one, BAD), strict=True))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", BAD, ids=str)
 def test_bad_input_is_one_line_and_status_2(
     case: Bad, outcomes: dict[str, subprocess.CompletedProcess[str]]
@@ -207,6 +211,7 @@ def test_more_bad_input_is_one_line_and_status_2(
     assert code == 2
 
 
+@pytest.mark.slow
 def test_debug_shows_the_traceback(places: dict[str, Path]) -> None:
     done = vidscale("--debug", "eval", str(places["tmp"] / "no" / "run"), cwd=places["tmp"])
     assert done.returncode == 1
@@ -214,6 +219,7 @@ def test_debug_shows_the_traceback(places: dict[str, Path]) -> None:
     assert "ConfigError: RUN:" in done.stderr.splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_ctrl_c_ends_quietly_with_status_130(tmp_path: Path) -> None:
     """SIGINT once the command is working (its first progress line), as Ctrl-C sends it."""
     argv = ["bench", "models", "tsn_resnet18", "--quick", "--repeats", "1000"]

@@ -21,12 +21,12 @@ def test_predict_prints_the_top_classes_as_json(
     tmp_path: Path, video: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run = make_run(tmp_path, favour=1)
-    assert main(["predict", str(video), "--checkpoint", str(run), "--topk", "2", "--json"]) == 0
+    assert main(["predict", str(run), str(video), "--topk", "2", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert [p["label"] for p in out["predictions"]][:1] == [CLASSES[1]]
     assert len(out["predictions"]) == 2
     ckpt = run / "checkpoints" / "epoch_0001.pt"
-    assert main(["predict", str(video), "--checkpoint", str(ckpt), "--crops", "3"]) == 0
+    assert main(["predict", str(ckpt), str(video), "--crops", "3"]) == 0
     assert CLASSES[1] in capsys.readouterr().out.splitlines()[0]
 
 
@@ -34,12 +34,14 @@ def test_predict_names_the_bad_argument(
     tmp_path: Path, video: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run = make_run(tmp_path, favour=0)
-    assert main(["predict", str(tmp_path / "none.mp4"), "--checkpoint", str(run)]) == 2
+    assert main(["predict", str(run), str(tmp_path / "none.mp4")]) == 2
     assert "VIDEO" in capsys.readouterr().err
-    assert main(["predict", str(video), "--checkpoint", str(tmp_path / "nowhere")]) == 2
-    assert "--checkpoint" in capsys.readouterr().err
+    assert main(["predict", str(tmp_path / "nowhere"), str(video)]) == 2
+    assert "RUN" in capsys.readouterr().err
+    assert main(["predict", str(run), str(video), "--checkpoint", "epoch_0099"]) == 2
+    assert "epoch_0099" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        main(["predict", str(video), "--checkpoint", str(run), "--topk", "0"])
+        main(["predict", str(run), str(video), "--topk", "0"])
     assert "--topk" in capsys.readouterr().err
 
 
@@ -68,12 +70,13 @@ TINY_BENCH = ["--size", "32", "--frames", "2", "--warmup", "0", "--repeats", "1"
 TINY_BENCH += ["--peak-size", "64", "--num-classes", "5", "--threads", "1"]
 
 
+@pytest.mark.slow
 def test_bench_models_prints_tables_1_and_2_and_writes_json(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "bench.json"
     args = ["bench", "models", "tsn_resnet18", "tsm_resnet18", "--baseline", "tsm_resnet18"]
-    assert main([*args, *TINY_BENCH, "--fp32-baseline", "--out-json", str(out)]) == 0
+    assert main([*args, *TINY_BENCH, "--fast-path", "auto,fp32", "--out-json", str(out)]) == 0
     text = capsys.readouterr().out
     assert "tsm_resnet18 / tsn_resnet18" in text and "Table 2" in text
     report = json.loads(out.read_text())
@@ -105,7 +108,7 @@ def test_bench_models_refuses_models_it_cannot_measure(
         (["--batch", "0"], "--batch"),
         (["--size", "16"], "--size"),
         (["--repeats", "x"], "--repeats"),
-        (["--fp32-baseline", "--no-fast-path"], "--no-fast-path"),
+        (["--fast-path", "bf16"], "--fast-path"),
         (["--passes", "backward"], "--passes"),
     ],
 )

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -36,12 +38,14 @@ def run_cluster_tests(*, required: bool) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_without_slurm_the_cluster_tests_skip_saying_why() -> None:
     done = run_cluster_tests(required=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "skipped" in done.stdout and "SLURM is not installed" in done.stdout
 
 
+@pytest.mark.slow
 def test_where_slurm_is_required_its_absence_fails() -> None:
     done = run_cluster_tests(required=True)
     assert done.returncode != 0

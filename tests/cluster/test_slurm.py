@@ -137,6 +137,7 @@ def reference(slurm: LocalSlurm, tiny_demo: Path, tmp_path_factory: pytest.TempP
     return run
 
 
+@pytest.mark.slow
 def test_a_two_process_job_trains_through_sbatch(reference: Path) -> None:
     steps, epochs = history(reference)
     assert [s for s, _ in steps] == list(range(1, TOTAL_STEPS + 1))
@@ -152,6 +153,7 @@ def test_a_two_process_job_trains_through_sbatch(reference: Path) -> None:
     assert "--cpus-per-task 2 " in Path(f"{reference}.srun").read_text()
 
 
+@pytest.mark.slow
 def test_a_requeued_job_continues_the_run_exactly(
     slurm: LocalSlurm, tiny_demo: Path, tmp_path: Path, reference: Path
 ) -> None:
@@ -172,6 +174,7 @@ def train_steps(run: Path) -> int:
     return sum(r["kind"] == "train" for r in records(run))
 
 
+@pytest.mark.slow
 def test_the_time_limit_notice_checkpoints_and_requeues(
     slurm: LocalSlurm, tiny_demo: Path, tmp_path: Path
 ) -> None:
@@ -228,6 +231,7 @@ def _rank_pid(slurm: LocalSlurm, tag: str, rank: int, timeout: float = 60) -> in
         time.sleep(0.2)
 
 
+@pytest.mark.slow
 def test_a_job_whose_rank_dies_ends_promptly_and_says_why(
     slurm: LocalSlurm, tiny_demo: Path, tmp_path: Path
 ) -> None:
@@ -245,6 +249,7 @@ def test_a_job_whose_rank_dies_ends_promptly_and_says_why(
     assert f"vidscale: job {job} failed: training exited with status" in text
 
 
+@pytest.mark.slow
 def test_by_default_a_dead_rank_restarts_the_group_from_its_checkpoint(
     slurm: LocalSlurm, tiny_demo: Path, tmp_path: Path, reference: Path
 ) -> None:

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from tests.data.flow_demo import write_flow_demo
-from vidscale.data.annotations import read_annotations, read_class_names
 from vidscale.data.clip import ClipSpec, clip_positions, sample_views, stack_channels
 from vidscale.data.dataset import VideoClipDataset
+from vidscale.data.layouts import read_layout
 from vidscale.data.media.decode import probe
 from vidscale.data.prepared.prepare import open_prepared
 from vidscale.data.prepared.shard_dataset import ShardClipDataset, StreamingShardDataset
@@ -87,7 +87,7 @@ def test_a_horizontal_flip_negates_the_x_flow_only() -> None:
 
 def test_rgb_items_are_the_sampled_views_of_their_video(demo: tuple[Path, Path]) -> None:
     data, _ = demo
-    records = read_annotations(data / "train.csv", classes=read_class_names(data / "classes.txt"))
+    records = read_layout("generic", data).train
     spec = ClipSpec(frames=4, crop_size=24, short_side=32, scales=(1.0, 0.875))
     dataset = VideoClipDataset(records, spec, train=True, seed=5)
     dataset.set_epoch(2)
@@ -110,7 +110,7 @@ def test_flow_shards_hold_the_flow_computed_from_the_video(
     fly as `prepare --flow` computes it) differs only by the flow JPEGs' loss."""
     data, prep = demo
     entries = open_prepared(prep, modality="flow").train
-    records = read_annotations(data / "train.csv", classes=read_class_names(data / "classes.txt"))
+    records = read_layout("generic", data).train
     by_path = {str(Path(r.path).absolute()): r for r in records}
     spec = flow_spec(num_clips=1 if train else 2)
     shards = ShardClipDataset(entries, spec, train=train, seed=1)

@@ -218,6 +218,7 @@ def test_the_stop_raised_in_a_loader_worker_is_one_line(tmp_path: Path) -> None:
     assert len(str(err.value).splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_multi_view_eval(tmp_path: Path) -> None:
     recs = records(tmp_path)
     spec = ClipSpec(frames=4, crop_size=24, short_side=32, num_clips=2, num_crops=3)

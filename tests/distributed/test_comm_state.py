@@ -133,6 +133,7 @@ def assert_equal_traces(a: Trace, b: Trace) -> None:
             assert torch.equal(x, y), f"step {step} differs"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", BUCKET_CAPS)
 def test_powersgd_resume_is_bit_exact(ranks: list[dict[str, Any]], layout: str) -> None:
     """A fresh DDP runs its first step on one bucket in parameter order and regroups by gradient

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 import torch.distributed as dist
 
 from tests.distributed.multiproc import free_port, run_ranks
@@ -31,6 +32,7 @@ def powersgd_teardown_cycles(env: DistEnv, cycles: int) -> int:
     return cycles
 
 
+@pytest.mark.slow
 def test_leaving_the_group_right_after_powersgd_steps_does_not_abort() -> None:
     """Gloo releases PowerSGD's chained callbacks, which hold the group, on its worker threads,
     possibly after the training thread destroyed the group: without `shutdown` keeping the

@@ -40,6 +40,7 @@ def faults_in_fresh_process(mode: str) -> tuple[bool, float]:
     return result
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc malloc only")
 def test_retained_memory_is_reused_without_page_faults() -> None:
     applied, retained = faults_in_fresh_process("retained")

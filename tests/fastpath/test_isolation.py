@@ -76,12 +76,14 @@ def isolated(build: Any, to_time: list[Candidate] | None = None) -> Any:
     )
 
 
+@pytest.mark.slow
 def test_a_child_times_every_candidate_as_the_in_process_probe_does() -> None:
     result = isolated(TinyClipNet)
     assert list(result.samples) == ["fp32", "fp32+cl"] and result.failed == {}
     assert all(len(s) == QUICK.repeats and min(s) > 0 for s in result.samples.values())
 
 
+@pytest.mark.slow
 def test_a_long_probe_says_how_far_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(isolation, "PROGRESS_EVERY_S", 0.0)  # every turn, here
     lines: list[str] = []
@@ -94,6 +96,7 @@ def test_a_long_probe_says_how_far_it_is(monkeypatch: pytest.MonkeyPatch) -> Non
     assert lines[-1].startswith(f"fast path: probe turn {turns} of at most {turns} (")
 
 
+@pytest.mark.slow
 def test_a_setting_that_hangs_is_left_out_and_the_probe_completes() -> None:
     started = time.monotonic()
     result = isolated(HangsInChannelsLast)
@@ -102,23 +105,27 @@ def test_a_setting_that_hangs_is_left_out_and_the_probe_completes() -> None:
     assert time.monotonic() - started < 60  # the floor, not the first turn's 60 s
 
 
+@pytest.mark.slow
 def test_a_setting_that_crashes_the_child_is_left_out() -> None:
     result = isolated(AbortsInChannelsLast)
     assert list(result.samples) == ["fp32"]
     assert result.failed == {"fp32+cl": "crashed: killed by SIGABRT"}
 
 
+@pytest.mark.slow
 def test_a_setting_that_raises_is_left_out_with_its_error() -> None:
     result = isolated(RaisesInChannelsLast)
     assert list(result.samples) == ["fp32"]
     assert result.failed == {"fp32+cl": "raised RuntimeError: no kernel for this layout"}
 
 
+@pytest.mark.slow
 def test_the_reference_failing_is_an_error_naming_it() -> None:
     with pytest.raises(ProbeFailed, match=r"failed at fp32 \(raised RuntimeError: input too small"):
         isolated(AlwaysRaises)
 
 
+@pytest.mark.slow
 def test_a_killed_run_leaves_no_probe_behind(tmp_path: Path) -> None:
     """The run is SIGKILLed while its probe's child spins: the kernel ends the child too."""
     pid_file = tmp_path / "child.pid"
@@ -173,6 +180,7 @@ def decide_hanging(env: DistEnv, cache: str) -> dict[str, Any]:
     ).record()
 
 
+@pytest.mark.slow
 def test_two_ranks_leave_out_what_hung_and_agree(tmp_path: Path) -> None:
     r0, r1 = run_ranks(decide_hanging, 2, str(tmp_path / "cache.json"), timeout=180)
     assert r0 == r1 and (r0["bf16"], r0["channels_last"]) == (False, False)

@@ -1,6 +1,6 @@
 """`auto` fast path: real probes of a tiny model, the cache, explicit settings and recorded
 decisions that skip the probe, and 2 real ranks agreeing (the rule itself:
-test_fast_path_rule.py)."""
+test_rule.py)."""
 
 from __future__ import annotations
 
@@ -121,6 +121,7 @@ def test_a_real_probe_times_every_candidate_and_leaves_the_rng_alone() -> None:
     assert "auto chose" in decision.describe() and "fp32" in decision.describe()
 
 
+@pytest.mark.slow
 def test_a_setting_that_loses_its_first_round_is_timed_no_more(tmp_path: Path) -> None:
     """5 rounds on one process need 5 wins: channels-last loses round 1 and the probe stops."""
     five = ProbeSettings(warmup=1, repeats=5, settle=0)
@@ -141,6 +142,7 @@ def test_a_setting_that_loses_its_first_round_is_timed_no_more(tmp_path: Path) -
     assert cached.source == "cache" and cached.dropped == decision.dropped
 
 
+@pytest.mark.slow
 def test_the_cache_is_hit_by_the_same_key_only(tmp_path: Path) -> None:
     path = tmp_path / "cache" / "fast_path.json"
     first = decide_tiny(path)
@@ -156,6 +158,7 @@ def test_the_cache_is_hit_by_the_same_key_only(tmp_path: Path) -> None:
     assert other.source == "probe" and len(json.loads(path.read_text())) == 2
 
 
+@pytest.mark.slow
 def test_an_unreadable_cache_is_reported_and_replaced(tmp_path: Path) -> None:
     path = tmp_path / "fast_path.json"
     path.write_text("{ not json")
@@ -253,6 +256,7 @@ def decide_on_rank(env: DistEnv, main_cache: str, other_cache: str) -> dict[str,
     ).record()
 
 
+@pytest.mark.slow
 def test_two_ranks_probe_together_and_use_one_decision(tmp_path: Path) -> None:
     main, other = tmp_path / "main.json", tmp_path / "other.json"
     r0, r1 = run_ranks(decide_on_rank, 2, str(main), str(other), timeout=120)
@@ -281,6 +285,7 @@ def decide_slower(env: DistEnv, build: str) -> dict[str, Any]:
     ).record()
 
 
+@pytest.mark.slow
 def test_two_ranks_stop_timing_what_their_rounds_rule_out_of_the_pooled_choice() -> None:
     # 10 pooled rounds need 9 wins: each rank stops channels-last at its second lost round.
     r0, r1 = run_ranks(decide_slower, 2, "cl", timeout=120)

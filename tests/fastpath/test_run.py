@@ -53,6 +53,7 @@ def auto_run(tiny_demo: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return base / "run"
 
 
+@pytest.mark.slow
 def test_the_probe_changes_nothing_but_the_setting(
     auto_run: Path, tiny_demo: Path, tmp_path: Path
 ) -> None:

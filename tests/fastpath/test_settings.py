@@ -90,6 +90,7 @@ def test_bf16_autocast_and_channels_last_give_close_outputs() -> None:
     torch.testing.assert_close(out.float(), ref, atol=5e-2, rtol=5e-2)
 
 
+@pytest.mark.slow
 def test_compiled_tsm_trains_like_eager() -> None:
     # Under torch.compile the shift takes its graph-capture form (concatenations) inside the
     # custom autograd function: outputs and every gradient must match the eager step. The

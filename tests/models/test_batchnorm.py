@@ -317,6 +317,7 @@ def test_state_dict_is_plain_and_loads_strictly_into_a_plain_model() -> None:
         assert torch.equal(plain.eval()(clips), model.eval()(clips))
 
 
+@pytest.mark.slow
 def test_exact_resume_with_split_state() -> None:
     model = _model("tsm_resnet18")
     set_batchnorm_splits(model, 2)

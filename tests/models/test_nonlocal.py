@@ -1,6 +1,5 @@
 """Non-local blocks (Wang et al. 2018) and the I3D-NL models built on them."""
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -10,7 +9,7 @@ from torch import nn
 from tests.models.test_transfer import randomised
 from vidscale.bench.compute.flops import model_info
 from vidscale.config import save_config
-from vidscale.models.i3d import I3D_3X1X1, I3D_NL_PLACEMENT, i3d_non_local
+from vidscale.models.i3d import I3D_3X1X1, I3D_NL_PLACEMENT, I3D_REFERENCE, i3d_non_local
 from vidscale.models.nonlocal_block import (
     NON_LOCAL_MODES,
     NonLocalBlock,
@@ -29,7 +28,8 @@ NL_MODELS = ("i3d_nl_resnet50_3x1x1", "i3d_nl_embedded_gaussian_resnet50_3x1x1")
 # their res5 inflates the middle block (the non-local reference code's basis), ours the outer two.
 MMACTION2_I3D_PARAMS, MMACTION2_I3D_NL_PARAMS = 28_043_472, 35_397_840
 MMACTION2_I3D_NL_GFLOPS = 59.3  # fvcore-style: one "FLOP" per multiply-accumulate
-REFERENCE_I3D = replace(I3D_3X1X1, kernels=((3,), (3, 1), (3, 1), (1, 3)))
+# Registered as `i3d_resnet50_ref` (its own tests: tests/models/test_i3d_reference.py).
+REFERENCE_I3D = I3D_REFERENCE
 
 
 def perturbed(block: NonLocalBlock) -> NonLocalBlock:

@@ -22,6 +22,7 @@ REQUIRED = {
     "tsn_resnet18", "tsn_resnet50", "tsn_resnet101",
     "i3d_resnet50_3x3x3", "i3d_resnet50_3x1x1", "online_tsm_resnet50",
     "i3d_nl_resnet50_3x1x1", "i3d_nl_embedded_gaussian_resnet50_3x1x1",
+    "i3d_resnet50_ref", "i3d_nl_resnet50_ref", "i3d_nl_embedded_gaussian_resnet50_ref",
 }  # fmt: skip
 
 
@@ -30,6 +31,7 @@ def test_registry_lists_the_required_models() -> None:
     assert list_models() == sorted(MODELS)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list_models())
 def test_every_model_trains(name: str) -> None:
     torch.manual_seed(0)
@@ -38,8 +40,9 @@ def test_every_model_trains(name: str) -> None:
     for block in model.modules():
         if isinstance(block, NonLocalBlock):  # γ = 0 keeps its inner parameters' gradients at 0
             torch.nn.init.constant_(block.out_bn.weight, 0.5)
-    # Enough frames to survive I3D 3x1x1's temporal strides (8 -> 4 -> 2 -> 1), few otherwise.
-    frames = 8 if name.endswith("_3x1x1") else 4
+    # Enough frames to survive the temporal strides of I3D 3x1x1 and the reference I3D
+    # (8 -> 4 -> 2 -> 1), few otherwise.
+    frames = 8 if name.endswith(("_3x1x1", "_ref")) else 4
     size = 64 if name == "alexnet_bn" else 32  # AlexNet's three 3/2 max-pools need >= 63 px
     if "_nl_" in name:  # res4 at 3x3 px: a softmax over one sub-sampled position has no gradient
         size = 48

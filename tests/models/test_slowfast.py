@@ -195,6 +195,7 @@ print("done")
 """
 
 
+@pytest.mark.slow
 def test_the_bf16_lateral_conv_runs_on_cpu_where_the_strided_one_aborted() -> None:
     """In a child process: on an AMX CPU the strided bf16 conv aborted it ("munmap_chunk():
     invalid pointer") before CPU bf16 took the windowed conv."""

@@ -1,4 +1,4 @@
-"""LAMB against the DESIGN.md §6 vector, torch Adam (excluded group), and Rosenbrock."""
+"""LAMB against the design brief's §6 vector, torch Adam (excluded group), and Rosenbrock."""
 
 from __future__ import annotations
 

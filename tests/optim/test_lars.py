@@ -1,4 +1,4 @@
-"""LARS against the DESIGN.md §6 vectors, hand-worked LARC vectors, torch SGD, and Rosenbrock."""
+"""LARS against the design brief's §6 vectors, hand-worked LARC vectors, torch SGD, and Rosenbrock."""
 
 from __future__ import annotations
 

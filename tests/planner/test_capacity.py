@@ -132,8 +132,8 @@ def test_batch_limit_comes_from_table3() -> None:
     [
         ({"model": "nope"}, "--model"),
         ({"hardware": "nope"}, "--hardware"),
-        ({"gpus": 0}, "--gpus"),
-        ({"gpus": 100}, "--gpus"),
+        ({"gpus": 0}, "--world-size"),
+        ({"gpus": 100}, "--world-size"),
         ({"bandwidth_gbps": -1.0}, "--bandwidth-gbps"),
         ({"latency_us": -1.0}, "--latency-us"),
         ({"grad_dtype": "int8"}, "--grad-dtype"),
@@ -229,7 +229,7 @@ def write_scaling_json(
     cfg = ScalingConfig(
         models=models, procs=(1, 2), batch=batch, frames=frames, size=size, threads=1, device="cpu"
     )
-    report = build_report(cfg, runs)
+    report = build_report(cfg, runs).to_dict()
     if gpu is not None:
         report["host"]["name"] = gpu
         for row in report["runs"]:

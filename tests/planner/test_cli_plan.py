@@ -24,7 +24,7 @@ __all__ = ["measured_json"]  # the fixture, shared with tests/planner/test_capac
 def test_plan_prints_time_efficiency_bottleneck_and_batch(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    argv = ["plan", "--model", "tsm_resnet50", "--gpus", "1536", "--hardware", "summit"]
+    argv = ["plan", "--model", "tsm_resnet50", "--world-size", "1536", "--hardware", "summit"]
     assert main([*argv, "--epochs", "100", "--clips", "240000", "--batch-per-gpu", "8"]) == 0
     out = capsys.readouterr().out
     for word in ("time to train", "efficiency", "bottleneck     compute", "12,288"):
@@ -35,18 +35,19 @@ def test_plan_json_and_target_agree(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", "--target", "15m", "--json"]) == 0
     found = json.loads(capsys.readouterr().out)
     assert found["reached"] and found["plan"]["train_s"] <= 900
-    assert main(["plan", "--gpus", str(found["plan"]["gpus"]), "--json"]) == 0
+    assert main(["plan", "--world-size", str(found["plan"]["gpus"]), "--json"]) == 0
     again = json.loads(capsys.readouterr().out)
     assert again["train_s"] == pytest.approx(found["plan"]["train_s"])
 
 
 def test_plan_compare_table(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["plan", "--compare", "tsm_resnet50", "i3d_resnet50_3x3x3", "--gpus", "6,1536"]
+    argv = ["plan", "--compare", "tsm_resnet50,i3d_resnet50_3x3x3", "--world-size", "6,1536"]
     assert main([*argv, "--hardware", "summit", "--grad-dtype", "bf16"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert sum(line.startswith(("tsm_resnet50 ", "i3d_resnet50_3x3x3 ")) for line in lines) == 4
 
 
+@pytest.mark.slow
 def test_paper_figures_are_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "results"
     assert main(["plan", "--paper-figures", str(out)]) == 0
@@ -66,17 +67,17 @@ def test_paper_figures_are_written(tmp_path: Path, capsys: pytest.CaptureFixture
 @pytest.mark.parametrize(
     ("argv", "flag"),
     [
-        (["--gpus", "0"], "--gpus"),
-        (["--gpus", "-6"], "--gpus"),
-        (["--gpus", "100"], "--gpus"),
+        (["--world-size", "0"], "--world-size"),
+        (["--world-size", "-6"], "--world-size"),
+        (["--world-size", "100"], "--world-size"),
         (["--model", "i3d_resnet50"], "--model"),
         (["--hardware", "cray"], "--hardware"),
         (["--bandwidth-gbps", "-1"], "--bandwidth-gbps"),
         (["--latency-us", "-2"], "--latency-us"),
         (["--target", "soon"], "--target"),
-        (["--target", "15m", "--gpus", "48"], "--target"),
-        (["--compare", "tsm_resnet50", "nope"], "--compare"),
-        (["--hardware", "dgx-h100", "--gpus", "8"], "--step-time"),
+        (["--target", "15m", "--world-size", "48"], "--target"),
+        (["--compare", "tsm_resnet50,nope"], "--compare"),
+        (["--hardware", "dgx-h100", "--world-size", "8"], "--step-time"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_option(
@@ -95,7 +96,7 @@ def test_plan_measured_on_this_machine(
     measured_json: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     argv = ["plan", "--model", MEASURED_MODEL, "--measured", str(measured_json)]
-    assert main([*argv, "--gpus", "2", "--hardware", "local"]) == 0
+    assert main([*argv, "--world-size", "2", "--hardware", "local"]) == 0
     captured = capsys.readouterr()
     assert captured.err == ""  # a CPU's measurement on CPU processes: no warning
     lines = captured.out.splitlines()
@@ -108,7 +109,7 @@ def test_plan_measured_on_this_machine(
     for what in ("compute: measured", "data loading: measured", "network: measured"):
         line = next(s for s in sources if what in s)
         assert str(measured_json) in line and "run tsm_resnet50" in line
-    assert main([*argv, "--gpus", "2", "--hardware", "local", "--json"]) == 0
+    assert main([*argv, "--world-size", "2", "--hardware", "local", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["batch_per_gpu"] == 2 and out["compute_s"] == pytest.approx(3.0)
     assert out["measured"]["compute_clip_s"] == pytest.approx(1.5)
@@ -118,7 +119,15 @@ def test_plan_measured_on_this_machine(
 def test_plan_measured_explicit_flags_win_and_a_gpu_preset_warns(
     measured_json: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["plan", "--model", MEASURED_MODEL, "--measured", str(measured_json), "--gpus", "6"]
+    argv = [
+        "plan",
+        "--model",
+        MEASURED_MODEL,
+        "--measured",
+        str(measured_json),
+        "--world-size",
+        "6",
+    ]
     assert main([*argv, "--batch-per-gpu", "8", "--json"]) == 0
     captured = capsys.readouterr()
     (warning,) = captured.err.splitlines()
@@ -136,8 +145,8 @@ def test_plan_measured_explicit_flags_win_and_a_gpu_preset_warns(
 def test_plan_measured_compare_reports_the_overlap_once(
     measured_json: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["plan", "--measured", str(measured_json), "--hardware", "local", "--gpus", "1,2"]
-    assert main([*argv, "--compare", MEASURED_MODEL, "tsm_resnet18"]) == 0
+    argv = ["plan", "--measured", str(measured_json), "--hardware", "local", "--world-size", "1,2"]
+    assert main([*argv, "--compare", f"{MEASURED_MODEL},tsm_resnet18"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert sum(line.startswith("  overlap") for line in lines) == 1
     assert sum(line.startswith(("tsm_resnet50 ", "tsm_resnet18 ")) for line in lines) == 4

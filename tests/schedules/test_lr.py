@@ -1,4 +1,4 @@
-"""The LR schedule against the DESIGN.md §6 golden table, plus warmup, step and validation."""
+"""The LR schedule against the design brief's §6 golden table, plus warmup, step and validation."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from vidscale.schedules.lr import LRConfig, lr_at, lr_table, scaled_lr
 
-# DESIGN.md §6: base 0.1 per 8 clips, global batch 64 (x8) -> peak 0.8; 5 warmup steps from 0.1
+# The design brief's §6: base 0.1 per 8 clips, global batch 64 (x8) -> peak 0.8; 5 warmup steps from 0.1
 # (warmup_start_factor 1/8) to 0.8; cosine over the 15 steps after warmup (total_steps = 20).
 # Steps 0-11 are the DESIGN values; steps 12-20 complete the table. A check independent of the
 # code: a half cosine is point-symmetric, so lr(5 + k) + lr(20 - k) = 0.8 (e.g. 0.791259 + 0.008741).

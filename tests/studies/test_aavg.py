@@ -1,4 +1,4 @@
-"""`vidscale aavg-study`: the runs it plans, and its report from real (tiny) runs."""
+"""`vidscale study aavg`: the runs it plans, and its report from real (tiny) runs."""
 
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ def test_a_controlled_field_or_a_bad_k_is_refused(tmp_path: Path) -> None:
         design_aavg_study(StudySpec("demo_tsm_r18_8f_b32_e20", tmp_path, ks=(0,)))
 
 
+@pytest.mark.slow
 def test_the_study_trains_skips_finished_runs_and_reports(tiny_demo: Path, tmp_path: Path) -> None:
     spec = StudySpec(
         "demo_tsm_r18_8f_b32_e20",

@@ -133,11 +133,12 @@ def test_time_to_target_is_the_first_evaluation_at_the_baselines_accuracy() -> N
     assert [r["seconds_to_target"] for r in rows] == [2, 1, None]
 
 
+@pytest.mark.slow
 def test_the_study_trains_once_and_reports(
     tiny_demo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "study"
-    args = ["multigrid-study", "--recipe", RECIPE, "--out", str(out), "--nproc", "1"]
+    args = ["study", "multigrid", "--recipe", RECIPE, "--out", str(out), "--nproc", "1"]
     for item in small(tiny_demo):
         args += ["--set", item]
     assert main(args) == 0
@@ -158,11 +159,12 @@ def test_the_study_trains_once_and_reports(
     assert main([*args, "--plot-only"]) == 0
 
 
+@pytest.mark.slow
 def test_the_study_over_seeds_trains_each_seed_and_summarizes(
     tiny_demo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "study"
-    args = ["multigrid-study", "--recipe", RECIPE, "--out", str(out), "--nproc", "1"]
+    args = ["study", "multigrid", "--recipe", RECIPE, "--out", str(out), "--nproc", "1"]
     args += ["--variants", "baseline,long", "--seeds", "0,1"]
     for item in small(tiny_demo):
         args += ["--set", item]

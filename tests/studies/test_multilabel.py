@@ -1,4 +1,4 @@
-"""`vidscale multilabel-study`: its runs, what it refuses, and the report from finished runs."""
+"""`vidscale study multilabel`: its runs, what it refuses, and the report from finished runs."""
 
 from __future__ import annotations
 

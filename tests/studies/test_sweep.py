@@ -142,14 +142,14 @@ def test_cli_sweep_plot_only_and_config_errors(
 ) -> None:
     run = sw.design_sweep(spec(tmp_path, optimizers=("lars",), batches=(128,), epochs=2))[0]
     fake_run(run, val=[30.0, 55.0], losses=[2.0, 1.0])
-    assert main(["sweep", "--out", str(tmp_path), "--plot-only"]) == 0
+    assert main(["study", "batch-size", "--out", str(tmp_path), "--plot-only"]) == 0
     assert json.loads((tmp_path / "sweep.json").read_text())["runs"][0]["run"] == "lars_b128"
     assert "lars_b128" in capsys.readouterr().out  # the table
-    assert main(["sweep", "--out", str(tmp_path), "--plot-only", "--json"]) == 0
+    assert main(["study", "batch-size", "--out", str(tmp_path), "--plot-only", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)  # stdout holds the report alone
     assert doc == json.loads((tmp_path / "sweep.json").read_text())
-    assert main(["sweep", "--out", str(tmp_path), "--set", "train.epochs=3"]) == 2
-    assert main(["sweep", "--out", str(tmp_path), "--batches", "32,x"]) == 2
+    assert main(["study", "batch-size", "--out", str(tmp_path), "--set", "train.epochs=3"]) == 2
+    assert main(["study", "batch-size", "--out", str(tmp_path), "--batches", "32,x"]) == 2
     assert "train.epochs" in capsys.readouterr().err
 
 

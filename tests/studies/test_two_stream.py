@@ -66,7 +66,7 @@ def test_controlled_fields_and_a_prep_without_flow_are_refused(
     with pytest.raises(ConfigError, match="--epochs or --set train.epochs"):
         design_two_stream_study(TwoStreamStudySpec(tmp_path, tmp_path, ("train.epochs=2",), 1))
     out = tmp_path / "study"
-    argv = ["two-stream-study", "--data", str(tiny_demo), "--out", str(out), "--nproc", "1"]
+    argv = ["study", "two-stream", "--data", str(tiny_demo), "--out", str(out), "--nproc", "1"]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and str(tiny_demo) in err
@@ -87,11 +87,12 @@ def test_epochs_to_target_counts_flow_runs_against_the_scratch_best() -> None:
     assert [r["epochs_to_target"] for r in rows] == [None, 3, 2]
 
 
+@pytest.mark.slow
 def test_the_study_trains_once_fuses_and_reports(
     prepared: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "study"
-    argv = ["two-stream-study", "--data", str(prepared), "--out", str(out), "--nproc", "1"]
+    argv = ["study", "two-stream", "--data", str(prepared), "--out", str(out), "--nproc", "1"]
     argv += ["--epochs", "1", "--weights", "1,1.5"]
     for item in small():
         argv += ["--set", item]

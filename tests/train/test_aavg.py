@@ -59,6 +59,7 @@ def aavg_run(env: Any, root: str, run: str, cut_after: int) -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow
 def test_aavg_resume_between_averagings_is_exact(tiny_demo: Path, tmp_path: Path) -> None:
     full = run_ranks(aavg_run, 2, str(tiny_demo), str(tmp_path / "full"), 0, timeout=400)
     cut = run_ranks(aavg_run, 2, str(tiny_demo), str(tmp_path / "cut"), 5, timeout=400)
@@ -85,6 +86,7 @@ def replica_at_step(env: Any, root: str, run: str) -> dict[str, Any]:
     return {"own": params(trainer.model)}
 
 
+@pytest.mark.slow
 def test_a_checkpoint_between_averagings_holds_the_average_and_each_replica(
     tiny_demo: Path, tmp_path: Path
 ) -> None:
@@ -150,6 +152,7 @@ def tiny_demo_shards(tiny_demo: Path, tmp_path_factory: pytest.TempPathFactory) 
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source", ["videos", "stream"])
 def test_adaptive_batch_doubles_where_the_rule_says_on_both_ranks(
     source: str, tiny_demo: Path, tiny_demo_shards: Path, tmp_path: Path

@@ -143,6 +143,7 @@ def gathered_map(env: DistEnv, seed: int, n: int, k: int) -> MeanAP:
     )
 
 
+@pytest.mark.slow
 def test_videos_split_over_two_ranks_give_one_process_map_exactly() -> None:
     seed, n, k = 3, 41, 9
     results = run_ranks(gathered_map, 2, seed, n, k)

@@ -67,7 +67,7 @@ def test_charades_trains_evaluates_and_predicts_from_the_command_line(
     assert report["views"]["aggregate"] == "max" and len(report["checkpoints"]) == 2
 
     video = charades / "Charades_v1_480" / "V4.mp4"
-    assert main(["predict", str(video), "--checkpoint", str(run), "--json"]) == 0
+    assert main(["predict", str(run), str(video), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["multi_label"] is True
     # Independent sigmoid probabilities, one per class of the published class list.

@@ -64,6 +64,7 @@ def train_and_evaluate(data: Path, run: Path, extra: list[str]) -> dict:
     return evaluate_run(run, last=1)
 
 
+@pytest.mark.slow
 def test_an_image_folder_trains_and_evaluates_from_the_files(
     image_demo: Path, tmp_path: Path
 ) -> None:

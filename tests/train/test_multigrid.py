@@ -127,6 +127,7 @@ SHAPES = [(16, 3, 2, 16, 16), (8, 3, 2, 23, 23), (8, 3, 2, 23, 23)] * 2 + [
 ] * 2
 
 
+@pytest.mark.slow
 def test_two_ranks_follow_the_schedule_in_lock_step_and_resume_exactly(
     demo64: Path, tmp_path: Path
 ) -> None:
@@ -179,6 +180,7 @@ def test_cuda_ranks_synchronise_batchnorm_where_the_batch_shrinks(
     assert cut[0]["summary"]["train_steps"] == 12 and cut[0]["phases"][-1] == (2, "sync_batchnorm")
 
 
+@pytest.mark.slow
 def test_a_streamed_dataset_follows_the_schedule_and_resumes_exactly(
     demo64_shards: Path, tmp_path: Path
 ) -> None:
@@ -202,6 +204,7 @@ def test_a_streamed_dataset_follows_the_schedule_and_resumes_exactly(
         assert torch.equal(a, b)
 
 
+@pytest.mark.slow
 def test_one_process_lars_and_accumulation_with_both_cycles(demo64: Path, tmp_path: Path) -> None:
     """Beyond PySlowFast: the short cycle on one process, composed with gradient accumulation
     (2 micro-batches per step) and LARS."""
@@ -228,6 +231,7 @@ def aavg_multigrid_run(env: Any, root: str, run: str) -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow
 def test_aavg_learners_follow_the_multigrid_schedule_together(demo64: Path, tmp_path: Path) -> None:
     r0, r1 = run_ranks(aavg_multigrid_run, 2, str(demo64), str(tmp_path / "run"), timeout=500)
     # K = 2 and every epoch end: epochs of 3, 3 and 6 steps.
@@ -237,6 +241,7 @@ def test_aavg_learners_follow_the_multigrid_schedule_together(demo64: Path, tmp_
         assert torch.equal(a, b)
 
 
+@pytest.mark.slow
 def test_one_process_trains_pyslowfasts_short_side_jitter_through_both_cycles(
     demo64_shards: Path, tmp_path: Path
 ) -> None:

@@ -77,6 +77,7 @@ def test_one_process_trains_on_binary_cross_entropy_and_reports_map(ml_run: Path
     assert best_checkpoint(ml_run).name == f"epoch_{best:04d}.pt"  # by mAP, not hit@1
 
 
+@pytest.mark.slow
 def test_two_processes_evaluate_as_one_process_does(ml_demo: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
@@ -125,7 +126,7 @@ def test_predict_gives_independent_probabilities(
     # Late fusion with a second stream: a run fused with itself predicts what it alone does.
     fused = predict_video(video, run=ml_run, topk=CLASSES, flow_run=ml_run, weights=(1.0, 2.0))
     assert [p for _, p in fused.top] == pytest.approx(probs, abs=1e-6)
-    assert main(["predict", str(video), "--checkpoint", str(ml_run), "--json"]) == 0
+    assert main(["predict", str(ml_run), str(video), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["multi_label"] is True and out["present_at"] == PRESENT_AT
     assert len(out["predictions"]) == 5

@@ -70,6 +70,7 @@ def dies_after(steps: int) -> Iterator[None]:
         loop.train_step = real_step  # type: ignore[assignment]
 
 
+@pytest.mark.slow
 def test_rerun_continues_exactly_and_a_finished_run_is_not_retrained(
     tiny_demo: Path, tmp_path: Path, reference: Path
 ) -> None:
@@ -102,6 +103,7 @@ def test_resume_never_and_must(tiny_demo: Path, tmp_path: Path, reference: Path)
         train(cfg, empty, resume="must")
 
 
+@pytest.mark.slow
 def test_damaged_files_are_reported_and_resume_still_exact(
     tiny_demo: Path,
     tmp_path: Path,
@@ -222,6 +224,7 @@ def two_process_run(env: Any, root: str, run: str) -> None:
     loop.Trainer(cfg, Path(run), env).run()
 
 
+@pytest.mark.slow
 def test_resume_on_one_process_keeps_the_global_batch_and_lr(
     tiny_demo: Path, tmp_path: Path
 ) -> None:
@@ -273,6 +276,7 @@ def powersgd_run(env: Any, root: str, run: str, cut_after: int) -> list[float]:
     return [*losses(Path(run)), summary["val_top1"]]
 
 
+@pytest.mark.slow
 def test_powersgd_resume_is_exact(tiny_demo: Path, tmp_path: Path) -> None:
     from tests.distributed.multiproc import run_ranks
 
@@ -302,6 +306,7 @@ def nan_on_rank_one(env: Any, root: str, run: str) -> dict[str, Any]:
     return {"bad": summary["bad_steps"], "before": before_step, "final": final}
 
 
+@pytest.mark.slow
 def test_nan_on_one_rank_skips_the_step_on_every_rank(tiny_demo: Path, tmp_path: Path) -> None:
     from tests.distributed.multiproc import run_ranks
 

@@ -26,6 +26,7 @@ def train_losses(run: Path) -> list[float]:
 
 
 # workers=1: the loaders' workers persist across epochs and must follow the resume position.
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [0, 1])
 def test_resume_mid_epoch_matches_uninterrupted_run(
     tiny_demo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int

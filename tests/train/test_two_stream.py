@@ -119,10 +119,9 @@ def test_two_stream_commands(runs: dict[str, Path], capsys: pytest.CaptureFixtur
         main(
             [
                 "predict",
-                str(video),
-                "--checkpoint",
                 str(runs["rgb"]),
-                "--flow-checkpoint",
+                str(video),
+                "--flow-run",
                 str(runs["flow"]),
                 "--json",
                 "--topk",

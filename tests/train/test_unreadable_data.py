@@ -67,6 +67,7 @@ def assert_one_line_error(stderr: str) -> None:
     assert "`vidscale prepare` lists every unreadable file in its manifest" in line
 
 
+@pytest.mark.slow
 def test_mostly_unreadable_stops_with_one_line_on_one_process(
     mostly_unreadable: Path, tmp_path: Path
 ) -> None:
@@ -76,6 +77,7 @@ def test_mostly_unreadable_stops_with_one_line_on_one_process(
     assert not (tmp_path / "run" / "summary.json").exists()
 
 
+@pytest.mark.slow
 def test_mostly_unreadable_stops_with_one_line_on_every_torchrun_rank(
     mostly_unreadable: Path, tmp_path: Path
 ) -> None:
@@ -96,6 +98,7 @@ def test_mostly_unreadable_stops_with_one_line_on_every_torchrun_rank(
         assert "training data mostly unreadable: " in lines[-1], text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("nproc", [1, 2])
 def test_a_few_damaged_videos_are_skipped_counted_and_the_run_ends(
     few_damaged: tuple[Path, set[str]], tmp_path: Path, nproc: int

@@ -53,6 +53,7 @@ def merged_rows(runs: list[WandbRun]) -> dict[int, dict[str, Any]]:
     return rows
 
 
+@pytest.mark.slow
 def test_the_offline_run_holds_the_scalars_of_metrics_jsonl_and_the_config(
     tiny_demo: Path, tmp_path: Path
 ) -> None:
@@ -79,6 +80,7 @@ def test_the_offline_run_holds_the_scalars_of_metrics_jsonl_and_the_config(
     assert list((run_dir / "tensorboard").iterdir())  # TensorBoard still written beside it
 
 
+@pytest.mark.slow
 def test_a_resumed_run_continues_the_same_wandb_run(
     tiny_demo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -98,6 +98,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow
 def test_a_stalled_step_writes_the_stacks_names_the_phase_and_ends_the_process(
     tmp_path: Path,
 ) -> None:

@@ -7,4 +7,9 @@ JSON; timings are ratios against a baseline measured in the same run. By subject
   step waits; `shard_train`; `flow`: optical flow speed).
 - `scaling/`: processes together (`measure` launches `worker` ranks; `config`, `data`, `report`).
 - `multigrid`: what multigrid's schedule saves; `gpu_report`: the GPU acceptance run's report.
+
+Each bench module's entry point is `run(<Bench>Config, *, out_json, progress=False, device=...)`,
+which writes its JSON atomically and returns a frozen `<Bench>Result` whose `to_dict()` is that
+JSON; the results other code reads (`scaling`, `throughput`, `profile`, `shard_train`) parse it
+back with `from_dict` / `read(path)`, naming the file and the key of a bad one (`results`).
 """

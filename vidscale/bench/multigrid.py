@@ -23,11 +23,10 @@ unless a setting is given).
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from typing import Any
 import torch
 
 from vidscale.bench.compute.flops import model_info
+from vidscale.bench.results import plain, write_result
 from vidscale.config import RunConfig
 from vidscale.distributed.env import DistEnv
 from vidscale.fastpath import hardware
@@ -160,18 +160,53 @@ def shape_key(shape: Shape) -> str:
     return f"{shape.frames}x{shape.crop}^2x{shape.micro_batch}"
 
 
-def bench_multigrid(
-    recipe: str,
-    cfg: RunConfig,
-    bench: MultigridBenchConfig,
+@dataclass(frozen=True)
+class MultigridConfig:
+    """What `bench multigrid` runs (`run`): the recipe named `recipe`, resolved with its
+    overrides (`config`), the run it describes and the timing (`bench`, the JSON's `config`),
+    and the fast-path `setting` (None: what the trainer's "auto" decides at the base shape)."""
+
+    recipe: str
+    config: RunConfig
+    bench: MultigridBenchConfig = field(default_factory=MultigridBenchConfig)
+    setting: Candidate | None = None
+
+
+@dataclass(frozen=True)
+class MultigridResult:
+    """What `bench multigrid` measured: the recipe and its model, the timing settings
+    (`config`), the device, the fast path timed, the optimizer step's seconds, one row per
+    shape (its measured seconds, micro-batches per variant) and one per variant (the baseline
+    first: compute seconds, measured and theoretical savings). `to_dict()` is what
+    `--out-json` writes."""
+
+    recipe: str
+    model: str
+    config: MultigridBenchConfig
+    device: dict[str, Any]
+    fast_path: str
+    optimizer_step_s: float
+    shapes: list[dict[str, Any]]
+    variants: list[dict[str, Any]]
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = plain(asdict(self))
+        return out
+
+
+def run(
+    config: MultigridConfig,
     *,
+    out_json: Path,
+    progress: bool = False,
     device: str | torch.device = "auto",
-    setting: Candidate | None = None,
-    out_json: Path | None = None,
     echo: Callable[[str], None] = print,
-) -> dict[str, Any]:
-    """Time every shape of the variants' plans on `device` and sum them per plan; returns (and
-    writes to `out_json`) the per-shape rows, the per-variant rows and the device."""
+) -> MultigridResult:
+    """Time every shape of the variants' plans on `device` and sum them per plan; the
+    per-shape rows, the per-variant rows and the device, written to `out_json` atomically.
+    `progress` sends the shapes' count and each round to `echo`. Raises ValueError for bad
+    variants or counts (`MultigridBenchConfig.validate`)."""
+    bench, cfg = config.bench, config.config
     bench.validate()
     if cfg.model.num_classes == 0:  # "take it from the data": there is none here
         cfg = replace(cfg, model=replace(cfg.model, num_classes=400))
@@ -179,8 +214,9 @@ def bench_multigrid(
     plans = plan_variants(cfg, bench)
     shapes = sorted({s for _, counts in plans.values() for s in counts}, key=_size_order)
     base = plans["baseline"][0].phases[0].shapes[0]
-    fast = _fast_path(cfg, dev, setting, micro_batch=base.micro_batch)
-    echo(f"{recipe}: {len(shapes)} shapes on {hardware.device_name(dev)}, {fast.describe()}")
+    fast = _fast_path(cfg, dev, config.setting, micro_batch=base.micro_batch)
+    say = echo if progress else (lambda line: None)
+    say(f"{config.recipe}: {len(shapes)} shapes on {hardware.device_name(dev)}, {fast.describe()}")
     calls, step = _shape_calls(cfg, shapes, fast=fast, device=dev)
     calls["optimizer step"] = step
     samples = time_round_robin(
@@ -189,7 +225,7 @@ def bench_multigrid(
         repeats=bench.repeats,
         steps=bench.steps,
         sync=lambda: hardware.synchronize(dev),
-        on_round=lambda r: echo(f"  round {r + 1}/{bench.warmup + bench.repeats}"),
+        on_round=lambda r: say(f"  round {r + 1}/{bench.warmup + bench.repeats}"),
     )
     seconds = {k: statistics.median(v) for k, v in samples.seconds.items()}
     shape_rows = [_shape_row(cfg, s, seconds, samples.seconds, plans) for s in shapes]
@@ -202,20 +238,17 @@ def bench_multigrid(
     for row in variant_rows:
         row["measured_speedup"] = baseline["compute_s"] / row["compute_s"]
         row["model_mac_saving"] = baseline["gmacs"] / row["gmacs"]
-    result = {
-        "recipe": recipe,
-        "model": cfg.model.name,
-        "config": asdict(bench),
-        "device": hardware.describe(dev),
-        "fast_path": fast.candidate.label,
-        "optimizer_step_s": seconds["optimizer step"],
-        "shapes": shape_rows,
-        "variants": variant_rows,
-    }
-    echo(format_report(result))
-    if out_json is not None:
-        out_json.write_text(json.dumps(result, indent=2) + "\n")
-        echo(f"wrote {out_json}")
+    result = MultigridResult(
+        recipe=config.recipe,
+        model=cfg.model.name,
+        config=bench,
+        device=hardware.describe(dev),
+        fast_path=fast.candidate.label,
+        optimizer_step_s=seconds["optimizer step"],
+        shapes=shape_rows,
+        variants=variant_rows,
+    )
+    write_result(out_json, result.to_dict())
     return result
 
 
@@ -268,26 +301,26 @@ def _variant_row(
     }
 
 
-def format_report(result: dict[str, Any]) -> str:
+def format_report(result: MultigridResult) -> str:
     """The shapes table, then the variants table, as printed."""
-    names = [v["variant"] for v in result["variants"]]
+    names = [v["variant"] for v in result.variants]
     lines = [
         f"{'shape (T x S^2 x clips)':>24s} {'GMACs/clip':>10s} {'s/micro-batch':>13s} "
         f"{'spread':>6s} {'clips/s':>8s}  " + " ".join(f"{n:>9s}" for n in names)
     ]
-    for r in result["shapes"]:
+    for r in result.shapes:
         counts = " ".join(f"{r['micro_batches'][n]:9d}" for n in names)
         lines.append(
             f"{r['shape']:>24s} {r['gmacs_per_clip']:10.2f} {r['seconds']:13.4f} "
             f"{r['spread']:6.1%} {r['clips_per_s']:8.1f}  {counts}"
         )
-    lines.append(f"optimizer step: {result['optimizer_step_s']:.4f} s")
+    lines.append(f"optimizer step: {result.optimizer_step_s:.4f} s")
     lines.append("")
     lines.append(
         f"{'variant':>9s} {'steps':>9s} {'compute':>10s} {'measured x':>10s} "
         f"{'iterations x':>12s} {'FLOPs x':>8s} {'model MACs x':>12s}"
     )
-    for v in result["variants"]:
+    for v in result.variants:
         lines.append(
             f"{v['variant']:>9s} {v['steps']:9,d} {_duration(v['compute_s']):>10s} "
             f"{v['measured_speedup']:10.2f} {v['theoretical_iteration_saving']:12.2f} "

@@ -22,7 +22,7 @@ from vidscale.cli import (
     train_cmds,
 )
 from vidscale.cli.args import resolve_config
-from vidscale.config import ConfigError
+from vidscale.errors import InputError
 
 __all__ = ["build_parser", "main", "resolve_config"]
 
@@ -35,16 +35,20 @@ A first run, on the built-in demo data:
   vidscale synth --out demo_data
   vidscale train --recipe demo_tsm_r18_8f_b32_e20 --data demo_data --out runs/demo_tsm
   vidscale eval runs/demo_tsm
-  vidscale predict demo_data/videos/val/moving_left/moving_left_0000.mp4 --checkpoint runs/demo_tsm
+  vidscale predict runs/demo_tsm demo_data/videos/val/moving_left/moving_left_0000.mp4
 On N processes or GPUs: `torchrun --standalone --nproc_per_node N -m vidscale train ...`.
 
 The main commands: `prepare` turns a downloaded dataset into frame shards, `train` trains a
 recipe, `eval` scores a run, `predict` classifies one video, `export` writes a deployable
-model, `recipes` lists the named runs, and `plan` predicts the time to train on N GPUs. The
-studies and `bench` reproduce the papers' experiments on this machine.
+model, `recipes` lists the named runs, and `plan` predicts the time to train on N GPUs.
+`study NAME` and `bench NAME` reproduce the papers' experiments on this machine.
 
-Every command prints for a person; with `--json` it prints one JSON document instead. Bad
-input ends a command with one line `vidscale: error: ...` and exit status 2.
+One spelling per idea: a run is the positional RUN and `--checkpoint` picks one of its files
+(last, best, epoch_NNNN); a list-valued flag is comma-separated (`--nproc 1,2,4`); `--nproc`
+counts the processes a command starts, `--world-size` those of a run it describes; the fast
+path is `--fast-path` (auto, fp32, fp32+cl, bf16, bf16+cl). Every command prints for a person;
+with `--json` it prints one JSON document instead. Bad input ends a command with one line
+`vidscale: error: ...` and exit status 2.
 """
 
 
@@ -89,18 +93,17 @@ def _one_line(err: BaseException) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Run one command; return its exit status.
 
-    Bad input prints one line `vidscale: error: ...` on stderr and returns 2: a config field or
-    flag (`ConfigError`), an annotation file (`AnnotationError`), an undecodable video
-    (`DecodeError`), a missing, unreadable or unwritable path (`OSError`), or a value a function
-    rejects (`ValueError`, vidscale's convention for bad arguments). With `--debug` it is re-raised
-    instead, traceback included. Ctrl-C returns 130 without a traceback. Other exceptions are bugs
-    and propagate with their traceback.
+    Bad input prints one line `vidscale: error: ...` on stderr and returns 2: vidscale's own
+    `InputError` (a config field or flag, `ConfigError`; an annotation file, `AnnotationError`;
+    any other value a check rejects), an undecodable video (`DecodeError`), a missing,
+    unreadable or unwritable path (`OSError`). With `--debug` it is re-raised instead,
+    traceback included. Ctrl-C returns 130 without a traceback. Other exceptions, a plain
+    `ValueError` included, are bugs and propagate with their traceback.
     """
     args = build_parser().parse_args(argv)
-    from vidscale.data.annotations import AnnotationError
     from vidscale.data.media.decode import DecodeError
 
-    bad_input = (ConfigError, AnnotationError, DecodeError, OSError, ValueError)
+    bad_input = (InputError, DecodeError, OSError)
     from vidscale.train.resilience import PREEMPTED_EXIT_CODE, Diverged, Preempted
 
     try:

@@ -4,7 +4,7 @@ checks of paths, models and devices that commands run before their work."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from vidscale.config import ConfigError, RunConfig, load_config, read_config_file, resolve
@@ -124,6 +124,47 @@ def _int_list(low: int) -> Callable[[str], tuple[int, ...]]:
             raise argparse.ArgumentTypeError(f"{err} in {text!r}") from None
 
     return parse
+
+
+def _name_list(choices: Sequence[str] | None = None) -> Callable[[str], tuple[str, ...]]:
+    """An argparse type: comma-separated names (e.g. `tsm_resnet50,i3d_resnet50_3x1x1`), each one
+    of `choices` when given; a list-valued flag is always written this way."""
+
+    def parse(text: str) -> tuple[str, ...]:
+        names = tuple(n.strip() for n in text.split(","))
+        if not all(names):
+            raise argparse.ArgumentTypeError(f"empty name in {text!r}")
+        unknown = [n for n in names if choices is not None and n not in choices]
+        if unknown:
+            raise argparse.ArgumentTypeError(
+                f"unknown {unknown[0]!r} in {text!r}; choose from {','.join(choices or ())}"
+            )
+        return tuple(dict.fromkeys(names))
+
+    return parse
+
+
+# The fast-path settings a flag can name: `auto` (what training's probe chooses), plain fp32,
+# and the candidates the probe times (`fastpath.settings.Candidate` labels).
+FAST_PATH_SETTINGS = ("auto", "fp32", "fp32+cl", "bf16", "bf16+cl")
+
+
+def _fast_path_per_model(text: str) -> tuple[str, ...]:
+    """An argparse type: `--fast-path` of a command that times several models: one setting for
+    all (`bf16+cl`) or `MODEL=SETTING` entries, comma-separated."""
+    entries = tuple(e.strip() for e in text.split(","))
+    for entry in entries:
+        setting = entry.partition("=")[2] if "=" in entry else entry
+        if setting not in FAST_PATH_SETTINGS or entry.startswith("="):
+            raise argparse.ArgumentTypeError(
+                f"{entry!r}: expected SETTING or MODEL=SETTING, SETTING one of "
+                f"{', '.join(FAST_PATH_SETTINGS)}"
+            )
+    if len(entries) > 1 and any("=" not in e for e in entries):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: one SETTING for every model, or MODEL=SETTING entries, not both"
+        )
+    return entries
 
 
 def _weights(text: str) -> tuple[float, float]:

@@ -7,18 +7,21 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from vidscale.cli import bench_gpu_cmds
 from vidscale.cli.args import (
+    FAST_PATH_SETTINGS,
     _above,
     _at_least,
     _check_device,
     _check_dir,
     _check_model,
     _check_parent,
+    _fast_path_per_model,
     _flow_method_list,
     _int_list,
+    _name_list,
     _width_x_height,
 )
 from vidscale.cli.output import add_json_flag, print_json_file, progress_to_stderr
@@ -27,49 +30,51 @@ from vidscale.data.layouts import VIDEO_LAYOUTS
 from vidscale.distributed.strategy import strategy_names
 
 if TYPE_CHECKING:
-    from vidscale.bench.compute.models import BenchConfig, Mode
+    from vidscale.bench.compute.models import Mode, ModelsConfig
 
 
 def cmd_bench_data(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from vidscale.bench.data.dataload import PRESETS, bench_data
+    from vidscale.bench.data import dataload
+    from vidscale.bench.data.bench_videos import PRESETS
 
     _check_dir("--videos", args.videos)
     _check_parent("--out-json", args.out_json)
-    generate = replace(PRESETS[args.preset], count=args.count, seconds=args.seconds)
+    cfg = dataload.DataConfig(
+        videos=args.videos,
+        work_dir=args.work_dir,
+        rounds=args.rounds,
+        generate=replace(PRESETS[args.preset], count=args.count, seconds=args.seconds),
+        threads=args.threads,
+    )
     with progress_to_stderr(args.json):
-        bench_data(
-            args.videos,
-            out_json=args.out_json,
-            work_dir=args.work_dir,
-            rounds=args.rounds,
-            generate=generate,
-            threads=args.threads,
-        )
+        result = dataload.run(cfg, out_json=args.out_json)
+        print(dataload.format_data_table(result.rows))
+        print(dataload.format_gains(result.rows))
     if args.json:
         print_json_file(args.out_json)
     return 0
 
 
 def cmd_bench_data_wait(args: argparse.Namespace) -> int:
-    from vidscale.bench.data.data_wait import bench_data_wait
+    from vidscale.bench.data import data_wait
 
     _check_model("--model", args.model)
     _check_dir("--videos", args.videos)
     _check_parent("--out-json", args.out_json)
+    cfg = data_wait.DataWaitConfig(
+        model=args.model,
+        batch=args.batch,
+        frames=tuple(args.frames),
+        workers=tuple(args.workers),
+        steps=args.steps,
+        size=args.size,
+        source=args.source,
+        videos=args.videos,
+    )
     with progress_to_stderr(args.json):
-        bench_data_wait(
-            args.model,
-            batch=args.batch,
-            frames_list=args.frames,
-            workers_list=args.workers,
-            steps=args.steps,
-            size=args.size,
-            source=args.source,
-            videos_dir=args.videos,
-            out_json=args.out_json,
-        )
+        data_wait.run(cfg, out_json=args.out_json, progress=True)
     if args.json:
         print_json_file(args.out_json)
     return 0
@@ -122,43 +127,40 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 # -- bench models ------------------------------------------------------------------------------
 
 
-def _bench_models_config(args: argparse.Namespace) -> BenchConfig:
+def _bench_models_config(args: argparse.Namespace) -> ModelsConfig:
     import dataclasses
 
-    from vidscale.bench.compute.models import PASSES, BenchConfig
+    from vidscale.bench.compute.models import (
+        DEFAULT_MODELS,
+        PASSES,
+        BenchConfig,
+        ModelsConfig,
+    )
 
     # Every BenchConfig field has a flag of the same name; unset flags keep the base's value.
     fields = [f.name for f in dataclasses.fields(BenchConfig) if f.name not in ("modes", "passes")]
     given = {k: getattr(args, k) for k in fields if getattr(args, k) is not None}
-    if args.no_fast_path:
-        modes: tuple[Mode, ...] = ("fp32",)
-    else:
-        modes = ("fp32", "fast") if args.fp32_baseline else ("fast",)
+    # "fast" rows run what `auto` chooses; fp32 rows, when asked for too, come first.
+    rows: tuple[tuple[Mode, str], ...] = (("fp32", "fp32"), ("fast", "auto"))
+    modes = tuple(mode for mode, name in rows if name in args.fast_path)
     passes = tuple(dict.fromkeys(args.passes or PASSES))
     base = BenchConfig.quick() if args.quick else BenchConfig()
-    return dataclasses.replace(base, **given, modes=modes, passes=passes)
+    settings = dataclasses.replace(base, **given, modes=modes, passes=passes)
+    return ModelsConfig(tuple(args.models or DEFAULT_MODELS), args.baseline, settings)
 
 
 def cmd_bench_models(args: argparse.Namespace) -> int:
-    from vidscale.bench.compute.models import DEFAULT_MODELS, bench_models, check_request
+    from vidscale.bench.compute import models
     from vidscale.bench.compute.models_table import format_report
 
     cfg = _bench_models_config(args)
     _check_parent("--out-json", args.out_json)
-    names = args.models or list(DEFAULT_MODELS)
     try:
-        check_request(names, cfg, baseline=args.baseline)
+        models.check_request(cfg)
     except ValueError as err:
         raise ConfigError(f"bench models: {err}") from err
     _check_device(args.device)
-    result = bench_models(
-        names,
-        cfg,
-        baseline=args.baseline,
-        device=args.device,
-        out_json=args.out_json,
-        progress=True,
-    )
+    result = models.run(cfg, out_json=args.out_json, progress=True, device=args.device)
     if args.json:
         print_json_file(args.out_json)
         return 0
@@ -184,10 +186,15 @@ def _add_bench_models(bench_sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--settle", type=_at_least(0), default=None, help="untimed calls before each sample (1)"
     )
-    p.add_argument("--passes", nargs="+", choices=["train", "infer"], default=None)
-    modes = p.add_mutually_exclusive_group()
-    modes.add_argument("--fp32-baseline", action="store_true", help="also time fp32 beside")
-    modes.add_argument("--no-fast-path", action="store_true", help="time fp32 only")
+    p.add_argument(
+        "--passes", type=_name_list(["train", "infer"]), default=None, help="train,infer (both)"
+    )
+    p.add_argument(
+        "--fast-path",
+        type=_name_list(["auto", "fp32"]),
+        default=("auto",),
+        help="rows to time: auto (what training's probe chooses), fp32, or auto,fp32 (auto)",
+    )
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     p.add_argument("--threads", type=_at_least(0), default=None, help="CPU threads (0: torch's)")
     p.add_argument("--peak-size", type=_at_least(0), default=None, help="peak matmul side")
@@ -209,21 +216,21 @@ def _add_bench_models(bench_sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_bench_flow(args: argparse.Namespace) -> int:
-    from vidscale.bench.data.flow import FlowBenchConfig, bench_flow, format_flow_table
+    from vidscale.bench.data import flow
 
     if args.video is not None and not args.video.is_file():
         raise ConfigError(f"--video: {args.video} is not a file")
     _check_parent("--out-json", args.out_json)
     width, height = args.size
-    cfg = FlowBenchConfig(
+    cfg = flow.FlowConfig(
         pairs=args.pairs, width=width, height=height, methods=args.methods, video=args.video
     )
     with progress_to_stderr(args.json):
-        result = bench_flow(cfg, out_json=args.out_json)
+        result = flow.run(cfg, out_json=args.out_json)
     if args.json:
         print_json_file(args.out_json)
         return 0
-    print(format_flow_table(result))
+    print(flow.format_flow_table(result))
     print(f"wrote {args.out_json}")
     return 0
 
@@ -249,24 +256,22 @@ def _add_bench_flow(bench_sub: argparse._SubParsersAction) -> None:
 def cmd_bench_scaling(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from vidscale.bench.scaling.measure import (
-        ScalingConfig,
-        ScalingRunFailed,
-        bench_scaling,
-        resolve,
-        run_worker,
-        torchrun_world,
-    )
+    from vidscale.bench.scaling import measure
+    from vidscale.bench.scaling.config import ScalingConfig
     from vidscale.bench.scaling.report import format_table
 
-    # Every ScalingConfig field but `fast_path` has a flag of the same name; unset flags keep
-    # the config's default.
+    # Every ScalingConfig field but the fast path's has a flag of the same name (`procs`:
+    # --nproc); unset flags keep the config's default.
     names = [f.name for f in dataclasses.fields(ScalingConfig) if hasattr(args, f.name)]
     given = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
-    given = {k: tuple(v) if isinstance(v, list) else v for k, v in given.items()}
-    cfg = resolve(ScalingConfig(**given, fast_path=not args.no_fast_path), world=torchrun_world())
+    if args.nproc is not None:
+        given["procs"] = args.nproc
+    given.pop("fast_path", None)
+    models = given.get("models", ScalingConfig().models)
+    fast = scaling_fast_path(args.fast_path, models)
+    cfg = measure.resolve(ScalingConfig(**given, **fast), world=measure.torchrun_world())
     if args.worker_out is not None:  # a rank of a torchrun that `bench scaling` started
-        run_worker(cfg, args.worker_out)
+        measure.run_worker(cfg, args.worker_out)
         return 0
     _check_parent("--out-json", args.out_json)
     _check_parent("--plot", args.plot)
@@ -274,18 +279,32 @@ def cmd_bench_scaling(args: argparse.Namespace) -> int:
         raise ConfigError(f"--baseline: {args.baseline} is not a file")
     try:
         with progress_to_stderr(args.json):
-            result = bench_scaling(
-                cfg, out_json=args.out_json, plot=args.plot, baseline=args.baseline
+            result = measure.run(
+                cfg, out_json=args.out_json, progress=True, plot=args.plot, baseline=args.baseline
             )
-    except ScalingRunFailed as err:  # not bad input: a run failed (status 1, its output above)
+    except measure.ScalingRunFailed as err:  # not bad input: a run failed (its output above)
         print(f"vidscale: error: bench scaling: {err}", file=sys.stderr)
         return 1
     if result is not None and args.json:
         print_json_file(args.out_json)
     elif result is not None:  # rank 0
-        print(format_table(result.report))
-        print("wrote " + ", ".join(str(f) for f in result.files))
+        print(format_table(result))
+        print(f"wrote {args.out_json}, {args.plot}")
     return 0
+
+
+def scaling_fast_path(entries: tuple[str, ...], models: tuple[str, ...]) -> dict[str, Any]:
+    """`ScalingConfig`'s fast-path fields for `--fast-path`: `auto` leaves every model to the
+    probe, `fp32` turns the fast path off, another single setting applies to every model,
+    and `MODEL=SETTING` entries name theirs."""
+    if entries == ("auto",):
+        return {"fast_path": True, "fast_settings": ()}
+    if entries == ("fp32",):
+        return {"fast_path": False, "fast_settings": ()}
+    if len(entries) == 1 and "=" not in entries[0]:
+        entries = tuple(f"{name}={entries[0]}" for name in models)
+    per_model = tuple(e for e in entries if not e.endswith("=auto"))
+    return {"fast_path": True, "fast_settings": per_model}
 
 
 def _add_bench_scaling(bench_sub: argparse._SubParsersAction) -> None:
@@ -294,14 +313,15 @@ def _add_bench_scaling(bench_sub: argparse._SubParsersAction) -> None:
         help="TSM paper Fig. 6: clips/s, speed-up and efficiency vs processes; each step "
         "split into compute, data wait and exposed communication",
     )
-    p.add_argument("--models", nargs="+", default=None, help="registered models (tsm_resnet50)")
     p.add_argument(
-        "--procs",
-        nargs="+",
-        type=_at_least(1),
+        "--models", type=_name_list(), default=None, help="registered models (tsm_resnet50)"
+    )
+    p.add_argument(
+        "--nproc",
+        type=_int_list(1),
         default=None,
-        help="process counts (1, 2, 4, ... up to the cores, or the GPUs); under torchrun: its "
-        "world size",
+        help="process counts to launch, 1,2,4 (1, 2, 4, ... up to the cores, or the GPUs); "
+        "under torchrun: its world size",
     )
     p.add_argument("--steps", type=_at_least(1), default=None, help="measured steps (8)")
     p.add_argument("--warmup", type=_at_least(0), default=None, help="untimed steps first (3)")
@@ -315,29 +335,26 @@ def _add_bench_scaling(bench_sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=_at_least(0), default=None, help="loader processes (0)")
     p.add_argument(
         "--hooks",
-        nargs="+",
-        choices=["none", "fp16", "bf16", "powersgd"],
+        type=_name_list(["none", "fp16", "bf16", "powersgd"]),
         default=None,
-        help="DDP gradient hooks (none bf16 powersgd)",
+        help="DDP gradient hooks (none,bf16,powersgd)",
     )
     p.add_argument(
         "--strategies",
-        nargs="+",
-        choices=strategy_names(),
+        type=_name_list(strategy_names()),
         default=None,
-        help=f"({' '.join(strategy_names())})",
+        help=f"({','.join(strategy_names())})",
     )
     p.add_argument("--aavg-k", type=_at_least(1), default=None, help="AAVG: steps per average (4)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None)
     p.add_argument("--bucket-cap-mb", type=_above(0), default=None, help="DDP buckets (25)")
-    p.add_argument("--no-fast-path", action="store_true", help="fp32, default memory layout")
     p.add_argument(
-        "--fast-settings",
-        nargs="+",
-        default=None,
-        metavar="MODEL=SETTING",
-        help="the fast path per model (fp32, fp32+cl, bf16, bf16+cl); default: training's "
-        "probe decides once, or the --baseline's",
+        "--fast-path",
+        type=_fast_path_per_model,
+        default=("auto",),
+        metavar="SETTING|MODEL=SETTING,...",
+        help="the fast path of every model (auto, fp32, fp32+cl, bf16, bf16+cl) or per model; "
+        "auto: training's probe decides once, or the --baseline's (auto)",
     )
     p.add_argument(
         "--baseline",
@@ -374,31 +391,32 @@ def _add_bench_scaling(bench_sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_bench_multigrid(args: argparse.Namespace) -> int:
-    from vidscale.bench.multigrid import MultigridBenchConfig, bench_multigrid
+    from vidscale.bench import multigrid
     from vidscale.config import resolve
     from vidscale.fastpath.settings import Candidate
     from vidscale.recipes import get_recipe
 
     _check_parent("--out-json", args.out_json)
     _check_device(args.device)
-    cfg = resolve(get_recipe(args.recipe), args.overrides)
-    bench = MultigridBenchConfig(
+    run_config = resolve(get_recipe(args.recipe), args.overrides)
+    bench = multigrid.MultigridBenchConfig(
         world_size=args.world_size,
         dataset_size=args.dataset_size,
-        variants=tuple(v for v in args.variants.split(",") if v),
+        variants=args.variants,
         warmup=args.warmup,
         repeats=args.repeats,
         steps=args.steps,
     )
     try:
         bench.validate()
-        setting = None if args.fast_setting == "auto" else Candidate.from_label(args.fast_setting)
+        setting = None if args.fast_path == "auto" else Candidate.from_label(args.fast_path)
     except ValueError as err:
         raise ConfigError(f"bench multigrid: {err}") from err
+    cfg = multigrid.MultigridConfig(args.recipe, run_config, bench, setting)
     with progress_to_stderr(args.json):
-        bench_multigrid(
-            args.recipe, cfg, bench, device=args.device, setting=setting, out_json=args.out_json
-        )
+        result = multigrid.run(cfg, out_json=args.out_json, progress=True, device=args.device)
+        print(multigrid.format_report(result))
+        print(f"wrote {args.out_json}")
     if args.json:
         print_json_file(args.out_json)
     return 0
@@ -411,16 +429,23 @@ def _add_bench_multigrid(bench_sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("recipe", help="named recipe (see `vidscale recipes`)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--world-size", type=_at_least(1), default=1, help="processes the run would use")
+    p.add_argument(
+        "--world-size", type=_at_least(1), default=1, help="processes of the run it describes (1)"
+    )
     p.add_argument(
         "--dataset-size", type=_at_least(1), default=240_000, help="training videos (Kinetics-400)"
     )
-    p.add_argument("--variants", default="long,short,both", help="besides the baseline")
     p.add_argument(
-        "--fast-setting",
-        choices=["auto", "fp32", "fp32+cl", "bf16", "bf16+cl"],
+        "--variants",
+        type=_name_list(["long", "short", "both"]),
+        default=("long", "short", "both"),
+        help="besides the baseline (long,short,both)",
+    )
+    p.add_argument(
+        "--fast-path",
+        choices=FAST_PATH_SETTINGS,
         default="auto",
-        help="auto: what training's probe chooses at the base shape",
+        help="auto: what training's probe chooses at the base shape (auto)",
     )
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     p.add_argument("--warmup", type=_at_least(0), default=1, help="untimed rounds")

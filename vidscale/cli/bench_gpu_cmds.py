@@ -7,26 +7,29 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from vidscale.cli.args import _at_least, _check_device, _check_parent
+from vidscale.cli.args import (
+    FAST_PATH_SETTINGS,
+    _at_least,
+    _check_device,
+    _check_parent,
+    _name_list,
+)
 from vidscale.cli.output import add_json_flag, print_json_file, progress_to_stderr
 from vidscale.config import ConfigError
 
-SETTINGS = ["fp32", "fp32+cl", "bf16", "bf16+cl"]
+# A fixed setting, never `auto`: a run on a lent GPU spends no time probing.
+SETTINGS = [s for s in FAST_PATH_SETTINGS if s != "auto"]
 
 
 def cmd_bench_throughput(args: argparse.Namespace) -> int:
-    from vidscale.bench.compute.throughput import (
-        DEFAULT_MODELS,
-        ThroughputConfig,
-        bench_throughput,
-        format_table,
-    )
+    from vidscale.bench.compute import throughput
+    from vidscale.bench.compute.throughput import DEFAULT_MODELS, ThroughputConfig
 
     _check_parent("--out-json", args.out_json)
     variants = {"eager": (False,), "compiled": (True,), "both": (False, True)}[args.compile]
     cfg = ThroughputConfig(
         models=tuple(args.models or DEFAULT_MODELS),
-        setting=args.setting,
+        setting=args.fast_path,
         compile=variants,
         compile_backend=args.compile_backend,
         compile_models=tuple(args.compile_only or ()),
@@ -46,21 +49,20 @@ def cmd_bench_throughput(args: argparse.Namespace) -> int:
     _check_device(args.device)
     try:
         with progress_to_stderr(args.json):
-            result = bench_throughput(
-                cfg, device=args.device, out_json=args.out_json, progress=True
-            )
+            result = throughput.run(cfg, out_json=args.out_json, progress=True, device=args.device)
     except ValueError as err:  # the first batch tried does not fit
         raise ConfigError(f"bench throughput: {err}") from err
     if args.json:
         print_json_file(args.out_json)
         return 0
-    print(format_table(result))
+    print(throughput.format_table(result))
     print(f"wrote {args.out_json}")
     return 0
 
 
 def cmd_bench_shard_train(args: argparse.Namespace) -> int:
-    from vidscale.bench.data.shard_train import ShardTrainConfig, bench_shard_train
+    from vidscale.bench.data import shard_train
+    from vidscale.bench.data.shard_train import ShardTrainConfig
 
     _check_parent("--out-json", args.out_json)
     cfg = ShardTrainConfig(
@@ -72,36 +74,45 @@ def cmd_bench_shard_train(args: argparse.Namespace) -> int:
         workers=args.workers,
         steps=args.steps,
         warmup=args.warmup,
-        setting=args.setting,
+        setting=args.fast_path,
     )
     _check_device(args.device)
     try:
         with progress_to_stderr(args.json):
-            result = bench_shard_train(cfg, device=args.device, out_json=args.out_json)
+            result = shard_train.run(cfg, out_json=args.out_json, device=args.device)
     except ValueError as err:
         raise ConfigError(f"bench shard-train: {err}") from err
     if args.json:
         print_json_file(args.out_json)
         return 0
     print(
-        f"{cfg.model} from {result['videos']} prepared videos, batch {cfg.batch}, "
-        f"{result['settings']['workers']} workers: {result['clips_per_s']:.1f} clips/s, "
-        f"data wait {result['data_wait_fraction']:.1%}, workers "
-        f"{1e3 * result['worker_cpu_s_per_clip']:.1f} CPU ms per clip "
-        f"({result['worker_cores_busy']:.1f} cores busy), training process "
-        f"{result['main_cores_busy']:.1f} cores"
+        f"{cfg.model} from {result.videos} prepared videos, batch {cfg.batch}, "
+        f"{result.settings.workers} workers: {result.clips_per_s:.1f} clips/s, "
+        f"data wait {result.data_wait_fraction:.1%}, workers "
+        f"{1e3 * result.worker_cpu_s_per_clip:.1f} CPU ms per clip "
+        f"({result.worker_cores_busy:.1f} cores busy), training process "
+        f"{result.main_cores_busy:.1f} cores"
     )
     print(f"wrote {args.out_json}")
     return 0
 
 
 def cmd_bench_profile(args: argparse.Namespace) -> int:
-    from vidscale.bench.compute.models import check_trainable
-    from vidscale.bench.compute.profile import bench_profile, format_profile
+    from vidscale.bench.compute import profile
+    from vidscale.bench.compute.train_step import check_trainable
     from vidscale.models.registry import default_frames, list_models
 
     _check_parent("--out-json", args.out_json)
-    for name in args.models:
+    cfg = profile.ProfileConfig(
+        models=tuple(args.models),
+        batch=args.batch,
+        size=args.size,
+        frames=args.frames,
+        setting=args.fast_path,
+        warmup=args.warmup,
+        top=args.top,
+    )
+    for name in cfg.models:
         if name not in list_models():
             raise ConfigError(f"bench profile: unknown model {name!r}; see `vidscale models`")
         frames = args.frames or default_frames(name)
@@ -111,45 +122,30 @@ def cmd_bench_profile(args: argparse.Namespace) -> int:
             raise ConfigError(f"bench profile: {err}") from err
     _check_device(args.device)
     with progress_to_stderr(args.json):
-        result = bench_profile(
-            args.models,
-            batch=args.batch,
-            size=args.size,
-            frames=args.frames,
-            setting=args.setting,
-            warmup=args.warmup,
-            top=args.top,
-            device=args.device,
-            out_json=args.out_json,
-        )
+        result = profile.run(cfg, out_json=args.out_json, device=args.device)
     if args.json:
         print_json_file(args.out_json)
         return 0
-    print(format_profile(result))
+    print(profile.format_profile(result))
     print(f"wrote {args.out_json}")
     return 0
 
 
 def cmd_bench_gpu_report(args: argparse.Namespace) -> int:
-    from vidscale.bench.gpu_report import write_report
+    from vidscale.bench import gpu_report
 
     if not args.work.is_dir():
         raise ConfigError(f"bench gpu-report: {args.work} is not a directory")
     _check_parent("--out-json", args.out_json)
     _check_parent("--out-md", args.out_md)
-    results = write_report(
-        args.work,
-        out_json=args.out_json,
-        out_md=args.out_md,
-        device=args.device,
-        dry_run=args.dry_run,
-    )
+    cfg = gpu_report.GpuReportConfig(work=args.work, out_md=args.out_md, dry_run=args.dry_run)
+    report = gpu_report.run(cfg, out_json=args.out_json, device=args.device)
     if args.json:
         print_json_file(args.out_json)
-        return 0 if results["passed"] else 1
-    verdict = "passed" if results["passed"] else "failed: " + "; ".join(results["problems"])
+        return 0 if report.passed else 1
+    verdict = "passed" if report.passed else "failed: " + "; ".join(report.problems)
     print(f"GPU acceptance run {verdict}; wrote {args.out_json}, {args.out_md}")
-    return 0 if results["passed"] else 1
+    return 0 if report.passed else 1
 
 
 def add_parsers(bench_sub: argparse._SubParsersAction) -> None:
@@ -159,10 +155,12 @@ def add_parsers(bench_sub: argparse._SubParsersAction) -> None:
         help="training clips/s and MFU at the batch that fills the device, eager and compiled",
     )
     p.add_argument("models", nargs="*", metavar="MODELS", help="default: TSM, TSN, I3Ds, SlowFast")
-    p.add_argument("--setting", choices=SETTINGS, default="bf16+cl")
+    p.add_argument("--fast-path", choices=SETTINGS, default="bf16+cl", help="(bf16+cl)")
     p.add_argument("--compile", choices=["eager", "compiled", "both"], default="both")
     p.add_argument("--compile-backend", default="inductor", help="torch.compile backend")
-    p.add_argument("--compile-only", nargs="+", default=None, help="compile these models only")
+    p.add_argument(
+        "--compile-only", type=_name_list(), default=None, help="compile these models only: a,b"
+    )
     p.add_argument("--batch", type=_at_least(1), default=8, help="the batch, or the first tried")
     p.add_argument("--fill-batch", action="store_true", help="double the batch until OOM")
     p.add_argument("--max-batch", type=_at_least(1), default=256, help="cap of --fill-batch")
@@ -181,7 +179,7 @@ def add_parsers(bench_sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("prepared", type=Path, help="a directory made by `vidscale prepare`")
     p.add_argument("--model", default="tsm_resnet50")
-    p.add_argument("--setting", choices=SETTINGS, default="bf16+cl")
+    p.add_argument("--fast-path", choices=SETTINGS, default="bf16+cl", help="(bf16+cl)")
     p.add_argument("--batch", type=_at_least(1), default=32)
     p.add_argument("--frames", type=_at_least(1), default=8)
     p.add_argument("--size", type=_at_least(32), default=224)
@@ -197,7 +195,7 @@ def add_parsers(bench_sub: argparse._SubParsersAction) -> None:
         "profile", help="one training step profiled: top kernels, matmul vs memory-bound, gaps"
     )
     p.add_argument("models", nargs="+", metavar="MODELS")
-    p.add_argument("--setting", choices=SETTINGS, default="bf16+cl")
+    p.add_argument("--fast-path", choices=SETTINGS, default="bf16+cl", help="(bf16+cl)")
     p.add_argument("--batch", type=_at_least(1), default=8)
     p.add_argument("--size", type=_at_least(32), default=224)
     p.add_argument("--frames", type=_at_least(0), default=0, help="0: each model's own")

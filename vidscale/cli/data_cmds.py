@@ -48,7 +48,7 @@ def cmd_synth(args: argparse.Namespace) -> int:
     return 0
 
 
-# `synthetic_multilabel.DEFAULT_SIZE` (a test keeps them equal), here so that `--help` imports
+# `synthetic.multilabel.DEFAULT_SIZE` (a test keeps them equal), here so that `--help` imports
 # no video code.
 MULTI_LABEL_SIZE = 48
 

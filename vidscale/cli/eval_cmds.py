@@ -75,17 +75,19 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if not args.video.is_file():
         raise ConfigError(f"VIDEO: {args.video} is not a file")
     try:
-        run, checkpoint = locate(args.checkpoint)
+        run, checkpoint = locate(args.run)
+        checkpoint = args.checkpoint or checkpoint
         checkpoint_path(run, checkpoint)
     except FileNotFoundError as err:
-        raise ConfigError(f"--checkpoint: {err}") from err
+        raise ConfigError(f"RUN: {err}") from err
     flow_run, flow_checkpoint = None, "last"
-    if args.flow_checkpoint is not None:
+    if args.flow_run is not None:
         try:
-            flow_run, flow_checkpoint = locate(args.flow_checkpoint)
+            flow_run, flow_checkpoint = locate(args.flow_run)
+            flow_checkpoint = args.checkpoint or flow_checkpoint
             checkpoint_path(flow_run, flow_checkpoint)
         except FileNotFoundError as err:
-            raise ConfigError(f"--flow-checkpoint: {err}") from err
+            raise ConfigError(f"--flow-run: {err}") from err
     _check_device(args.device)
     top = predict_video(
         args.video,
@@ -170,16 +172,17 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 def _add_predict_export(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("predict", help="top-k classes of one video from a trained run")
+    p.add_argument(
+        "run", type=Path, metavar="RUN", help="run directory, or a checkpoint file inside one"
+    )
     p.add_argument("video", type=Path, metavar="VIDEO")
     p.add_argument(
         "--checkpoint",
-        type=Path,
-        required=True,
-        metavar="RUN",
-        help="run directory (its last checkpoint) or a checkpoint file inside one",
+        default=None,
+        help="last, best (by val top-1), epoch_NNNN or a path (default: RUN's file, else last)",
     )
     p.add_argument(
-        "--flow-checkpoint",
+        "--flow-run",
         type=Path,
         default=None,
         metavar="FLOW_RUN",

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from vidscale.cli.args import _at_least, _check_model
 from vidscale.cli.output import add_json_flag, print_json, print_result
+from vidscale.config import ConfigError
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -41,15 +42,15 @@ def cmd_recipes(args: argparse.Namespace) -> int:
         print_json(to_dict(resolve(get_recipe(args.filter), [])))
         return 0
     names = [n for n in list_recipes() if not args.filter or args.filter in n]
-    rows = [
-        {
-            **recipe_row(
+    rows = []
+    for n in names:
+        try:
+            row = recipe_row(
                 n, get_recipe(n), world_size=args.world_size, train_size=args.dataset_size
-            ),
-            "about": DOCS[n],
-        }
-        for n in names
-    ]
+            )
+        except ConfigError as err:  # a recipe this process count cannot run: say why, go on
+            row = {"recipe": n, "error": str(err)}
+        rows.append({**row, "about": DOCS[n]})
     if args.json:
         print_json(rows)
         return 0
@@ -59,6 +60,9 @@ def cmd_recipes(args: argparse.Namespace) -> int:
     head += f"{'warmup':>7s} {'steps/ep':>8s} {'epochs':>6s}  about"
     print(head)
     for r in rows:
+        if "error" in r:
+            print(f"{r['recipe']:{width}s} (not on {args.world_size} processes: {r['error']})")
+            continue
         print(
             f"{r['recipe']:{width}s} {r['recipe_gpus']:5d} {r['accumulate']:5d} "
             f"{r['global_batch']:7,d} {r['lr']:8.4g} {r['warmup_steps']:7d} "

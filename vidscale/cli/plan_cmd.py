@@ -15,6 +15,7 @@ from vidscale.cli.args import (
     _check_parent,
     _duration,
     _int_list,
+    _name_list,
     _non_negative,
 )
 from vidscale.cli.output import add_json_flag, print_json_file, print_result
@@ -71,9 +72,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     if args.paper_figures is not None:
         return _plan_paper_figures(args.paper_figures, as_json=args.json)
-    if args.target is not None and (args.compare or args.gpus is not None):
-        raise ConfigError("--target finds the GPU count itself: leave out --gpus and --compare")
-    gpus = args.gpus or (None,)  # default: one whole node of the hardware
+    if args.target is not None and (args.compare or args.world_size is not None):
+        raise ConfigError(
+            "--target finds the GPU count itself: leave out --world-size and --compare"
+        )
+    gpus = args.world_size or (None,)  # default: one whole node of the hardware
     req = _plan_request(args, gpus[0])
     for warning in capacity.measured_warnings(req):
         print(f"vidscale plan: warning: {warning}", file=sys.stderr)
@@ -86,7 +89,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         models = tuple(args.compare or (args.model,))
         for name in models:
             _check_model("--compare", name)
-        counts = args.gpus or capacity.default_gpu_counts(req)
+        counts = args.world_size or capacity.default_gpu_counts(req)
         results = capacity.compare(req, models, counts)
         out = [plan_report.plan_as_dict(r) for r in results]
         text = plan_report.format_table(results)
@@ -113,7 +116,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         default="summit",
         help="summit, paper-p100, dgx-a100, dgx-h100 or local (summit)",
     )
-    p.add_argument("--gpus", type=_int_list(1), default=None, help="GPUs or 48,384 (one node)")
+    p.add_argument(
+        "--world-size",
+        type=_int_list(1),
+        default=None,
+        help="processes, one per GPU: 48, or a list 48,384 (one node)",
+    )
     p.add_argument(
         "--batch-per-gpu",
         type=_at_least(1),
@@ -124,7 +132,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--clips", type=_at_least(1), default=240_000, help="clips per epoch (240,000)")
     p.add_argument("--frames", type=_at_least(1), default=None, help="frames per clip (model's)")
     p.add_argument("--target", type=_duration, default=None, help="fewest GPUs for this time: 15m")
-    p.add_argument("--compare", nargs="+", default=None, metavar="MODEL", help="side by side")
+    p.add_argument(
+        "--compare", type=_name_list(), default=None, metavar="MODEL,...", help="side by side"
+    )
     p.add_argument(
         "--step-time", type=_above(0), default=None, help="measured s per step, one GPU, no comm"
     )

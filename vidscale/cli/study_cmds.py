@@ -1,10 +1,12 @@
-"""`vidscale sweep` and the studies (`aavg-study`, `multigrid-study`, `two-stream-study`,
-`multilabel-study`): their parsers and commands. Every study takes the same flags for where and
-how its runs train (`add_study_args`)."""
+"""`vidscale study NAME`: the studies (`batch-size`, `aavg`, `multigrid`, `two-stream`,
+`multilabel`), their parsers and commands; the earlier top-level names (`sweep`, `aavg-study`,
+...) are aliases for one release. Every study takes the same flags for where and how its runs
+train (`add_study_args`)."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -159,24 +161,72 @@ def cmd_multilabel_study(args: argparse.Namespace) -> int:
     )
 
 
+# (the name under `vidscale study`, the top-level name of earlier releases, kept as an alias)
+STUDIES = (
+    ("batch-size", "sweep"),
+    ("aavg", "aavg-study"),
+    ("multigrid", "multigrid-study"),
+    ("two-stream", "two-stream-study"),
+    ("multilabel", "multilabel-study"),
+)
+
+
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    """The `sweep` and study sub-commands, in `vidscale --help` order."""
-    p = sub.add_parser("sweep", help="batch-size study: val top-1 vs global batch per optimizer")
+    """`vidscale study NAME`, and each study's earlier top-level name as a hidden alias that
+    says its new name (kept for one release)."""
+    study = sub.add_parser("study", help="the papers' studies: runs that launch runs, one report")
+    study_sub = study.add_subparsers(dest="study", required=True, metavar="STUDY")
+    adders = {
+        "batch-size": _add_batch_size,
+        "aavg": _add_aavg,
+        "multigrid": _add_multigrid,
+        "two-stream": _add_two_stream,
+        "multilabel": _add_multilabel,
+    }
+    for name, old in STUDIES:
+        adders[name](study_sub.add_parser(name, help=STUDY_HELP[name]))
+        alias = sub.add_parser(old)  # no help: left out of `vidscale --help`
+        adders[name](alias)
+        alias.set_defaults(fn=_renamed(alias.get_default("fn"), old=old, new=name))
+
+
+STUDY_HELP = {
+    "batch-size": "val top-1 vs global batch per optimizer (SGD, LARS, LAMB)",
+    "aavg": "AAVG K study: accuracy, time and bytes vs averaging interval K",
+    "multigrid": "baseline vs multigrid (long, short, both): time to accuracy",
+    "two-stream": "flow stream from scratch vs from the RGB run (AAVG §V): epochs to best, fusion",
+    "multilabel": "TSM vs TSN on the multi-label demo: val mAP against chance",
+}
+
+
+def _renamed(
+    fn: Callable[[argparse.Namespace], int], *, old: str, new: str
+) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        print(
+            f"vidscale: note: `vidscale {old}` is now `vidscale study {new}`; the old name "
+            "goes in the next release",
+            file=sys.stderr,
+        )
+        return fn(args)
+
+    return run
+
+
+def _add_batch_size(p: argparse.ArgumentParser) -> None:
     add_study_args(p, report="sweep.json/png", nproc=1, epochs=10)
     p.add_argument("--batches", default="32,128,768", help="global batches (accumulation)")
     p.add_argument("--optimizers", default="sgd,lars,lamb", help="comma-separated (sgd,lars,lamb)")
     p.set_defaults(fn=cmd_sweep)
 
-    p = sub.add_parser(
-        "aavg-study", help="AAVG K study: accuracy, time and bytes vs averaging interval K"
-    )
+
+def _add_aavg(p: argparse.ArgumentParser) -> None:
     add_study_args(p, report="study.json/png", nproc=2, epochs=10)
     p.add_argument("--ks", default="1,2,4,8,-1", help="averaging intervals (-1: once per epoch)")
     p.set_defaults(fn=cmd_aavg_study)
 
-    p = sub.add_parser(
-        "multigrid-study", help="baseline vs multigrid (long, short, both): time to accuracy"
-    )
+
+def _add_multigrid(p: argparse.ArgumentParser) -> None:
     add_study_args(p, report="study.json/png", nproc=2, epochs=None)
     p.add_argument(
         "--margin", type=float, default=1.0, help="points below the baseline's final accuracy"
@@ -193,10 +243,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     p.set_defaults(fn=cmd_multigrid_study)
 
-    p = sub.add_parser(
-        "two-stream-study",
-        help="flow stream from scratch vs from the RGB run (AAVG §V): epochs to best, fusion",
-    )
+
+def _add_two_stream(p: argparse.ArgumentParser) -> None:
     add_study_args(
         p,
         report="study.json/png",
@@ -211,9 +259,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     p.set_defaults(fn=cmd_two_stream_study)
 
-    p = sub.add_parser(
-        "multilabel-study", help="TSM vs TSN on the multi-label demo: val mAP against chance"
-    )
+
+def _add_multilabel(p: argparse.ArgumentParser) -> None:
     add_study_args(
         p,
         report="study.json/png",

@@ -1,25 +1,29 @@
-"""Annotation files: a class-name list and `path,label` CSV files.
+"""Annotation files: a class-name list and `path,label` CSV files, and the records they list.
 
 The generic format (what `vidscale synth` writes and what every standard layout converts to):
 `classes.txt` has one class name per line (index = position among the non-blank lines, from 0);
-a split CSV has the header `path,label`, the path relative to the CSV's directory (or to `root`)
-and the label as a class name or an integer index. Every error names the file and the line.
+a split CSV has the header `path,label`, the path relative to the CSV's directory and the label
+as a class name or an integer index. Every error names the file and the line.
+
+This module parses (`read_class_names`, `two_column_rows`, `parse_label`) and writes
+(`write_annotations`); datasets are read through `vidscale.data.layouts.read_layout`, whose
+`generic` layout reads these files and applies the one missing-file policy (`layouts.common`).
 """
 
 from __future__ import annotations
 
 import csv
-import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from vidscale.data.label_sets import LabelSet
+from vidscale.errors import InputError
 
 HEADER = ("path", "label")
 
 
-class AnnotationError(ValueError):
+class AnnotationError(InputError):
     """A malformed annotation file; the message names the file and line."""
 
 
@@ -35,18 +39,11 @@ class VideoRecord:
 
 @dataclass(frozen=True)
 class MissingVideo:
-    """A row whose video file does not exist; `where` is `file:line`."""
+    """A row whose video file does not exist; `where` is `file:line`. A layout reader hands it to
+    its `layouts.common.Missing` policy."""
 
     path: Path
     where: str
-
-
-@dataclass(frozen=True)
-class Annotations:
-    """The rows of one annotation file: videos found, and rows whose video is missing."""
-
-    records: list[VideoRecord] = field(default_factory=list)
-    missing: list[MissingVideo] = field(default_factory=list)
 
 
 def read_class_names(path: Path) -> list[str]:
@@ -91,25 +88,6 @@ def parse_label(raw: str, classes: Sequence[str] | Mapping[str, int], *, where: 
     raise AnnotationError(f"{where}: unknown label {raw!r}")
 
 
-def scan_annotations(
-    path: Path, *, classes: Sequence[str], root: Path | None = None
-) -> Annotations:
-    """Parse a `path,label` CSV; rows whose video is missing are returned, not raised.
-
-    Malformed rows (wrong column count, empty path, unknown or out-of-range label) raise
-    `AnnotationError` naming the file and line. Blank lines are ignored.
-    """
-    index = {name: i for i, name in enumerate(classes)}
-    found = Annotations()
-    for where, video, raw in two_column_rows(path, header=HEADER, root=root):
-        label = parse_label(raw, index, where=where)
-        if video.is_file():
-            found.records.append(VideoRecord(video, label))
-        else:
-            found.missing.append(MissingVideo(video, where))
-    return found
-
-
 def two_column_rows(
     path: Path, *, header: tuple[str, str], root: Path | None
 ) -> Iterator[tuple[str, Path, str]]:
@@ -135,29 +113,6 @@ def two_column_rows(
         if not row[0].strip():
             raise AnnotationError(f"{where}: empty path")
         yield where, base / row[0].strip(), row[1]
-
-
-def read_annotations(
-    path: Path,
-    *,
-    classes: Sequence[str],
-    root: Path | None = None,
-    skip_missing: bool = False,
-) -> list[VideoRecord]:
-    """Records of a `path,label` CSV (see `scan_annotations`).
-
-    A missing video raises `AnnotationError` naming the file and line, unless `skip_missing`:
-    then each one is warned about (naming file and line) and left out. `scan_annotations`
-    returns the missing rows for callers that want to report them.
-    """
-    found = scan_annotations(path, classes=classes, root=root)
-    if found.missing and not skip_missing:
-        first = found.missing[0]
-        more = f" (and {len(found.missing) - 1} more)" if len(found.missing) > 1 else ""
-        raise AnnotationError(f"{first.where}: missing video {first.path}{more}")
-    for item in found.missing:
-        warnings.warn(f"{item.where}: missing video {item.path}; skipped", stacklevel=2)
-    return found.records
 
 
 def write_annotations(path: Path, rows: Sequence[tuple[str, str]]) -> None:

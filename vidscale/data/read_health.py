@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from vidscale.errors import InputError
+
 PREPARE_HINT = "`vidscale prepare` lists every unreadable file in its manifest"
 NAMED_FILES = 3  # files named in the message; the manifest lists them all
 
@@ -38,7 +40,7 @@ class UnreadableLimit:
             )
 
 
-class UnreadableData(ValueError):
+class UnreadableData(InputError):
     """Too many of the recent training reads failed; the message is one line.
 
     Raised in a loader worker, it reaches the training process re-raised by the DataLoader as

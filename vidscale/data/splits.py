@@ -1,5 +1,6 @@
 """The class list and the train/val items a run reads, per `data.source` (from the data
-config alone): decoded videos listed by a layout, or a `vidscale prepare`d directory.
+config alone): decoded videos listed by a layout (`layouts.read_layout`, the generic layout
+included, with the run config's file names), or a `vidscale prepare`d directory.
 
 Errors are one-line `ConfigError`s naming the field or the file.
 """
@@ -13,10 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vidscale.data.annotations import read_annotations, read_class_names
 from vidscale.data.data_config import DataConfig
-from vidscale.data.layouts import read_layout
-from vidscale.data.layouts.generic import GENERIC
+from vidscale.data.layouts import GenericFiles, read_layout
 from vidscale.data.prepared.prepare import FLOW_DIR, open_prepared
 from vidscale.data.sources import FlowSettings
 from vidscale.errors import ConfigError
@@ -39,7 +38,13 @@ def is_prepared(data: DataConfig) -> bool:
 
 
 def read_splits(data: DataConfig) -> DataSplits:
-    """Read the class list and both splits; errors name the file and line."""
+    """Read the class list and both splits; errors name the file and line.
+
+    Videos are read through `read_layout` for every `data.layout` (the generic layout's files
+    are `data.classes`, `data.train_list` and `data.val_list`, under `data.root` unless
+    absolute). A missing video is an `AnnotationError` naming file and line; with
+    `data.skip_missing` each one is a warning naming file and line, and is left out.
+    """
     if not data.root:
         raise ConfigError("data.root is not set (pass --data DIR or --set data.root=DIR)")
     root = Path(data.root)
@@ -51,19 +56,16 @@ def read_splits(data: DataConfig) -> DataSplits:
         except FileNotFoundError as err:
             raise ConfigError(f"data.source={data.source}: {err}") from err
         return _checked(data, prepared.classes, prepared.train, prepared.val)
-    if data.layout != GENERIC:
-        splits = read_layout(data.layout, root, split=data.split, skip_missing=data.skip_missing)
-        for path, reason in splits.missing:
-            warnings.warn(f"{reason}: {path}", stacklevel=2)
-        return _checked(data, splits.classes, splits.train, splits.val)
-    classes = read_class_names(_under_root(data, data.classes))
-    train = read_annotations(
-        _under_root(data, data.train_list), classes=classes, skip_missing=data.skip_missing
+    splits = read_layout(
+        data.layout,
+        root,
+        split=data.split,
+        skip_missing=data.skip_missing,
+        generic_files=GenericFiles(data.classes, data.train_list, data.val_list),
     )
-    val = read_annotations(
-        _under_root(data, data.val_list), classes=classes, skip_missing=data.skip_missing
-    )
-    return _checked(data, classes, train, val)
+    for path, reason in splits.missing:
+        warnings.warn(f"{reason}: {path}", stacklevel=2)
+    return _checked(data, splits.classes, splits.train, splits.val)
 
 
 def recorded_flow(data: DataConfig) -> FlowSettings:
@@ -82,12 +84,6 @@ def recorded_flow(data: DataConfig) -> FlowSettings:
         )
     except (OSError, KeyError, TypeError, ValueError) as err:
         raise ConfigError(f"data.root: cannot read the flow options in {path}: {err}") from err
-
-
-def _under_root(data: DataConfig, name: str) -> Path:
-    """`name` under `data.root` unless it is absolute."""
-    p = Path(name)
-    return p if p.is_absolute() else Path(data.root) / p
 
 
 def _checked(

@@ -37,6 +37,8 @@ from typing import Literal
 import torch
 import torch.distributed as dist
 
+from vidscale.errors import InputError
+
 # Long enough for the slowest collective that legitimately waits on one rank: the other ranks
 # wait in the next collective while rank 0 writes a checkpoint (seconds to a few minutes for
 # the largest models on a network file system) or while the first evaluation fills the page
@@ -129,7 +131,7 @@ def group_store() -> GroupStore | None:
 
 def _pick_device(preference: Literal["auto", "cpu", "cuda"], local_rank: int) -> torch.device:
     if preference == "cuda" and not torch.cuda.is_available():
-        raise ValueError("train.device=cuda but no CUDA device is available")
+        raise InputError("train.device=cuda but no CUDA device is available")
     if preference in ("auto", "cuda") and torch.cuda.is_available():
         count = torch.cuda.device_count()
         return torch.device("cuda", local_rank % count)
@@ -158,7 +160,7 @@ def init_distributed(
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world_size)))
     dev = _pick_device(device, local_rank)
     if backend == "nccl" and dev.type != "cuda":
-        raise ValueError("dist.backend=nccl needs CUDA devices, and this process has none")
+        raise InputError("dist.backend=nccl needs CUDA devices, and this process has none")
     if backend == "auto":
         backend = "nccl" if dev.type == "cuda" else "gloo"
     if dev.type == "cuda":

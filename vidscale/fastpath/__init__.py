@@ -1,0 +1,8 @@
+"""The arithmetic a run trains in (fp32, bf16 autocast, channels-last), chosen by measurement.
+
+- `settings`: what a setting turns on (`FastPath`, `Candidate`) and what a device can do.
+- `probe`: the decision of `train.amp` / `train.channels_last` = auto, the resume rule, the cache
+  (`cache`); `trials` times the candidates (the trainer's step, `step.fixed_batch`) with
+  `timing`'s round-robin, `rule` chooses, `isolation` runs it all in a child process.
+- `hardware` (the machine, its load, its peak FLOP/s) and `host_memory` (glibc retention on CPU).
+"""

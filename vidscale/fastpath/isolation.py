@@ -1,7 +1,7 @@
 """The fast-path probe in a child process: a setting that hangs or crashes is left out, the run
 goes on.
 
-The probe (`fast_path_probe.probe`) runs settings the run may never train with, and some of
+The probe (`fastpath.probe`) runs settings the run may never train with, and some of
 them fail in the libraries below torch on some machines. Seen on a 2-core AMX Xeon with torch
 2.13's oneDNN: SlowFast-R50 4x16 at 224² aborted the process in bf16 (heap corruption in a
 time-strided bf16 convolution), and I3D-R50 3x3x3 at 224², batch 1, spun without end in the
@@ -19,7 +19,7 @@ the least change) failing is an error: the model cannot train at this shape. Its
 the in-process probe's, so `choose` reads them as before.
 
 Costs: one interpreter start per probe; a hang costs its limit once, after which the decision
-is cached (`fast_path_cache`) with the failure recorded.
+is cached (`fastpath.cache`) with the failure recorded.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from vidscale.errors import InputError
 from vidscale.fastpath.host_memory import set_host_memory_retention
 from vidscale.fastpath.settings import Candidate, set_device_options
 from vidscale.fastpath.trials import PROBE, ProbeSettings, ProbeShape, Timed, probe
@@ -64,7 +65,7 @@ LIMITS = HangLimits()
 PROGRESS_EVERY_S = 30.0  # a probe shorter than this (the demo model's) prints no progress
 
 
-class ProbeFailed(ValueError):
+class ProbeFailed(InputError):
     """The reference setting itself failed in the probe: the model cannot train at the run's
     shape and batch on this machine (a `ValueError`, so the command line reports it in one
     line)."""

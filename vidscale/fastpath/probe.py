@@ -6,18 +6,18 @@ be slower in bf16 at the demo's 32² and faster at 224² (docs/benchmarks.md, "`
 what the probe chooses" and "Numbers moved out of module docstrings"). So "auto" is measured,
 per device and per shape:
 
-- **Probe** (`probe`, run in a child process by `fast_path_isolation`, so that a setting that
+- **Probe** (`probe`, run in a child process by `fastpath.isolation`, so that a setting that
   hangs or crashes there is left out instead of ending the run): a few forward + backward
   passes (no optimizer step) of a copy of the run's model, at its per-process batch and clip
-  shape, for every candidate setting (`fast_path.candidates`: fp32, fp32 + channels-last,
+  shape, for every candidate setting (`probe.candidates`: fp32, fp32 + channels-last,
   bf16, bf16 + channels-last; only the axes left at "auto", bf16 only where the device has
   bf16 units), interleaved round-robin after a warm-up round, each sample right after an
   untimed call (`fastpath.timing.time_round_robin`); a candidate whose first rounds already rule
-  it out of the rule below is timed no more (`fast_path_rule.hopeless`), so settings clearly
+  it out of the rule below is timed no more (`rule.hopeless`), so settings clearly
   slower than fp32 cost a round or two, not five. The run's weights, optimizer and random
   streams are exactly those of a run without the probe (another process; in-process, the copy
   is built and fed under a forked RNG).
-- **Rule** (`fast_path_rule.choose`, a pure function of the samples): per round, a candidate's
+- **Rule** (`rule.choose`, a pure function of the samples): per round, a candidate's
   speedup over another is the other's time over its own; it beats the other when the median of
   these per-round ratios exceeds 1 by more than their noise (interquartile range over median,
   the "noise" of `bench models`) and by at least 2%, and it was faster in enough rounds to pass
@@ -27,7 +27,7 @@ per device and per shape:
 - **Ranks**: every rank probes at once (as they will train: sharing the node's cores), the
   samples are gathered and pooled, and rank 0's choice is broadcast, so all ranks use one
   setting (`decide` ends with that broadcast whatever the source).
-- **Cache** (`fast_path_cache`): the decision is stored under a key naming the device, torch,
+- **Cache** (`fastpath.cache`): the decision is stored under a key naming the device, torch,
   the model, the shape, threads, processes per node and the candidates; a hit skips the probe.
 - **Resume**: a checkpoint records the decision (`RECORD_KEY`); a resumed run takes it from there
   without measuring, so it continues with the arithmetic it started with. The rule is one for
@@ -36,7 +36,7 @@ per device and per shape:
   a device without bf16 units (a run moved from an AVX512-BF16 or AMX machine to an AVX2 one)
   stays bf16, emulated by autocast: the same arithmetic, slower, and the start says so in one
   line (`EMULATED_BF16`); `train.amp=off` switches such a run to fp32. A checkpoint from before
-  decisions were recorded continues under the old hardware rule (`fast_path.hardware_rule`).
+  decisions were recorded continues under the old hardware rule (`settings.hardware_rule`).
 - **Shapes**: one decision per run, at the recipe's base shape: multigrid phases and the adaptive
   batch keep it (the parameters' layout is fixed when the model is built).
 """
@@ -108,15 +108,15 @@ class FastPathDecision:
     """The (bf16, channels_last) a run uses, where it came from, and the numbers behind it.
 
     `source`: "off" (`train.fast_path=false`), "explicit" (both axes set), "probe" (measured
-    now), "cache" (measured before, `fast_path_cache`), "checkpoint" (recorded by the run being
+    now), "cache" (measured before, `fastpath.cache`), "checkpoint" (recorded by the run being
     resumed), "hardware" (a resumed checkpoint from before decisions were recorded).
     `measured` maps each candidate's label to its `Measured` fields, computed by `choose` from
     `samples` (seconds per round and candidate: `choose(samples)` gives the decision again);
     `rounds` counts the samples per candidate over all ranks; `load_average` is rank 0's
     1-minute load average when the probe started (above the core count, other work shared the
     cores, and the noise shows it); `failed` names the candidates left out because they hung,
-    crashed or raised in the probe (`fast_path_isolation`), on any rank, with what happened;
-    `dropped` those its first rounds ruled out on any rank (`fast_path_rule.hopeless`), why;
+    crashed or raised in the probe (`fastpath.isolation`), on any rank, with what happened;
+    `dropped` those its first rounds ruled out on any rank (`rule.hopeless`), why;
     `seconds` how long the run waited for the probe (rank 0, until every rank had finished).
     """
 
@@ -357,7 +357,7 @@ def decide(
     (`checkpoint`: the state it continues) takes its recorded decision for the "auto" axes; a
     cache hit (read by rank 0) is reused; otherwise every rank probes (`probe`, in a child
     process that trains as this one: `host_memory` retention on CPU, its threads; a candidate
-    that hangs past `limits`, crashes or raises there is left out, `fast_path_isolation`) and
+    that hangs past `limits`, crashes or raises there is left out, `fastpath.isolation`) and
     rank 0 chooses from the pooled samples (`choose`) and writes the cache. `build` must pickle.
     `key_fields` name the run's model and process layout in the cache key, beside the device,
     torch, `shape`, threads and candidates added here. `log` receives what is worth printing

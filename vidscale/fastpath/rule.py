@@ -1,7 +1,7 @@
 """The fast path's decision rule: which setting to train with, from interleaved timings.
 
 A pure function of the samples (`choose`), so that it can be tested on given numbers and a
-recorded decision can be replayed from the samples it stores. See `fast_path_probe` for where
+recorded decision can be replayed from the samples it stores. See `fastpath.probe` for where
 the samples come from.
 """
 

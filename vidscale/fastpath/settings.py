@@ -2,7 +2,7 @@
 
 `train.amp` and `train.channels_last` each take "auto" or an explicit setting. An explicit one is
 used as given; the axes left at "auto" are decided by measuring the run's own model at its own
-shape on this device (`fast_path_probe.decide`): bf16 autocast and channels-last pay off on large
+shape on this device (`fastpath.probe.decide`): bf16 autocast and channels-last pay off on large
 clips and can cost a third of the step on small ones. `train.fast_path=false` switches all of it
 off at once. This module holds the settings themselves (`Candidate`, `FastPath`) and how a
 decision is applied to a model; CUDA runs also get TF32 and cudnn autotuning.
@@ -162,7 +162,7 @@ def resolve_fast_path(
     auto: Candidate | None = None,
 ) -> FastPath:
     """The config's 'auto' / 'on' / 'off' switches as concrete choices for `device`: explicit
-    settings as given, "auto" axes from `auto`, the decision of `fast_path_probe.decide` (the
+    settings as given, "auto" axes from `auto`, the decision of `fastpath.probe.decide` (the
     trainer always passes one). Without one, "auto" follows `hardware_rule`, unmeasured."""
     if not enabled:
         return FastPath(device, bf16=False, channels_last=False, compile=False)

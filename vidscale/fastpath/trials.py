@@ -1,9 +1,9 @@
 """The fast path's probe, timed in this process: a few training steps of each candidate setting.
 
 `probe` gives per-round seconds per candidate (interleaved, `fastpath.timing.time_round_robin`) for
-`fast_path_rule.choose`, and stops timing a candidate as soon as its rounds so far rule it out
-(`fast_path_rule.hopeless`); `fast_path_probe.decide` runs it in a child process
-(`fast_path_isolation`), so that a setting that hangs or crashes cannot take the run with it.
+`rule.choose`, and stops timing a candidate as soon as its rounds so far rule it out
+(`rule.hopeless`); `fastpath.probe.decide` runs it in a child process
+(`fastpath.isolation`), so that a setting that hangs or crashes cannot take the run with it.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ class ProbeShape:
 @dataclass(frozen=True)
 class Timed:
     """A probe's per-round seconds of the candidates timed in every round (rounds aligned), and
-    why each other candidate was not timed on (label -> `fast_path_rule.hopeless`'s reason)."""
+    why each other candidate was not timed on (label -> `rule.hopeless`'s reason)."""
 
     samples: dict[str, list[float]]
     dropped: dict[str, str] = field(default_factory=dict)

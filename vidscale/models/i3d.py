@@ -10,6 +10,11 @@ pools differ.
   1x1 conv of every other block (starting with each stage's first) is inflated to 3x1x1.
 - I3D-NL 3x1x1 (Wang et al. 2018, "Non-local Neural Networks"): I3D 3x1x1 with 5 non-local
   blocks, "2 to res3 and 3 to res4, to every other residual block" (§5).
+- The reference I3D and I3D-NL R50 (`I3D_REFERENCE`): the inflation of the non-local paper's
+  released code and of MMAction2's I3D R50, whose res5 inflates its middle block rather than
+  its outer two, with MMAction2's stem for 32x2 clips. Same frames per stage as I3D 3x1x1;
+  28,043,472 parameters (400 classes), 35,397,840 with the 5 non-local blocks, every tensor
+  of the shape MMAction2's `ResNet3d` + `I3DHead` give it.
 
 Shape legend:
     N   clips in the batch          T   frames per clip (read from the input at every call)
@@ -35,7 +40,7 @@ I3D_3X3X3 = TemporalSpec(
 
 # "Inflating the first 1x1 convolution in every other ResBlock" (TSM paper §3 (2)), counted from
 # each stage's first block: 29.06M parameters with 400 classes, Table 1 says 29.3M. (The basis
-# ((3,), (3, 1), (3, 1), (1, 3)) of the non-local reference code gives 28.04M.)
+# ((3,), (3, 1), (3, 1), (1, 3)) of the non-local reference code, `I3D_REFERENCE`, gives 28.04M.)
 I3D_3X1X1 = TemporalSpec(
     layout="volume",
     conv1=(5, 2),
@@ -44,6 +49,24 @@ I3D_3X1X1 = TemporalSpec(
     kernels=((3, 1), (3, 1), (3, 1), (3, 1)),
     inflate="first",
 )
+
+# The I3D R50 of the non-local paper's released code (`obtain_arc`, ResNet-50 I3D:
+# use_temp_convs ((1, 1, 1), (1, 0, 1, 0), (1, 0, 1, 0, 1, 0), (0, 1, 0)) for res2..res5) and of
+# MMAction2 (`configs/_base_/models/i3d_r50.py`, the same tuples as `inflate`): the kernel bases
+# below cycle to exactly those flags. The stem is MMAction2's for its 32x2 clips: conv1 5x7x7
+# at temporal stride 2 (`conv1_stride_t=2`), pool1 1x3x3 at temporal stride 2
+# (`pool1_stride_t=2`: it keeps every other frame and takes no maximum over time, unlike the
+# 2x3x3 pool1 of `I3D_3X1X1`), pool2 2x1x1. 32 frames -> 16 -> 8 -> 4 at res3..res5.
+I3D_REFERENCE = TemporalSpec(
+    layout="volume",
+    conv1=(5, 2),
+    pool1=(1, 2),
+    pool2=(2, 2),
+    kernels=((3,), (3, 1), (3, 1), (1, 3)),
+    inflate="first",
+)
+# MMAction2's `I3DHead(init_std=0.01)` and the reference code's FC_INIT_STD 0.01.
+REFERENCE_FC_STD = 0.01
 
 # The 5-block placement of the non-local paper as MMAction2's I3D-NL R50 configs spell it,
 # `non_local=((0, 0, 0), (0, 1, 0, 1), (0, 1, 0, 1, 0, 1), (0, 0, 0))`: after blocks 1 and 3 of
@@ -58,16 +81,17 @@ def i3d_non_local(mode: NonLocalMode) -> NonLocalSpec:
 
 class VolumeClassifier(nn.Module):
     """I3D: `forward(clips (N, C, T, H, W)) -> logits (N, K)`; 3D trunk, global average pool
-    over time and space, dropout, new fc. T is free at every call (enough frames to survive the
-    temporal strides and pools: at least 8 for I3D 3x1x1)."""
+    over time and space, dropout, new fc (with bias, N(0, `fc_std`) weights): MMAction2's
+    `I3DHead` in that order. T is free at every call (enough frames to survive the temporal
+    strides and pools: at least 8 for I3D 3x1x1 and the reference I3D)."""
 
-    def __init__(self, trunk: ResNet, *, dropout: float = 0.5) -> None:
+    def __init__(self, trunk: ResNet, *, dropout: float = 0.5, fc_std: float = 0.001) -> None:
         super().__init__()
         if trunk.temporal.layout != "volume":
             raise ValueError("VolumeClassifier needs a trunk with the 'volume' layout")
         self.trunk = trunk
         self.dropout = nn.Dropout(dropout)
-        init_classifier(trunk.fc)
+        init_classifier(trunk.fc, std=fc_std)
 
     def forward(self, clips: Tensor) -> Tensor:
         features_N_F_T_H_W = self.trunk.forward_features(clips, num_frames=clips.shape[2])

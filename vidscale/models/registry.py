@@ -15,7 +15,14 @@ from typing import Literal
 import torch
 from torch import nn
 
-from vidscale.models.i3d import I3D_3X1X1, I3D_3X3X3, VolumeClassifier, i3d_non_local
+from vidscale.models.i3d import (
+    I3D_3X1X1,
+    I3D_3X3X3,
+    I3D_REFERENCE,
+    REFERENCE_FC_STD,
+    VolumeClassifier,
+    i3d_non_local,
+)
 from vidscale.models.image import AlexNetBN, ImageResNet
 from vidscale.models.nonlocal_block import NonLocalMode, NonLocalSpec
 from vidscale.models.pretrained import load_pretrained
@@ -153,12 +160,16 @@ def _frame_model(cfg: ModelConfig, *, depth: int, shift: ShiftSpec | None) -> nn
 
 
 def _volume_model(
-    cfg: ModelConfig, temporal: TemporalSpec, non_local: NonLocalMode | None = None
+    cfg: ModelConfig,
+    temporal: TemporalSpec,
+    non_local: NonLocalMode | None = None,
+    *,
+    fc_std: float = 0.001,
 ) -> nn.Module:
     if cfg.temporal_pool:
         raise ValueError(f"{cfg.name} has its own temporal pooling; temporal_pool must be False")
     trunk = _trunk(cfg, 50, temporal, None, None if non_local is None else i3d_non_local(non_local))
-    model = VolumeClassifier(trunk, dropout=cfg.dropout)
+    model = VolumeClassifier(trunk, dropout=cfg.dropout, fc_std=fc_std)
     if cfg.pretrained:
         load_pretrained(trunk, path=cfg.pretrained)
     return model
@@ -253,6 +264,34 @@ def i3d_nl_embedded_gaussian_resnet50_3x1x1(cfg: ModelConfig) -> nn.Module:
     """`i3d_nl_resnet50_3x1x1` with embedded-Gaussian (softmax) blocks, the paper's default form
     (MMAction2's `i3d_nl_embedded_gaussian_r50_32x2x1`); the same parameters."""
     return _volume_model(cfg, I3D_3X1X1, "embedded_gaussian")
+
+
+@register_model(frames=32)
+def i3d_resnet50_ref(cfg: ModelConfig) -> nn.Module:
+    """The reference I3D R50 (Carreira & Zisserman's inflation as the non-local paper's code and
+    MMAction2's `i3d_imagenet-pretrained-r50_8xb8-32x2x1` inflate it, `I3D_REFERENCE`):
+    28,043,472 parameters and 33.13 GMACs per 32x224x224 clip (400 classes). Its tensors have
+    the shapes of MMAction2's `ResNet3d` + `I3DHead`, one for one (a checkpoint maps by key);
+    fc N(0, 0.01) as MMAction2's head. Not the TSM paper's Table 1 model (`i3d_resnet50_3x1x1`)."""
+    return _volume_model(cfg, I3D_REFERENCE, fc_std=REFERENCE_FC_STD)
+
+
+@register_model(frames=32)
+def i3d_nl_resnet50_ref(cfg: ModelConfig) -> nn.Module:
+    """I3D-NL R50 of Wang et al. 2018 ("Non-local Neural Networks"): `i3d_resnet50_ref` with 5
+    dot-product non-local blocks after res3 blocks 1, 3 and res4 blocks 1, 3, 5, φ and g
+    sub-sampled 1x2x2: MMAction2's `i3d_imagenet-pretrained-r50-nl-dot-product_8xb8-32x2x1`,
+    35,397,840 parameters and 44.34 GMACs per 32x224x224 clip (400 classes), its tensors one for
+    one. An `i3d_resnet50_ref` run loads into it, the blocks staying identities."""
+    return _volume_model(cfg, I3D_REFERENCE, "dot_product", fc_std=REFERENCE_FC_STD)
+
+
+@register_model(frames=32)
+def i3d_nl_embedded_gaussian_resnet50_ref(cfg: ModelConfig) -> nn.Module:
+    """`i3d_nl_resnet50_ref` with embedded-Gaussian (softmax, unscaled) blocks, the paper's
+    default form and MMAction2's `...-r50-nl-embedded-gaussian_8xb8-32x2x1`; the same parameters
+    and tensors (the pairwise function has none of its own)."""
+    return _volume_model(cfg, I3D_REFERENCE, "embedded_gaussian", fc_std=REFERENCE_FC_STD)
 
 
 def _slowfast(cfg: ModelConfig, spec: SlowFastSpec) -> nn.Module:

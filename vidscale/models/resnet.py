@@ -254,9 +254,10 @@ def temporal_max_pool(x: Tensor, *, op: TimeOp, layout: Layout, num_frames: int)
     return pooled.transpose(1, 2).reshape(-1, c, h, w)
 
 
-def init_classifier(fc: nn.Linear) -> None:
-    """A new video classifier as in the TSM reference code: N(0, 0.001) weights, zero bias."""
-    nn.init.normal_(fc.weight, 0.0, 0.001)
+def init_classifier(fc: nn.Linear, *, std: float = 0.001) -> None:
+    """A new video classifier: N(0, std) weights, zero bias; the default std is the TSM reference
+    code's (MMAction2's `I3DHead` and PySlowFast use 0.01)."""
+    nn.init.normal_(fc.weight, 0.0, std)
     nn.init.zeros_(fc.bias)
 
 

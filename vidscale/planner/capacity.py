@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from vidscale.errors import InputError
 from vidscale.models.registry import list_models
 from vidscale.planner.clusters import (
     PRESETS,
@@ -131,24 +132,24 @@ class Setup:
 def check_request(req: PlanRequest) -> Hardware:
     """The request's hardware, after checking every field; errors name the option."""
     if req.model not in list_models():
-        raise ValueError(f"--model: unknown model {req.model!r}; see `vidscale models`")
+        raise InputError(f"--model: unknown model {req.model!r}; see `vidscale models`")
     try:
         hw = hardware(req.hardware)
     except ValueError as err:
-        raise ValueError(f"--hardware: {err}") from None
+        raise InputError(f"--hardware: {err}") from None
     if req.grad_dtype not in GRAD_BYTES:
-        raise ValueError(
+        raise InputError(
             f"--grad-dtype: expected one of {', '.join(GRAD_BYTES)}, got {req.grad_dtype!r}"
         )
     for flag, value, low in (
-        ("--gpus", req.gpus, 1),
+        ("--world-size", req.gpus, 1),
         ("--batch-per-gpu", req.batch_per_gpu, 1),
         ("--step-time batch", req.step_time_batch, 1),
         ("--clips", req.clips, 1),
         ("--gpus-per-node", req.gpus_per_node, 1),
     ):
         if value is not None and value < low:
-            raise ValueError(f"{flag}: must be >= {low}, got {value}")
+            raise InputError(f"{flag}: must be >= {low}, got {value}")
     for flag, number in (
         ("--epochs", req.epochs),
         ("--step-time", req.step_time),
@@ -156,12 +157,12 @@ def check_request(req: PlanRequest) -> Hardware:
         ("--bucket-mb", req.bucket_mb),
     ):
         if number is not None and not number > 0:
-            raise ValueError(f"{flag}: must be > 0, got {number}")
+            raise InputError(f"{flag}: must be > 0, got {number}")
     for flag, number in (("--data-time", req.data_time), ("--latency-us", req.latency_us)):
         if number is not None and not number >= 0:
-            raise ValueError(f"{flag}: must be >= 0, got {number}")
+            raise InputError(f"{flag}: must be >= 0, got {number}")
     if req.step_time is None and hw.reference is None:
-        raise ValueError(
+        raise InputError(
             f"--step-time: hardware {hw.name!r} has no measured compute rate; time one GPU's "
             "training step (e.g. `vidscale bench models`) and pass its seconds, or pass "
             "--measured with a `vidscale bench scaling` JSON"
@@ -179,7 +180,7 @@ def _bandwidth(req: PlanRequest, hw: Hardware, nodes: int) -> float | None:
     why = ""
     if req.measured is not None:
         why = f" ({req.measured.path} has no multi-process plain-DDP run to measure it)"
-    raise ValueError(
+    raise InputError(
         f"--bandwidth-gbps: hardware {hw.name!r} has no network rate{why}; pass the achieved "
         "all-reduce bandwidth per node in Gb/s, or --measured with a `vidscale bench scaling` "
         "JSON of 1 and 2 processes"
@@ -191,8 +192,8 @@ def nodes_for(gpus: int, gpus_per_node: int) -> tuple[int, int]:
     if gpus <= gpus_per_node:
         return 1, gpus
     if gpus % gpus_per_node:
-        raise ValueError(
-            f"--gpus: {gpus} is not a whole number of {gpus_per_node}-GPU nodes "
+        raise InputError(
+            f"--world-size: {gpus} is not a whole number of {gpus_per_node}-GPU nodes "
             "(see --gpus-per-node)"
         )
     return gpus // gpus_per_node, gpus_per_node
@@ -249,7 +250,7 @@ def resolve(req: PlanRequest, *, gpus: int | None = None) -> Setup:
     if gpus is None:  # default: one whole node
         gpus = req.gpus if req.gpus is not None else per_node
     if gpus < 1:
-        raise ValueError(f"--gpus: must be >= 1, got {gpus}")
+        raise InputError(f"--world-size: must be >= 1, got {gpus}")
     nodes, per_node = nodes_for(gpus, per_node)
     notes: list[str] = []
     compute = _compute(req, hw, notes)
@@ -321,7 +322,7 @@ def with_measured(req: PlanRequest, measured: Measured, *, keep_batch: bool = Fa
     preset without a network rate (`local`), the multi-process run's all-reduce bandwidth.
     `from_measured` names the fields taken."""
     if req.model != measured.model:
-        raise ValueError(f"--measured: read for {measured.model}, the plan is of {req.model}")
+        raise InputError(f"--measured: read for {measured.model}, the plan is of {req.model}")
     changes: dict[str, Any] = {}
     if req.step_time is None:
         if not keep_batch:  # the batch of the measured compute
@@ -387,7 +388,7 @@ def gpus_for_target(req: PlanRequest, target_s: float) -> TargetResult:
     communication grows faster than compute shrinks, which the doubling also detects).
     """
     if not target_s > 0:
-        raise ValueError(f"--target: must be > 0 s, got {target_s}")
+        raise InputError(f"--target: must be > 0 s, got {target_s}")
     hw = check_request(req)
     per_node = req.gpus_per_node or hw.gpus_per_node
     evaluated: dict[int, PlanResult] = {}

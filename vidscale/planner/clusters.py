@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
+from vidscale.errors import InputError
 from vidscale.planner.allreduce import GB, NCCL_HOP_US, US, Interconnect
 from vidscale.planner.layer_costs import model_costs
 from vidscale.planner.overlap import Bucketing, Framework, horovod
@@ -100,7 +101,7 @@ class Hardware:
         if bandwidth_gbps is not None:
             inter = bandwidth_gbps
         elif self.inter_gbps is None:
-            raise ValueError(f"hardware {self.name!r} has no network rate: pass --bandwidth-gbps")
+            raise InputError(f"hardware {self.name!r} has no network rate: pass --bandwidth-gbps")
         else:
             inter = self.inter_gbps * self.inter_efficiency
         return Interconnect(
@@ -284,7 +285,7 @@ def reference_compute(hw: Hardware) -> GpuCompute:
     Summit this takes the exposed NVLink all-reduce of the paper's one-node baseline out of its
     0.719 s step rather than counting it as compute."""
     if hw.reference is None:
-        raise ValueError(f"hardware {hw.name!r} has no measured step")
+        raise InputError(f"hardware {hw.name!r} has no measured step")
     ref = hw.reference
     tsm = model_costs(REFERENCE_MODEL)
     fixed_clips = hw.fixed_images * RESNET50_MACS / tsm.macs

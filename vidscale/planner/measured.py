@@ -5,22 +5,15 @@ run (`MeasuredOverlap`). `capacity.with_measured` puts them into a plan's reques
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from vidscale.bench.scaling.result import ScalingResult, ScalingRun
+from vidscale.errors import InputError
 from vidscale.planner.layer_costs import model_costs
 from vidscale.planner.overlap import MIB, Bucketing, ddp_buckets, exposed_comm, gradient_arrivals
 from vidscale.planner.scaling_model import Workload
-
-
-def _run_label(row: Mapping[str, Any]) -> str:
-    """A run of the JSON as its table shows it: `tsm_resnet50 1 process`, `... ddp, 2 processes`."""
-    procs = int(row["procs"])
-    return f"{row['model']} {row['variant']}" + ("" if procs == 1 else f", {procs} processes")
 
 
 @dataclass(frozen=True)
@@ -137,27 +130,20 @@ class Measured:
         )
 
 
-def _measured_overlap(
-    row: Mapping[str, Any], settings: Mapping[str, Any], model: str
-) -> MeasuredOverlap | str:
-    """The overlap of `row` (a multi-process plain-DDP run), or why there is none."""
-    forward = float(row["forward_sync_s"])
-    in_flight = float(row["comm_in_flight_s"]) - forward
-    exposed = min(max(0.0, float(row["comm_exposed_s"]) - forward), in_flight)
-    nbytes = float(row["comm_bytes_per_step"])
-    compute_s = float(row["compute_s"])
-    label = _run_label(row)
+def _measured_overlap(run: ScalingRun, report: ScalingResult, model: str) -> MeasuredOverlap | str:
+    """The overlap of `run` (a multi-process plain-DDP run), or why there is none."""
+    settings = report.settings
+    in_flight = run.comm_in_flight_s - run.forward_sync_s
+    exposed = min(max(0.0, run.comm_exposed_s - run.forward_sync_s), in_flight)
+    nbytes, compute_s = float(run.comm_bytes_per_step), float(run.compute_s)
     if not (in_flight > 0 and nbytes > 0 and compute_s > 0):
-        return f"run {label} has no all-reduce time in flight or no compute"
+        return f"run {run.label} has no all-reduce time in flight or no compute"
     costs = model_costs(
-        model,
-        frames=int(settings["frames"]),
-        size=int(settings["size"]),
-        num_classes=int(settings["num_classes"]),
+        model, frames=settings.frames, size=settings.size, num_classes=settings.num_classes
     )
     backward_s = compute_s * Workload.backward_fraction
     per_param = nbytes / costs.params
-    bucketing = Bucketing(framework="ddp", bucket_mb=float(settings["bucket_cap_mb"]))
+    bucketing = Bucketing(framework="ddp", bucket_mb=float(settings.bucket_cap_mb))
 
     def cost(size: float) -> float:  # the measured all-reduce time, shared out by bytes
         return in_flight * size / nbytes
@@ -168,8 +154,8 @@ def _measured_overlap(
     arrivals = gradient_arrivals(costs, backward_s=backward_s, bytes_per_param=per_param)
     cap = bucketing.bucket_mb * MIB
     return MeasuredOverlap(
-        label=label,
-        procs=int(row["procs"]),
+        label=run.label,
+        procs=run.procs,
         compute_s=compute_s,
         in_flight_s=in_flight,
         exposed_s=exposed,
@@ -181,112 +167,69 @@ def _measured_overlap(
 
 
 def read_measured(path: Path, model: str) -> Measured:
-    """`model`'s measured inputs from the `vidscale bench scaling` JSON at `path`.
+    """`model`'s measured inputs from the `vidscale bench scaling` JSON at `path`
+    (`ScalingResult.read`).
 
     The compute and data wait are the 1-process run's; the overlap is the smallest
-    multi-process plain-DDP run's (2 processes for `--procs 1 2`). Raises ValueError, one line
-    naming `--measured` and the file, for a missing or unreadable file, a file that is not such
-    a JSON, a model it has no runs of (naming the models it has), or no 1-process run.
+    multi-process plain-DDP run's (2 processes for `--nproc 1,2`). Raises `InputError` (a
+    `ValueError`), one line naming `--measured` and the file, for a missing or unreadable
+    file, a file that is not such a JSON or lacks a key (named) or has one ill-typed, a model
+    it has no runs of (naming the models it has), no 1-process run, or a 1-process run with
+    no batch or compute.
     """
     where = f"--measured: {path}"
-    report = _load_report(path, where)
+    try:
+        report = ScalingResult.read(path)
+    except ValueError as err:
+        raise InputError(f"--measured: {err}") from None
     single, ddp = _runs_of(report, model, where)
-    try:
-        return _measured(path, model, report, single, ddp)
-    except KeyError as err:
-        raise ValueError(
-            f"{where}: not a complete `vidscale bench scaling` JSON (no {err})"
-        ) from None
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"{where}: bad `vidscale bench scaling` JSON ({err})") from None
-
-
-def _load_report(path: Path, where: str) -> dict[str, Any]:
-    """The JSON at `path`, checked to be a `bench scaling` report with a list of runs."""
-    try:
-        report = json.loads(path.read_text())
-    except OSError as err:
-        raise ValueError(f"{where}: cannot read it ({err.strerror or err})") from None
-    except ValueError as err:  # not UTF-8, or not JSON
-        raise ValueError(f"{where}: not JSON ({err})") from None
-    if (
-        not isinstance(report, dict)
-        or report.get("benchmark") != "scaling"
-        or not isinstance(report.get("runs"), list)
-    ):
-        raise ValueError(
-            f'{where}: not a `vidscale bench scaling` JSON (no "benchmark": "scaling" and runs)'
+    if single.batch_per_process < 1 or not single.compute_s > 0 or not single.data_wait_s >= 0:
+        raise InputError(
+            f"{where}: bad `vidscale bench scaling` JSON (run {single.label}: batch "
+            f"{single.batch_per_process}, compute {single.compute_s} s, data wait "
+            f"{single.data_wait_s} s)"
         )
-    return report
-
-
-def _runs_of(
-    report: Mapping[str, Any], model: str, where: str
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """`model`'s 1-process run and its multi-process plain-DDP runs, fewest processes first."""
-    runs = [r for r in report["runs"] if isinstance(r, dict)]
-    models = list(dict.fromkeys(str(r.get("model")) for r in runs))
-    if model not in models:
-        raise ValueError(
-            f"{where} has no runs of --model {model}; its models: {', '.join(models) or 'none'}"
-        )
-    mine = [r for r in runs if r.get("model") == model]
-    single = next((r for r in mine if r.get("procs") == 1), None)
-    if single is None:
-        counts = ", ".join(sorted({str(r.get("procs")) for r in mine}))
-        raise ValueError(
-            f"{where} has no 1-process run of {model} (only {counts} processes): its compute "
-            "is measured on one process (`bench scaling --procs 1 ...`)"
-        )
-    ddp = sorted(
-        (
-            r
-            for r in mine
-            if r.get("strategy") == "ddp"
-            and r.get("hook") == "none"
-            and isinstance(r.get("procs"), int)
-            and r["procs"] > 1
-        ),
-        key=lambda r: int(r["procs"]),
-    )
-    return single, ddp
-
-
-def _measured(
-    path: Path,
-    model: str,
-    report: Mapping[str, Any],
-    single: Mapping[str, Any],
-    ddp: list[dict[str, Any]],
-) -> Measured:
-    """The numbers of the runs; KeyError, TypeError or ValueError where one is missing or bad."""
-    settings, host = report["settings"], report["host"]
-    batch = int(single["batch_per_process"])
-    compute_s, data_wait_s = float(single["compute_s"]), float(single["data_wait_s"])
-    if batch < 1 or not compute_s > 0 or not data_wait_s >= 0:
-        raise ValueError(
-            f"run {_run_label(single)}: batch {batch}, compute {compute_s} s, "
-            f"data wait {data_wait_s} s"
-        )
-    overlap = _measured_overlap(ddp[0], settings, model) if ddp else None
+    overlap = _measured_overlap(ddp[0], report, model) if ddp else None
     return Measured(
         path=path,
         model=model,
-        label=_run_label(single),
-        device=str(single["device"]),
-        device_name=str(host["name"]),
-        threads=int(settings["threads"]),
-        workers=int(settings["workers"]),
-        frames=int(settings["frames"]),
-        size=int(settings["size"]),
-        batch=batch,
-        compute_s=compute_s,
-        data_wait_s=data_wait_s,
+        label=single.label,
+        device=single.device,
+        device_name=report.host.name,
+        threads=report.settings.threads,
+        workers=report.settings.workers,
+        frames=report.settings.frames,
+        size=report.settings.size,
+        batch=single.batch_per_process,
+        compute_s=float(single.compute_s),
+        data_wait_s=float(single.data_wait_s),
         overlap=overlap if isinstance(overlap, MeasuredOverlap) else None,
         no_overlap=(
             overlap
             if isinstance(overlap, str)
             else f"{path} has no multi-process plain-DDP run of {model} "
-            "(`bench scaling --procs 1 2` with hook none measures it)"
+            "(`bench scaling --nproc 1,2` with hook none measures it)"
         ),
     )
+
+
+def _runs_of(report: ScalingResult, model: str, where: str) -> tuple[ScalingRun, list[ScalingRun]]:
+    """`model`'s 1-process run and its multi-process plain-DDP runs, fewest processes first."""
+    if model not in report.models:
+        raise InputError(
+            f"{where} has no runs of --model {model}; its models: "
+            f"{', '.join(report.models) or 'none'}"
+        )
+    mine = report.runs_of(model)
+    single = next((r for r in mine if r.procs == 1), None)
+    if single is None:
+        counts = ", ".join(sorted({str(r.procs) for r in mine}))
+        raise InputError(
+            f"{where} has no 1-process run of {model} (only {counts} processes): its compute "
+            "is measured on one process (`bench scaling --nproc 1 ...`)"
+        )
+    ddp = sorted(
+        (r for r in mine if r.strategy == "ddp" and r.hook == "none" and r.procs > 1),
+        key=lambda r: r.procs,
+    )
+    return single, ddp

@@ -40,7 +40,7 @@ Demo recipes train ResNet-18 on `vidscale synth --images` (`data.layout=imagefol
 images of 10 pattern x scale classes that look the same mirrored, so flips keep the label) at
 global batch B0 = 64 = 2 processes x
 32, or 1 x 32 x 2 accumulated; a batch study reaches 16 B0 and 64 B0 with `--set
-optim.simulate_world_size=32` or `128` (or `vidscale sweep`), with the peak rate of
+optim.simulate_world_size=32` or `128` (or `vidscale study batch-size`), with the peak rate of
 `schedules.batch_scaling`: SGD linear, 0.05 x B / 64 (He et al. 2016 §4.2's 0.1 per 128 images),
 LARS square root, 8 x sqrt(B / 32) (11.3 at B0). Both use the same 1-epoch warmup from 0 and
 poly(2) decay, so the optimizer is the only difference. The default set (2,560 training images)

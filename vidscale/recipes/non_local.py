@@ -11,6 +11,14 @@ resized to a short side uniform in `TRAIN_JITTER_SCALES` [256, 320], then a rand
 and a flip; evaluation takes the 224^2 centre of a 256 short side.
 ImageNet initialisation (both sources start from it) is `--set model.pretrained=PATH`, and an
 I3D run's weights `--set model.init_from=RUN`: the non-local blocks start as identities.
+
+The network is the non-local paper's own, `i3d_nl_embedded_gaussian_resnet50_ref` (its released
+code's and MMAction2's I3D R50 basis: 35,397,840 parameters with 400 classes, every tensor of
+MMAction2's shape), not the TSM paper's Table 1 trunk (`i3d_nl_*_3x1x1`, 36,413,648), which
+inflates a different set of blocks: these recipes reproduce the non-local paper and its zoos, so
+their weights and accuracies must be comparable with them. `model.init_from` therefore takes an
+`i3d_resnet50_ref` run (e.g. `i3d_r50_k400_32f_multigrid_b64_e100` with `--set
+model.name=i3d_resnet50_ref`); a run of the Table 1 model `i3d_resnet50_3x1x1` has other shapes.
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ def i3d_nl_kinetics(*, gpus: int = 8, clips_per_gpu: int = 8) -> RunConfig:
     clip = ClipSpec(frames=FRAMES, sampling="dense", stride=STRIDE, crop_size=224, short_side=256)
     return RunConfig(
         model=ModelConfig(
-            name="i3d_nl_embedded_gaussian_resnet50_3x1x1",
+            name="i3d_nl_embedded_gaussian_resnet50_ref",
             num_classes=400,
             frames=FRAMES,
             dropout=0.5,

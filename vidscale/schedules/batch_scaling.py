@@ -1,6 +1,6 @@
 """Peak learning rate as a function of the global batch, one rule per optimizer.
 
-The batch-size study (`vidscale sweep`, TSM paper §4.2, Figs. 4-5) trains every optimizer at
+The batch-size study (`vidscale study batch-size`, TSM paper §4.2, Figs. 4-5) trains every optimizer at
 every batch with the recipe's warmup and cosine decay; only the peak rate and the update rule
 differ. With B the global batch in clips:
 

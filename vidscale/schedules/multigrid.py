@@ -70,7 +70,7 @@ Checkpoint / evaluation (PySlowFast `is_checkpoint_epoch`, `is_eval_epoch`): aft
 epoch, and inside each (LR stage, shape) [a, z) after epochs e with (z - 1 - e) % p == 0,
 p = max((z - a) // eval_freq + 1, 1): about eval_freq times per shape, always at its last epoch.
 
-Where PySlowFast breaks and this module does not (DESIGN.md §7): the long cycle without the
+Where PySlowFast breaks and this module does not (the design brief's §7): the long cycle without the
 short cycle (PySlowFast indexes the missing third short-cycle shape for the fine-tune and
 crashes), cosine LR with the long cycle (it needs SOLVER.STEPS), the short cycle on one device
 (its batch sampler gets no sampler to wrap; here it is only numbers), and "neither cycle" (the

@@ -1,4 +1,4 @@
-"""The K study of the AAVG paper (Cong et al. §III-IV, Figs. 2-7) at demo scale: `vidscale aavg-study`.
+"""The K study of the AAVG paper (Cong et al. §III-IV, Figs. 2-7) at demo scale: `vidscale study aavg`.
 
 Every run trains the recipe with `dist.strategy=aavg` and Adam at a constant rate (the paper's
 choice: Adam needs no LR schedule search, §VI) on `--nproc` learners, for the same epochs:
@@ -49,7 +49,7 @@ CONTROLLED_KEYS = (
 
 @dataclass(frozen=True)
 class StudySpec:
-    """What `vidscale aavg-study` was asked for; `overrides` are the user's --set."""
+    """What `vidscale study aavg` was asked for; `overrides` are the user's --set."""
 
     recipe: str
     out: Path

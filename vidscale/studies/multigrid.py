@@ -1,5 +1,5 @@
-"""The multigrid speed study at demo scale (Wu et al. §4, Table 1's question): `vidscale
-multigrid-study`.
+"""The multigrid speed study at demo scale (Wu et al. §4, Table 1's question): `vidscale study
+multigrid`.
 
 The same recipe four times on `--nproc` processes: `baseline` (multigrid off), `long` (long
 cycle only), `short` (short cycle only) and `both`. Each multigrid run covers the baseline's

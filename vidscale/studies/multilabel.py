@@ -1,4 +1,4 @@
-"""TSM vs TSN on the multi-label demo, scored by mAP against chance: `vidscale multilabel-study`.
+"""TSM vs TSN on the multi-label demo, scored by mAP against chance: `vidscale study multilabel`.
 
 Two runs on one multi-label demo directory DATA (`vidscale synth --multi-label`), in STUDY/:
 
@@ -47,7 +47,7 @@ CONTROLLED_KEYS = ("data.root", "data.multi_label", "model.name")
 
 @dataclass(frozen=True)
 class MultiLabelStudySpec:
-    """What `vidscale multilabel-study` was asked for; `overrides` are the user's --set, applied
+    """What `vidscale study multilabel` was asked for; `overrides` are the user's --set, applied
     to both runs after the study's own; `epochs` None keeps the recipes' epochs."""
 
     data: Path

@@ -1,4 +1,4 @@
-"""The batch-size study (TSM paper §4.2, Figs. 4 and 5) at demo scale: `vidscale sweep`.
+"""The batch-size study (TSM paper §4.2, Figs. 4 and 5) at demo scale: `vidscale study batch-size`.
 
 Each (optimizer, global batch) pair trains the recipe once, for the same number of epochs, in
 `OUT/<optimizer>_b<batch>/`. The global batch is reached as the paper's simulated rows (Table 3,
@@ -35,7 +35,7 @@ CONTROLLED_KEYS = (
 
 @dataclass(frozen=True)
 class SweepSpec:
-    """What `vidscale sweep` was asked for; `overrides` are the user's --set (with data.root)."""
+    """What `vidscale study batch-size` was asked for; `overrides` are the user's --set (with data.root)."""
 
     recipe: str
     out: Path

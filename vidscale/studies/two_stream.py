@@ -1,5 +1,5 @@
 """The flow stream from scratch vs from the RGB stream (Cong et al. §V, Fig. 8 and Table I) at
-demo scale: `vidscale two-stream-study`.
+demo scale: `vidscale study two-stream`.
 
 Three runs on one prepared directory PREP (`vidscale prepare ... --flow dis`), in STUDY/:
 
@@ -54,7 +54,7 @@ CONTROLLED_KEYS = ("data.root", "data.source", "model.init_from")
 
 @dataclass(frozen=True)
 class TwoStreamStudySpec:
-    """What `vidscale two-stream-study` was asked for; `overrides` are the user's --set, applied
+    """What `vidscale study two-stream` was asked for; `overrides` are the user's --set, applied
     to all three runs after the study's own; `epochs` None keeps the recipes' epochs."""
 
     data: Path

@@ -108,7 +108,7 @@ def decide_fast_path(
 ) -> FastPathDecision:
     """`train.amp` / `train.channels_last` for this run on every rank (a collective): as set,
     as the resumed `checkpoint` recorded, cached, or probed at the recipe's base shape with
-    `micro_batch` clips per process (`fast_path_probe.decide`). Call it with the process's
+    `micro_batch` clips per process (`fastpath.probe.decide`). Call it with the process's
     threads and host-memory retention already set: the probe times what training will run."""
     t, spec = cfg.train, cfg.data.train_clip
     probed = replace(cfg.model, pretrained=None, init_from="")  # timing needs no weights

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from vidscale.atomic import atomic_write, fsync_dir
+from vidscale.errors import InputError
 
 CHECKPOINT_PATTERN = re.compile(r"epoch_(\d+)\.pt$")
 LAST = "last.pt"
@@ -45,11 +46,11 @@ def load_weights(path: Path, model: nn.Module, *, map_location: str | torch.devi
     try:
         state = load_checkpoint(path, map_location=map_location)["model"]
     except Exception as err:
-        raise ValueError(f"{path}: not a readable checkpoint ({first_line(err)})") from err
+        raise InputError(f"{path}: not a readable checkpoint ({first_line(err)})") from err
     try:
         model.load_state_dict(state)
     except RuntimeError as err:
-        raise ValueError(
+        raise InputError(
             f"{path}: its weights do not fit this run's model ({first_line(err)})"
         ) from err
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from torch import Tensor, nn
 
+from vidscale.errors import InputError
 from vidscale.models.pretrained import InflateInit
 from vidscale.models.transfer import TransferReport, transfer_state_dict
 from vidscale.train.checkpoint import first_line, load_checkpoint
@@ -39,10 +40,10 @@ def model_weights(path: Path) -> Mapping[str, Tensor]:
     try:
         state = load_checkpoint(path)
     except Exception as err:  # torch.load reports damage as whatever the bytes trigger
-        raise ValueError(f"{path}: not a readable checkpoint ({first_line(err)})") from err
+        raise InputError(f"{path}: not a readable checkpoint ({first_line(err)})") from err
     weights = state.get("model") if isinstance(state, Mapping) else None
     if not isinstance(weights, Mapping):
-        raise ValueError(f"{path}: not a training checkpoint (no 'model' state dict)")
+        raise InputError(f"{path}: not a training checkpoint (no 'model' state dict)")
     return weights
 
 
@@ -63,7 +64,7 @@ def initialise_from(
             weights, target=model.state_dict(), inflate_init=inflate_init
         )
     except ValueError as err:
-        raise ValueError(f"{path}: {err}") from None
+        raise InputError(f"{path}: {err}") from None
     model.load_state_dict(state)
     return replace(report, source=str(path))
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from vidscale.config import TrainConfig
+from vidscale.errors import InputError
 from vidscale.train.wandb_logger import WandbLogger, WandbSettings, import_wandb
 
 
@@ -90,7 +91,7 @@ class LoggerChoice:
             elif name == "wandb":
                 loggers.append(WandbLogger(run_dir, self.wandb, resumed=resumed_at is not None))
             else:  # the config's type admits no other name
-                raise ValueError(f"train.loggers: unknown logger {name!r}")
+                raise InputError(f"train.loggers: unknown logger {name!r}")
         for logger in loggers:
             logger.log_config(config)
         return loggers

@@ -1,11 +1,11 @@
-"""What keeps a run alive: stop signals, the per-step agreement, and the divergence guard.
+"""What keeps a run alive: stop signals, the divergence guard, skipped steps' BN statistics.
 
 - **Stop signals.** SIGTERM (preemption, `scancel`, torchrun stopping its workers), SIGINT
   (Ctrl-C) and SIGUSR1 (SLURM `--signal=USR1@SECONDS` before a time limit) only set a flag. At
-  the next step boundary every rank learns whether any rank got one (`agree_step`), all write an
+  the next step boundary every rank learns whether any rank got one (`step.agreement.agree_step`), all write an
   exact mid-epoch checkpoint and the process exits with `PREEMPTED_EXIT_CODE`; the same command
   continues the run. A second Ctrl-C stops at once.
-- **One agreement per step.** A single all-reduce of five numbers per optimizer step carries the
+- **One agreement per step** (`step.agreement`). A single all-reduce of five numbers per optimizer step carries the
   step's loss, hits and clips (so logged losses and epoch metrics are over all ranks), whether
   any rank saw a non-finite loss or gradient norm, and whether any rank was asked to stop.
 - **Divergence guard.** A non-finite step is skipped on every rank: no optimizer update, and the

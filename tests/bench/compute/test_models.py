@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from vidscale.bench.compute import models
 from vidscale.bench.compute.model_ratios import add_ratios, comparisons
 from vidscale.bench.compute.models import (
     STAGES,
     BenchConfig,
-    bench_models,
+    ModelsConfig,
     check_request,
     table2,
     time_round_robin,
@@ -37,7 +38,8 @@ def test_bench_models_measures_every_model_in_both_modes(tmp_path: Path) -> None
     names = ["tsn_resnet18", "tsm_resnet18"]
     cfg = dataclasses.replace(TINY, modes=("fp32", "fast"))
     threads = torch.get_num_threads()
-    result = bench_models(names, cfg, baseline="tsm_resnet18", device="cpu", out_json=out)
+    config = ModelsConfig(tuple(names), "tsm_resnet18", cfg)
+    result = models.run(config, out_json=out, device="cpu")
     assert torch.get_num_threads() == threads  # restored after measuring with 1 thread
     rows = result.rows
     assert [(r["model"], r["mode"]) for r in rows] == [
@@ -61,6 +63,7 @@ def test_bench_models_measures_every_model_in_both_modes(tmp_path: Path) -> None
         ("fast", "tsn_resnet18"),
     ]
     report = json.loads(out.read_text())
+    assert report == result.to_dict()
     assert len(report["rows"]) == 4 and report["hardware"]["device"] == "cpu"
     assert report["settings"]["baseline"] == "tsm_resnet18"
     assert report["table2"]["tsm_resnet18"] == [2, 2, 2, 2, None, 2, 2, 2, 1]
@@ -240,27 +243,29 @@ def test_the_auto_check_flags_a_fast_row_slower_than_fp32_beyond_its_noise() -> 
     )
 
 
+def _request(names: list[str], cfg: BenchConfig, baseline: str | None = None) -> str:
+    return check_request(ModelsConfig(tuple(names), baseline, cfg))
+
+
 def test_requests_that_cannot_work_are_refused_before_measuring() -> None:
     with pytest.raises(ValueError, match="unknown model 'tsm_resnet5'"):
-        check_request(["tsm_resnet5"], TINY, baseline=None)
+        _request(["tsm_resnet5"], TINY)
     with pytest.raises(ValueError, match="more than once"):
-        check_request(["tsm_resnet18", "tsm_resnet18"], TINY, baseline=None)
+        _request(["tsm_resnet18", "tsm_resnet18"], TINY)
     with pytest.raises(ValueError, match="baseline 'tsn_resnet18'"):
-        check_request(["tsm_resnet18"], TINY, baseline="tsn_resnet18")
+        _request(["tsm_resnet18"], TINY, baseline="tsn_resnet18")
     with pytest.raises(ValueError, match="repeats"):
-        check_request(["tsm_resnet18"], BenchConfig(repeats=0), baseline=None)
+        _request(["tsm_resnet18"], BenchConfig(repeats=0))
     with pytest.raises(ValueError, match="probe_repeats"):
-        check_request(["tsm_resnet18"], BenchConfig(probe_repeats=0), baseline=None)
+        _request(["tsm_resnet18"], BenchConfig(probe_repeats=0))
     # I3D 3x1x1 pools time by 8: two frames cannot pass its pool2.
     with pytest.raises(ValueError, match="i3d_resnet50_3x1x1 cannot train on 1x3x2x32x32"):
-        check_request(["i3d_resnet50_3x1x1"], TINY, baseline=None)
-    assert check_request(["tsn_resnet18", "tsm_resnet18"], TINY, baseline=None) == "tsn_resnet18"
+        _request(["i3d_resnet50_3x1x1"], TINY)
+    assert _request(["tsn_resnet18", "tsm_resnet18"], TINY) == "tsn_resnet18"
 
 
 def test_quick_settings_fit_every_default_model() -> None:
-    from vidscale.bench.compute.models import DEFAULT_MODELS
-
-    assert check_request(DEFAULT_MODELS, BenchConfig.quick(), baseline=None) == "tsm_resnet50"
+    assert check_request(ModelsConfig(settings=BenchConfig.quick())) == "tsm_resnet50"
 
 
 def test_table2_matches_the_tsm_paper() -> None:

@@ -9,20 +9,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vidscale.bench.data.data_wait import bench_data_wait
+from vidscale.bench.data import data_wait, dataload
+from vidscale.bench.data.bench_videos import PRESETS, BenchVideoSpec, make_bench_videos
+from vidscale.bench.data.data_wait import DataWaitConfig
 from vidscale.bench.data.dataload import (
-    PRESETS,
-    BenchVideoSpec,
     ClipKind,
-    DataBenchRow,
+    DataConfig,
     Method,
     _run_rounds,
-    bench_data,
     decode_sequential,
     format_data_table,
     format_gains,
     h264_methods,
-    make_bench_videos,
 )
 from vidscale.cli import build_parser
 from vidscale.data.clip import ClipSpec
@@ -66,17 +64,12 @@ def test_bench_data_reports_every_method_side_by_side(
     videos: dict[str, list[Path]], tmp_path: Path
 ) -> None:
     out = tmp_path / "bench.json"
-    result = bench_data(  # in a temporary work directory, removed before the report is built
-        out_json=out,
-        clips=CLIPS,
-        rounds=2,
-        generate=TINY_VIDEOS,
-        threads=2,
-        show=False,
-    )
-    assert json.loads(out.read_text()) == json.loads(json.dumps(result))
-    assert result["settings"]["generated"]["crf"] == TINY_VIDEOS.crf
-    rows = [DataBenchRow(**r) for r in result["rows"]]
+    # In a temporary work directory, removed before the report is built.
+    cfg = DataConfig(clips=CLIPS, rounds=2, generate=TINY_VIDEOS, threads=2)
+    result = dataload.run(cfg, out_json=out)
+    assert json.loads(out.read_text()) == result.to_dict()
+    assert result.settings["generated"]["crf"] == TINY_VIDEOS.crf
+    rows = result.rows
     keys = {(r.clip, r.method, r.source) for r in rows}
     h264 = ("h264_sequential", "h264_seek", "h264_segments", "h264_segments_t2")
     methods = {(m, s) for m in h264 for s in ("gop250", "gop6")} | {("shards", "jpeg")}
@@ -136,22 +129,53 @@ def test_k400_preset_is_the_issue_set() -> None:
 def test_bench_data_wait_measures_blocked_time(
     videos: dict[str, list[Path]], tmp_path: Path
 ) -> None:
-    rows = bench_data_wait(
-        "tsn_resnet18",
+    cfg = DataWaitConfig(
+        model="tsn_resnet18",
         batch=2,
-        frames_list=(2, 4),
-        workers_list=(0, 1),
+        frames=(2, 4),
+        workers=(0, 1),
         steps=2,
         warmup=1,
         size=32,
-        videos_dir=videos["gop6"][0].parent,
+        videos=videos["gop6"][0].parent,
         work_dir=tmp_path,
         num_classes=5,
-        out_json=tmp_path / "wait.json",
-        show=False,
     )
+    result = data_wait.run(cfg, out_json=tmp_path / "wait.json")
+    rows = result.rows
     assert [(r.frames, r.workers) for r in rows] == [(2, 0), (2, 1), (4, 0), (4, 1)]
     for r in rows:
         assert r.steps == 2 and 0.0 < r.wait_s < r.step_s
         assert r.wait_fraction == pytest.approx(r.wait_s / r.step_s)
-    assert len(json.loads((tmp_path / "wait.json").read_text())) == 4
+    assert json.loads((tmp_path / "wait.json").read_text()) == result.to_json()
+    assert len(result.to_json()) == 4
+
+
+def test_the_earlier_entry_points_map_their_keywords_onto_the_configs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`bench_data` and `bench_data_wait` (the record in docs/benchmarks.md calls them) are
+    `run` with their keywords moved into the configs."""
+    calls: list[tuple[object, dict[str, object]]] = []
+
+    def wait_run(config: DataWaitConfig, **kwargs: object) -> data_wait.DataWaitResult:
+        calls.append((config, kwargs))
+        return data_wait.DataWaitResult(())
+
+    def data_run(config: DataConfig, **kwargs: object) -> dataload.DataResult:
+        calls.append((config, kwargs))
+        return dataload.DataResult({}, ())
+
+    monkeypatch.setattr(data_wait, "run", wait_run)
+    monkeypatch.setattr(dataload, "run", data_run)
+    out = tmp_path / "out.json"
+    data_wait.bench_data_wait(
+        "tsm_resnet18", batch=2, steps=2, warmup=1, size=112, frames_list=[8],
+        videos_dir=tmp_path, out_json=out, show=False,
+    )  # fmt: skip
+    dataload.bench_data(out_json=out, work_dir=tmp_path, rounds=1, show=False)
+    wait = DataWaitConfig("tsm_resnet18", 2, (8,), steps=2, warmup=1, size=112, videos=tmp_path)
+    assert calls == [
+        (wait, {"out_json": out, "progress": False, "device": "cpu"}),
+        (DataConfig(work_dir=tmp_path, rounds=1), {"out_json": out}),
+    ]

@@ -68,10 +68,10 @@ def test_the_data_set_the_classes_and_every_epoch_reads_the_split_once(
 @pytest.mark.slow
 def test_two_processes_measure_steps_on_decoded_videos(videos: Path, tmp_path: Path) -> None:
     argv = [
-        "bench", "scaling", "--models", MODEL, "--procs", "2", "--frames", "8", "--size", "32",
+        "bench", "scaling", "--models", MODEL, "--nproc", "2", "--frames", "8", "--size", "32",
         "--batch", "2", "--steps", "2", "--warmup", "1", "--threads", "1", "--hooks", "none",
         "--strategies", "ddp", "--workers", "1", "--data", str(videos),
-        "--fast-settings", f"{MODEL}=fp32",
+        "--fast-path", f"{MODEL}=fp32",
         "--out-json", str(tmp_path / "s.json"), "--plot", str(tmp_path / "s.png"),
     ]  # fmt: skip
     table = io.StringIO()
@@ -144,10 +144,10 @@ def test_one_process_measures_steps_on_a_multi_label_layout(
     multi_label_videos: Path, tmp_path: Path
 ) -> None:
     argv = [
-        "bench", "scaling", "--models", MODEL, "--procs", "1", "--frames", "8", "--size", "32",
+        "bench", "scaling", "--models", MODEL, "--nproc", "1", "--frames", "8", "--size", "32",
         "--batch", "2", "--steps", "2", "--warmup", "1", "--threads", "1", "--workers", "0",
         "--data", str(multi_label_videos), "--layout", "multilabel",
-        "--fast-settings", f"{MODEL}=fp32",
+        "--fast-path", f"{MODEL}=fp32",
         "--out-json", str(tmp_path / "s.json"), "--plot", str(tmp_path / "s.png"),
     ]  # fmt: skip
     with contextlib.redirect_stdout(io.StringIO()):

@@ -25,6 +25,7 @@ from torch import nn
 
 from vidscale.bench.scaling.config import ScalingConfig
 from vidscale.bench.scaling.measure import check_procs, resolve
+from vidscale.bench.scaling.result import ScalingResult
 from vidscale.cli import main
 from vidscale.config import ConfigError
 from vidscale.fastpath.settings import Candidate
@@ -84,9 +85,8 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], 
         "scaling",
         "--models",
         MODEL,
-        "--procs",
-        "1",
-        "2",
+        "--nproc",
+        "1,2",
         "--frames",
         "8",
         "--size",
@@ -100,11 +100,9 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], 
         "--threads",
         "1",
         "--hooks",
-        "none",
-        "bf16",
+        "none,bf16",
         "--strategies",
-        "ddp",
-        "aavg",
+        "ddp,aavg",
         "--aavg-k",
         str(K),
         "--out-json",
@@ -138,6 +136,20 @@ def test_report_has_one_row_per_variant_and_process_count(measured: tuple) -> No
         assert row["variant"] in table
     assert (out / "scaling.png").stat().st_size > 10_000
     assert "clips/s" in table and "effic." in table and "comm exp" in table
+
+
+@pytest.mark.slow
+def test_the_json_reads_back_as_the_typed_report(measured: tuple) -> None:
+    report, _, out = measured
+    typed = ScalingResult.read(out / "scaling.json")
+    assert typed.to_dict() == report and typed.unrecorded == ()
+    assert typed.settings.procs == (1, 2) and typed.settings.models == (MODEL,)
+    assert [r.label for r in typed.runs] == [
+        f"{MODEL} 1 process",
+        f"{MODEL} ddp, 2 processes",
+        f"{MODEL} ddp+bf16, 2 processes",
+        f"{MODEL} aavg k=2, 2 processes",
+    ]
 
 
 @pytest.mark.slow
@@ -276,7 +288,7 @@ def test_under_a_users_torchrun_the_baseline_gives_rows_and_arithmetic(
     ("args", "flag"),
     [
         (["--models", "no_such_model"], "--models"),
-        (["--procs", "0"], "--procs"),
+        (["--nproc", "0"], "--nproc"),
         (["--steps", "0"], "--steps"),
         (["--batch", "0"], "--batch"),
         (["--size", "8"], "--size"),
@@ -284,8 +296,9 @@ def test_under_a_users_torchrun_the_baseline_gives_rows_and_arithmetic(
         (["--strategies", "aavg", "--aavg-k", "3", "--steps", "4"], "--steps"),
         (["--hooks", "powersgd", "--warmup", "1"], "--warmup"),
         (["--models", MODEL, "--batch", "1", "--frames", "1", "--size", "32"], "--models"),
-        (["--models", MODEL, "--size", "32", "--fast-settings", "tsn_resnet18=fp32"], "--fast"),
-        (["--models", MODEL, "--size", "32", "--fast-settings", f"{MODEL}=fp16"], "--fast"),
+        (["--models", MODEL, "--size", "32", "--fast-path", "tsn_resnet18=fp32"], "--fast-path"),
+        (["--models", MODEL, "--size", "32", "--fast-path", f"{MODEL}=fp16"], "--fast-path"),
+        (["--models", MODEL, "--size", "32", "--fast-path", f"bf16,{MODEL}=fp32"], "--fast-path"),
     ],
 )
 def test_bad_arguments_give_one_line_naming_the_option(
@@ -314,15 +327,15 @@ def test_no_cuda_device_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) 
     assert err.count("\n") == 1 and "--device cuda" in err
 
 
-def test_more_processes_than_gpus_names_procs() -> None:
+def test_more_processes_than_gpus_names_nproc() -> None:
     check_procs((1, 2), device_type="cuda", devices=2)
     check_procs((1, 8), device_type="cpu", devices=0)  # CPU processes share the cores
-    with pytest.raises(ConfigError, match="--procs: 4 processes but this host has 2 CUDA"):
+    with pytest.raises(ConfigError, match="--nproc: 4 processes but this host has 2 CUDA"):
         check_procs((1, 4), device_type="cuda", devices=2)
 
 
 def test_under_torchrun_the_world_size_is_measured() -> None:
     cfg = ScalingConfig(models=(MODEL,), size=32, device="cpu")
     assert resolve(cfg, world=3).procs == (3,)
-    with pytest.raises(ConfigError, match="--procs: under torchrun the world size"):
+    with pytest.raises(ConfigError, match="--nproc: under torchrun the world size"):
         resolve(ScalingConfig(models=(MODEL,), size=32, procs=(1, 2), device="cpu"), world=2)

@@ -1,4 +1,5 @@
-"""The Charades reader on files in the published format, written here with the csv module."""
+"""The Charades layout (`read_layout("charades")`) on files in the published format, written
+here with the csv module."""
 
 from __future__ import annotations
 
@@ -7,13 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from vidscale.data.annotations import AnnotationError
+from vidscale.data.annotations import AnnotationError, VideoRecord
+from vidscale.data.label_sets import LabelSet
+from vidscale.data.layouts import read_layout
 from vidscale.data.layouts.charades import (
+    CLASS_FILE,
     COLUMNS,
     ActionSegment,
     find_video_dir,
     labels_for_clip,
-    read_charades,
     read_charades_classes,
     scan_charades,
 )
@@ -71,32 +74,43 @@ GOOD_ROWS = [
 ]
 
 
+def label_set(record: VideoRecord) -> LabelSet:
+    assert record.label == -1 and record.label_set is not None
+    return record.label_set
+
+
 def test_reads_ids_paths_label_sets_and_segments(tmp_path: Path) -> None:
     root = make_root(tmp_path, GOOD_ROWS)
-    split = read_charades(root, "train")
-    assert split.classes.codes == ("c000", "c001", "c002", "c003")
-    assert split.classes.names[0] == "Holding some clothes"
-    assert [v.video_id for v in split.videos] == ["46GP8", "N11GT", "0IH69"]
-    first, empty, instant = split.videos
+    splits = read_layout("charades", root)
+    assert splits.multi_label
+    assert read_charades_classes(root / CLASS_FILE).codes == ("c000", "c001", "c002", "c003")
+    assert splits.classes[0] == "Holding some clothes" and len(splits.classes) == 4
+    assert [r.path.stem for r in splits.train] == ["46GP8", "N11GT", "0IH69"]
+    first, empty, instant = splits.train
     assert first.path == root / "Charades_v1_480" / "46GP8.mp4"
-    assert first.labels == {1, 3}
-    assert first.segments == (
+    assert label_set(first).labels == {1, 3}
+    assert label_set(first).segments == (
         ActionSegment(1, 11.9, 21.2),
         ActionSegment(3, 0.0, 12.6),
         ActionSegment(1, 25.0, 28.1),
     )
-    assert first.length_s == 29.96
-    assert (empty.labels, empty.segments, empty.length_s) == (frozenset(), (), 16.25)
-    assert instant.segments == (ActionSegment(2, 3.0, 3.0),)
-    assert split.missing == []
-    test = read_charades(root, "test")
-    assert [(v.video_id, v.labels) for v in test.videos] == [("ZZZZZ", {3})]
+    assert label_set(empty) == LabelSet(frozenset(), ())
+    assert label_set(instant).segments == (ActionSegment(2, 3.0, 3.0),)
+    assert splits.missing == []
+    # The validation split is the test file's.
+    assert [(r.path.stem, label_set(r).labels) for r in splits.val] == [("ZZZZZ", {3})]
+    # Lengths are read too (the layout's records do not carry them).
+    classes = read_charades_classes(root / CLASS_FILE)
+    found = scan_charades(
+        root / "Charades_v1_train.csv", classes=classes, video_dir=find_video_dir(root)
+    )
+    assert [v.length_s for v in found.videos] == [29.96, 16.25, 8.5]
 
 
 def test_video_folder_480p_first_then_full_size(tmp_path: Path) -> None:
     root = make_root(tmp_path, GOOD_ROWS, videos="Charades_v1")
     assert find_video_dir(root) == root / "Charades_v1"
-    assert read_charades(root, "train").videos[0].path == root / "Charades_v1" / "46GP8.mp4"
+    assert read_layout("charades", root).train[0].path == root / "Charades_v1" / "46GP8.mp4"
     (root / "Charades_v1_480").mkdir()
     assert find_video_dir(root) == root / "Charades_v1_480"
     with pytest.raises(AnnotationError, match="no video folder"):
@@ -107,21 +121,15 @@ def test_missing_videos_raise_or_are_reported(tmp_path: Path) -> None:
     rows = [*GOOD_ROWS, charades_row("GONE1", "c000 1 2"), charades_row("GONE2", "")]
     root = make_root(tmp_path, rows)
     csv_path = root / "Charades_v1_train.csv"
-    with pytest.raises(
-        AnnotationError, match=rf"{csv_path}:8: missing video .*GONE1.mp4 \(and 1 more\)"
-    ):
-        read_charades(root, "train")
-    with pytest.warns(UserWarning) as warned:
-        split = read_charades(root, "train", skip_missing=True)
-    assert [str(w.message).endswith(f"GONE{k}.mp4; skipped") for k, w in enumerate(warned, 1)] == [
-        True,
-        True,
-    ]
-    assert len(split.videos) == 3
+    with pytest.raises(AnnotationError, match=rf"{csv_path}:8: missing video .*GONE1\.mp4"):
+        read_layout("charades", root)
+    splits = read_layout("charades", root, skip_missing=True)
+    assert len(splits.train) == 3
     # Each description spans two lines, so row k starts on line 2k.
-    assert [(m.path.name, m.where) for m in split.missing] == [
-        ("GONE1.mp4", f"{csv_path}:8"),
-        ("GONE2.mp4", f"{csv_path}:10"),
+    videos = root / "Charades_v1_480"
+    assert splits.missing == [
+        (str(videos / "GONE1.mp4"), f"{csv_path}:8: missing video"),
+        (str(videos / "GONE2.mp4"), f"{csv_path}:10: missing video"),
     ]
 
 
@@ -145,46 +153,50 @@ def test_a_malformed_row_names_file_and_line(
 ) -> None:
     root = make_root(tmp_path, [GOOD_ROWS[0], charades_row("N11GT", actions, length)])
     with pytest.raises(AnnotationError, match=f"Charades_v1_train.csv:4: {message}"):
-        read_charades(root, "train")
+        read_layout("charades", root)
+    with pytest.raises(AnnotationError, match=f"Charades_v1_train.csv:4: {message}"):
+        read_layout("charades", root, skip_missing=True)  # not a missing video: still raised
 
 
 def test_malformed_files(tmp_path: Path) -> None:
     root = make_root(tmp_path, GOOD_ROWS)
-    classes = read_charades_classes(root / "Charades_v1_classes.txt")
-    csv_path = root / "bad.csv"
+    csv_path = root / "Charades_v1_train.csv"
 
-    def scan() -> object:
-        return scan_charades(csv_path, classes=classes, video_dir=root / "Charades_v1_480")
+    def read() -> object:
+        return read_layout("charades", root, skip_missing=True)
 
     write_csv(csv_path, [GOOD_ROWS[0], [*GOOD_ROWS[1], "extra"]])
-    with pytest.raises(AnnotationError, match="bad.csv:4: expected 11 columns, got 12"):
-        scan()
+    with pytest.raises(AnnotationError, match="train.csv:4: expected 11 columns, got 12"):
+        read()
     write_csv(csv_path, [GOOD_ROWS[0], GOOD_ROWS[0]])
     with pytest.raises(
-        AnnotationError, match="bad.csv:4: duplicate id '46GP8' \\(first on line 2\\)"
+        AnnotationError, match="train.csv:4: duplicate id '46GP8' \\(first on line 2\\)"
     ):
-        scan()
+        read()
     write_csv(csv_path, [charades_row(" ", "")])
-    with pytest.raises(AnnotationError, match="bad.csv:2: empty id"):
-        scan()
+    with pytest.raises(AnnotationError, match="train.csv:2: empty id"):
+        read()
     write_csv(csv_path, [], header=("id", "subject", "length"))
-    with pytest.raises(AnnotationError, match="bad.csv:1: header lacks column\\(s\\) actions"):
-        scan()
+    with pytest.raises(AnnotationError, match="train.csv:1: header lacks column\\(s\\) actions"):
+        read()
     csv_path.write_text(",".join(COLUMNS) + '\nX,"unterminated\nY,\nZ\n')
-    with pytest.raises(AnnotationError, match="bad.csv:2: malformed CSV"):
-        scan()
+    with pytest.raises(AnnotationError, match="train.csv:2: malformed CSV"):
+        read()
     csv_path.write_text("")
-    with pytest.raises(AnnotationError, match="bad.csv:1: empty file"):
-        scan()
-    with pytest.raises(AnnotationError, match="nothere.csv: annotation file not found"):
-        scan_charades(root / "nothere.csv", classes=classes, video_dir=root)
-    with pytest.raises(AnnotationError, match="unknown Charades split 'val'"):
-        read_charades(root, "val")  # type: ignore[arg-type]
+    with pytest.raises(AnnotationError, match="train.csv:1: empty file"):
+        read()
+    csv_path.unlink()
+    with pytest.raises(AnnotationError, match="train.csv: annotation file not found"):
+        read()
+    write_csv(csv_path, GOOD_ROWS)
+    (root / "Charades_v1_test.csv").unlink()  # the validation split's file
+    with pytest.raises(AnnotationError, match="Charades_v1_test.csv: annotation file not found"):
+        read()
 
 
 def test_blank_rows_are_skipped(tmp_path: Path) -> None:
     root = make_root(tmp_path, [GOOD_ROWS[0], [], GOOD_ROWS[1]])
-    assert [v.video_id for v in read_charades(root, "train").videos] == ["46GP8", "N11GT"]
+    assert [r.path.stem for r in read_layout("charades", root).train] == ["46GP8", "N11GT"]
 
 
 def test_malformed_class_lists(tmp_path: Path) -> None:

@@ -130,6 +130,7 @@ def train_and_evaluate(prepared: Path, run: Path) -> dict:
     return summary
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["ucf101", "kinetics"])
 def test_layout_prepare_train_evaluate(kind: str, demo: Path, tmp_path: Path) -> None:
     root = tmp_path / kind

@@ -54,6 +54,7 @@ def mean_abs(a: torch.Tensor, b: torch.Tensor) -> float:
     return (a.float() - b.float()).abs().mean().item()
 
 
+@pytest.mark.slow
 def test_map_items_match_raw_videos_within_jpeg_loss(data: PreparedData) -> None:
     assert len({e.shard for e in data.train}) >= 4
     shard_set = ShardClipDataset(data.train, SPEC, train=True, seed=SEED)
@@ -194,6 +195,7 @@ def cycle_batches(
     return list(DataLoader(ds, batch_size=None, num_workers=2, collate_fn=collate))
 
 
+@pytest.mark.slow
 def test_streamed_batches_follow_the_epochs_requests_and_equal_map_items(
     data: PreparedData,
 ) -> None:
@@ -354,6 +356,7 @@ def test_shuffle_settings_are_checked(data: PreparedData) -> None:
 
 
 # forkserver: the datasets reach the workers pickled, their shared epoch as a memory handle.
+@pytest.mark.slow
 @pytest.mark.parametrize("worker_start", [None, "forkserver"])
 def test_persistent_workers_follow_set_epoch(data: PreparedData, worker_start: str | None) -> None:
     # Workers started once must see each new epoch and resume position, as fresh workers do.

@@ -58,6 +58,7 @@ def ridge_accuracy(
     return float(((b @ weights).argmax(1) == y_val).mean())
 
 
+@pytest.mark.slow
 def test_pixels_do_not_give_the_class_away_but_the_images_hold_it(tmp_path: Path) -> None:
     write_synthetic_images(tmp_path, seed=0, train_per_class=64, val_per_class=32)
     splits = read_layout("imagefolder", tmp_path)

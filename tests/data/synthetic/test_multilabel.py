@@ -11,7 +11,7 @@ import pytest
 
 from vidscale.cli.data_cmds import MULTI_LABEL_SIZE
 from vidscale.data.annotations import read_class_names
-from vidscale.data.layouts.multilabel import read_multilabel_annotations
+from vidscale.data.layouts import read_layout
 from vidscale.data.media.decode import decode_frames, probe
 from vidscale.data.synthetic.multilabel import (
     DEFAULT_SIZE,
@@ -38,19 +38,20 @@ def test_layout_labels_decoding_and_determinism(tmp_path: Path) -> None:
     assert classes == [c for c in CLASSES if "rotating" not in c] == list(MULTI_LABEL_CLASSES)
     header, first = (tmp_path / "a" / "train.csv").read_text().splitlines()[:2]
     assert header == "path,labels" and first.startswith("videos/train/train_00000.mp4,")
-    train = read_multilabel_annotations(tmp_path / "a" / "train.csv", classes=classes)
-    val = read_multilabel_annotations(tmp_path / "a" / "val.csv", classes=classes)
+    splits = read_layout("multilabel", tmp_path / "a")
+    assert splits.classes == classes and splits.multi_label and splits.missing == []
+    train, val = splits.train, splits.val
     assert (len(train), len(val)) == (4, 2)
     for rec in [*train, *val]:
-        assert len(rec.labels) in (2, 3)
+        assert rec.label_set is not None and len(rec.label_set.labels) in (2, 3)
         meta = probe(rec.path)
         assert (meta.num_frames, meta.width, meta.height) == (8, 32, 32)
         frames = decode_frames(rec.path, list(range(8))).astype(int)
         assert frames.shape == (8, 32, 32, 3) and frames.std() > 20  # textured, not blank
         twin = tmp_path / "b" / rec.path.relative_to(tmp_path / "a")
         assert rec.path.read_bytes() == twin.read_bytes()
-    b_train = read_multilabel_annotations(tmp_path / "b" / "train.csv", classes=classes)
-    assert [r.labels for r in b_train[:4]] == [r.labels for r in train]
+    b_train = read_layout("multilabel", tmp_path / "b").train
+    assert [r.label_set for r in b_train[:4]] == [r.label_set for r in train]
     other = tmp_path / "c" / train[0].path.relative_to(tmp_path / "a")
     assert train[0].path.read_bytes() != other.read_bytes()
 

@@ -4,7 +4,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vidscale.data.annotations import read_annotations, read_class_names
+from vidscale.data.annotations import read_class_names
+from vidscale.data.layouts import read_layout
 from vidscale.data.media.decode import decode_frames, probe
 from vidscale.data.sampling import uniform_indices
 from vidscale.data.synthetic.videos import (
@@ -32,8 +33,9 @@ def test_layout_and_determinism(tmp_path: Path) -> None:
         "path,label",
         "videos/train/moving_left/moving_left_0000.mp4,moving_left",
     ]
-    train = read_annotations(tmp_path / "a" / "train.csv", classes=classes)
-    val = read_annotations(tmp_path / "a" / "val.csv", classes=classes)
+    splits = read_layout("generic", tmp_path / "a")
+    assert splits.classes == classes and splits.missing == []
+    train, val = splits.train, splits.val
     assert sorted(r.label for r in train) == list(range(8))
     assert all(r.path.parent.parent.name == "val" for r in val)
     for rec in [*train, *val]:

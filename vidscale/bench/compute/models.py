@@ -39,7 +39,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import json
 import statistics
 import sys
 import time
@@ -53,6 +52,8 @@ from torch import nn
 
 from vidscale.bench.compute.flops import ModelInfo, model_info
 from vidscale.bench.compute.model_ratios import PASSES, Pass, add_ratios, comparisons
+from vidscale.bench.compute.train_step import check_trainable
+from vidscale.bench.results import plain, write_result
 from vidscale.fastpath import hardware
 from vidscale.fastpath.host_memory import set_host_memory_retention
 from vidscale.fastpath.isolation import probe_isolated
@@ -90,7 +91,7 @@ STAGES = ("data", "conv1", "pool1", "res2", "pool2", "res3", "res4", "res5", "gl
 
 @dataclass(frozen=True)
 class BenchConfig:
-    """What `bench_models` measures, and for how long.
+    """How `bench models` measures (the JSON's `settings`), and for how long.
 
     `frames` is the clip length of every model (0: each model's own: TSM/TSN 8, I3D 3x3x3 16,
     I3D 3x1x1 32, as in Table 1). `warmup` untimed rounds precede `repeats` timed ones; a timed
@@ -98,7 +99,7 @@ class BenchConfig:
     `peak_size` is the peak matmul's side (0: 2048 on CPU, 8192 on CUDA); `threads` > 0 sets
     torch's CPU threads. `probe_repeats` is the timed rounds of the start-up probe that decides
     the "fast" rows' setting (the trainer's: 5, after one warm-up round; below 5 the probe
-    cannot show a gain, and "auto" stays fp32: `fast_path_rule.rounds_needed`); it times by
+    cannot show a gain, and "auto" stays fp32: `rule.rounds_needed`); it times by
     the wall clock whatever `clock` says. `clock="process"` times CPU runs by the process's CPU
     time, so time spent preempted by other processes counts for nobody (use it with one thread,
     or idle OpenMP threads' spinning counts too); throughputs are then per CPU-second.
@@ -161,9 +162,22 @@ class BenchConfig:
         return self.frames or default_frames(name)
 
 
-@dataclass
-class BenchResult:
-    """Everything one run measured; `as_dict()` is what `--out-json` writes."""
+@dataclass(frozen=True)
+class ModelsConfig:
+    """What `bench models` runs (`run`): `models` (Table 1's and TSN by default), the model
+    every ratio is to (`baseline`; None: the first), and how they are measured (`settings`)."""
+
+    models: tuple[str, ...] = DEFAULT_MODELS
+    baseline: str | None = None
+    settings: BenchConfig = field(default_factory=BenchConfig)
+
+
+@dataclass(frozen=True)
+class ModelsResult:
+    """Everything one `bench models` run measured: the host, the settings (`BenchConfig`'s,
+    with the peak matmul's side and the baseline), the peak FLOP/s of each arithmetic, one
+    Table 1 row per (model, mode), the baseline comparisons and Table 2. `to_dict()` is what
+    `--out-json` writes."""
 
     hardware: dict[str, Any]
     settings: dict[str, Any]
@@ -172,8 +186,9 @@ class BenchResult:
     comparisons: list[dict[str, Any]]
     table2: dict[str, list[int | None]] = field(default_factory=dict)
 
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self) | {"table2_stages": list(STAGES)}
+    def to_dict(self) -> dict[str, Any]:
+        document: dict[str, Any] = plain(dataclasses.asdict(self))
+        return document | {"table2_stages": list(STAGES)}
 
 
 @dataclass
@@ -209,21 +224,6 @@ class _Subject:
         self.model.eval()
         with torch.inference_mode(), self.fast.autocast()():
             self.model(self.step.clips)
-
-
-def check_trainable(name: str, *, frames: int, size: int, batch: int) -> None:
-    """Raise ValueError when `name` cannot train on (batch, 3, frames, size, size) clips: too few
-    frames or pixels for its strides, or one value per channel at a BatchNorm. Checked on the
-    meta device, so it costs milliseconds and fails before any timing starts."""
-    with torch.device("meta"):
-        model = build_model(ModelConfig(name=name, num_classes=2))
-        clips = torch.empty(batch, 3, frames, size, size)
-    try:
-        with torch.no_grad():
-            model.train()(clips)
-    except (RuntimeError, ValueError) as err:
-        shape = f"{batch}x3x{frames}x{size}x{size}"
-        raise ValueError(f"{name} cannot train on {shape} clips: {err}") from err
 
 
 def auto_choice(name: str, *, cfg: BenchConfig, device: torch.device) -> FastPathDecision:
@@ -272,9 +272,10 @@ def _subject(
     return _Subject(name, mode, fast, tf32, model, step, retain, auto)
 
 
-def check_request(names: Sequence[str], cfg: BenchConfig, *, baseline: str | None) -> str:
+def check_request(config: ModelsConfig) -> str:
     """Check everything before anything is built; returns the baseline (default: the first
     model). Raises ValueError naming the setting, the model or the baseline at fault."""
+    names, cfg = config.models, config.settings
     cfg.validate()
     if not names:
         raise ValueError("no models given; see `vidscale models`")
@@ -285,7 +286,7 @@ def check_request(names: Sequence[str], cfg: BenchConfig, *, baseline: str | Non
     twice = sorted({n for n in names if list(names).count(n) > 1})
     if twice:
         raise ValueError(f"models listed more than once: {', '.join(twice)}")
-    baseline = baseline or names[0]
+    baseline = config.baseline or names[0]
     if baseline not in names:
         raise ValueError(f"baseline {baseline!r} is not among the models {list(names)}")
     for name in names:
@@ -293,22 +294,20 @@ def check_request(names: Sequence[str], cfg: BenchConfig, *, baseline: str | Non
     return baseline
 
 
-def bench_models(
-    names: Sequence[str],
-    cfg: BenchConfig = BenchConfig(),
+def run(
+    config: ModelsConfig,
     *,
-    baseline: str | None = None,
-    device: str | torch.device = "auto",
-    out_json: Path | None = None,
+    out_json: Path,
     progress: bool = False,
-) -> BenchResult:
+    device: str | torch.device = "auto",
+) -> ModelsResult:
     """Table 1 rows, one per (model, mode), measured interleaved in one run on `device`, with
-    ratios to `baseline` (default: the first model); Table 2 for the same clips.
-
-    Writes `out_json` (`BenchResult.as_dict()`) when given; `progress` reports each finished
-    round on stderr.
+    ratios to the baseline; Table 2 for the same clips. Writes `out_json` atomically
+    (`ModelsResult.to_dict()`); `progress` reports each probe and finished round on stderr.
+    Raises ValueError for a request that cannot work (`check_request`).
     """
-    baseline = check_request(names, cfg, baseline=baseline)
+    names, cfg = config.models, config.settings
+    baseline = check_request(config)
     dev = hardware.resolve_device(device)
     if cfg.clock == "process" and dev.type != "cpu":
         raise ValueError("clock='process' measures CPU time: it needs device='cpu'")
@@ -337,7 +336,7 @@ def bench_models(
     host["load_average_end"] = hardware.load_average()
     peaks = {k: f / statistics.median(samples.seconds[f"peak:{k}"]) for k, f in peak_flops.items()}
     rows = add_ratios(_rows(subjects, samples, peaks, cfg=cfg), baseline=baseline)
-    result = BenchResult(
+    result = ModelsResult(
         hardware=host,
         settings=dataclasses.asdict(cfg) | {"peak_size": side, "baseline": baseline},
         peak_flops_per_s=peaks,
@@ -345,8 +344,7 @@ def bench_models(
         comparisons=comparisons(rows, baseline=baseline),
         table2=table2(names, frames=cfg.frames),
     )
-    if out_json is not None:
-        Path(out_json).write_text(json.dumps(result.as_dict(), indent=2) + "\n")
+    write_result(out_json, result.to_dict())
     return result
 
 

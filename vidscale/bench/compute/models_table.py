@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from vidscale.bench.compute.models import STAGES, BenchResult
+from vidscale.bench.compute.models import STAGES, ModelsResult
 
 
 def format_cost_table(rows: Sequence[dict[str, Any]]) -> str:
@@ -162,7 +162,7 @@ def _load(value: float | None) -> str:
     return "?" if value is None else f"{value:.1f}"
 
 
-def format_report(result: BenchResult) -> str:
+def format_report(result: ModelsResult) -> str:
     """Everything `vidscale bench models` prints: Table 1 (cost, then speed), the baseline
     comparisons, Table 2, and how the numbers were measured."""
     host, s = result.hardware, result.settings

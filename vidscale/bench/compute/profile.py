@@ -9,23 +9,37 @@ profiled step at a fixed setting. From the profiler's trace:
   normalisation, reductions, copies: memory-bound work);
 - launch gaps: the share of the step's span (first kernel start to last kernel end) in which
   the device ran nothing, and the gaps' count and mean.
+
+`run(ProfileConfig, *, out_json, progress, device)` returns a `ProfileResult` (one
+`ProfiledStep` per model), whose `to_dict()` is the JSON it writes and which
+`ProfileResult.read` parses back (`bench gpu-report` reads it so).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
+import sys
 import tempfile
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from vidscale.atomic import atomic_write_json
 from vidscale.bench.compute.train_step import StepShape, TrainStep, release
+from vidscale.bench.results import (
+    DEFAULT_SOURCE,
+    Fields,
+    HostInfo,
+    fields_of,
+    read_json,
+    write_result,
+)
 from vidscale.fastpath import hardware
 from vidscale.fastpath.settings import Candidate
 
@@ -36,6 +50,7 @@ COMPUTE_BOUND = re.compile(
     re.IGNORECASE,
 )
 DEVICE_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset"}
+WHAT = "`vidscale bench profile`"
 
 
 def profile_step(
@@ -165,46 +180,153 @@ def _end(event: dict[str, Any]) -> float:
     return float(event["ts"]) + float(event["dur"])
 
 
-def bench_profile(
-    models: Sequence[str],
-    *,
-    batch: int,
-    size: int = 224,
-    frames: int = 0,
-    setting: str = "bf16+cl",
-    warmup: int = 2,
-    top: int = 15,
-    device: str | torch.device = "auto",
-    out_json: Path | None = None,
-) -> dict[str, Any]:
-    """`profile_step` for each model; the device, and one entry per model. `out_json` is
-    rewritten after each model with `"complete": false` until the last, so a run stopped by a
-    time limit keeps the models it profiled."""
-    dev = hardware.resolve_device(device)
-    chosen = Candidate.from_label(setting)
-    result: dict[str, Any] = {"hardware": hardware.describe(dev), "models": [], "complete": False}
-    for name in models:
-        shape = StepShape(name, batch, size, frames)
-        result["models"].append(
-            profile_step(shape, device=dev, setting=chosen, warmup=warmup, top=top)
+@dataclass(frozen=True)
+class ProfileConfig:
+    """What `bench profile` runs (`run`): one profiled training step of each of `models` on
+    `batch` clips of `frames` (0: each model's own) x `size`² at the fast-path `setting`,
+    after `warmup` untimed steps, listing the `top` operations by self time."""
+
+    models: tuple[str, ...]
+    batch: int = 8
+    size: int = 224
+    frames: int = 0
+    setting: str = "bf16+cl"
+    warmup: int = 2
+    top: int = 15
+
+
+@dataclass(frozen=True)
+class TopOperation:
+    """An operation (kernel or operator) by self time: its total in µs, share of the step's,
+    calls, and whether it is matmul / convolution work or memory-bound."""
+
+    name: str
+    self_us: float
+    share: float
+    calls: int
+    kind: str
+
+    @classmethod
+    def from_fields(cls, f: Fields) -> TopOperation:
+        return cls(
+            name=f.text("name"),
+            self_us=f.number("self_us"),
+            share=f.number("share"),
+            calls=f.integer("calls"),
+            kind=f.text("kind"),
         )
-        if out_json is not None:
-            atomic_write_json(Path(out_json), result)
-    result["complete"] = True
-    if out_json is not None:
-        atomic_write_json(Path(out_json), result)
+
+
+@dataclass(frozen=True)
+class ProfiledStep:
+    """One model's profiled step (`profile_step`): its shape and setting, what was timed
+    (`timeline`: cuda kernels or cpu operators), the top operations, the matmul/conv and
+    memory-bound shares of the self time, and the idle gaps of the step's span."""
+
+    model: str
+    batch: int
+    input: str
+    setting: str
+    timeline: str
+    self_us_total: float
+    top: tuple[TopOperation, ...]
+    matmul_conv_share: float
+    memory_bound_share: float
+    span_us: float
+    busy_us: float
+    idle_share: float
+    gaps: int
+    mean_gap_us: float
+    events: int
+
+    @classmethod
+    def of(cls, summary: Mapping[str, Any]) -> ProfiledStep:
+        """From `profile_step`'s dict."""
+        return cls.from_fields(fields_of(summary, source="profile_step", what=WHAT))
+
+    @classmethod
+    def from_fields(cls, f: Fields) -> ProfiledStep:
+        numbers = ("self_us_total", "matmul_conv_share", "memory_bound_share", "span_us")
+        values: dict[str, Any] = {k: f.text(k) for k in ("model", "input", "setting", "timeline")}
+        values |= {k: f.integer(k) for k in ("batch", "gaps", "events")}
+        values |= {k: f.number(k) for k in (*numbers, "busy_us", "idle_share", "mean_gap_us")}
+        values["top"] = tuple(TopOperation.from_fields(t) for t in f.objs("top"))
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["top"] = [dataclasses.asdict(t) for t in self.top]
+        return out
+
+
+@dataclass(frozen=True)
+class ProfileResult:
+    """What `bench profile` measured (its `--out-json`, read back by `bench gpu-report`): the
+    device, one profiled step per model, and whether the run got to its end (`complete`
+    false: it stopped early; a file without the key reads as complete)."""
+
+    hardware: HostInfo
+    models: tuple[ProfiledStep, ...]
+    complete: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "hardware": self.hardware.to_dict(),
+            "models": [m.to_dict() for m in self.models],
+            "complete": self.complete,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, source: str = DEFAULT_SOURCE) -> ProfileResult:
+        """Parse `to_dict()`'s document; `InputError` naming `source` and the key at fault."""
+        f = fields_of(data, source=source, what=WHAT)
+        return cls(
+            hardware=HostInfo.from_fields(f.obj("hardware")),
+            models=tuple(ProfiledStep.from_fields(m) for m in f.objs("models")),
+            complete=f.flag("complete") if f.has("complete") else True,
+        )
+
+    @classmethod
+    def read(cls, path: Path) -> ProfileResult:
+        """The result in the JSON file at `path`; `InputError` naming the file and the key."""
+        return cls.from_dict(read_json(path, what=WHAT).data, source=str(path))
+
+
+def run(
+    config: ProfileConfig,
+    *,
+    out_json: Path,
+    progress: bool = False,
+    device: str | torch.device = "auto",
+) -> ProfileResult:
+    """`profile_step` for each model on `device`; the device and one entry per model, written
+    to `out_json` atomically after each model with `"complete": false` until the last, so a
+    run stopped by a time limit keeps the models it profiled. `progress` names each model on
+    stderr as it starts."""
+    dev = hardware.resolve_device(device)
+    chosen = Candidate.from_label(config.setting)
+    result = ProfileResult(HostInfo.of(hardware.describe(dev)), (), complete=False)
+    for name in config.models:
+        if progress:
+            print(f"bench profile: {name}", file=sys.stderr)
+        shape = StepShape(name, config.batch, config.size, config.frames)
+        step = profile_step(shape, device=dev, setting=chosen, warmup=config.warmup, top=config.top)
+        result = dataclasses.replace(result, models=(*result.models, ProfiledStep.of(step)))
+        write_result(out_json, result.to_dict())
+    result = dataclasses.replace(result, complete=True)
+    write_result(out_json, result.to_dict())
     return result
 
 
-def format_profile(result: dict[str, Any], *, rows: int = 8) -> str:
+def format_profile(result: ProfileResult, *, rows: int = 8) -> str:
     """Each model's shares and gaps, then its top operations."""
     lines = []
-    for m in result["models"]:
+    for m in result.models:
         lines.append(
-            f"{m['model']} batch {m['batch']} {m['input']} ({m['timeline']}): matmul/conv "
-            f"{m['matmul_conv_share']:.0%}, memory-bound {m['memory_bound_share']:.0%}, idle "
-            f"{m['idle_share']:.0%} in {m['gaps']} gaps (mean {m['mean_gap_us']:.1f} µs)"
+            f"{m.model} batch {m.batch} {m.input} ({m.timeline}): matmul/conv "
+            f"{m.matmul_conv_share:.0%}, memory-bound {m.memory_bound_share:.0%}, idle "
+            f"{m.idle_share:.0%} in {m.gaps} gaps (mean {m.mean_gap_us:.1f} µs)"
         )
-        for t in m["top"][:rows]:
-            lines.append(f"  {t['share']:6.1%} {t['calls']:5d}x  {t['kind']:12}  {t['name'][:90]}")
+        for t in m.top[:rows]:
+            lines.append(f"  {t.share:6.1%} {t.calls:5d}x  {t.kind:12}  {t.name[:90]}")
     return "\n".join(lines)

@@ -100,6 +100,21 @@ class TrainStep:
         self.step.on(clips, labels)
 
 
+def check_trainable(name: str, *, frames: int, size: int, batch: int) -> None:
+    """Raise ValueError when `name` cannot train on (batch, 3, frames, size, size) clips: too few
+    frames or pixels for its strides, or one value per channel at a BatchNorm. Checked on the
+    meta device, so it costs milliseconds and fails before any timing starts."""
+    with torch.device("meta"):
+        model = build_model(ModelConfig(name=name, num_classes=2))
+        clips = torch.empty(batch, 3, frames, size, size)
+    try:
+        with torch.no_grad():
+            model.train()(clips)
+    except (RuntimeError, ValueError) as err:
+        shape = f"{batch}x3x{frames}x{size}x{size}"
+        raise ValueError(f"{name} cannot train on {shape} clips: {err}") from err
+
+
 def release(device: torch.device) -> None:
     """Give back what finished steps held, so the next model starts with the whole device;
     compiled graphs are dropped too."""

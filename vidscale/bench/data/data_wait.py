@@ -1,29 +1,25 @@
-"""How much of a training step waits for data (TSM paper Fig. 3b): `bench_data_wait` trains a
-real model for a few steps (the trainer's `step.run.train_step`) with the real `DataLoader` and
-measures the fraction of step time blocked waiting for the next batch (data loading not hidden
-by compute) for several clip lengths and loader worker counts."""
+"""How much of a training step waits for data (TSM paper Fig. 3b): `run` trains a real model
+for a few steps (the trainer's `step.run.train_step`) with the real `DataLoader` and measures
+the fraction of step time blocked waiting for the next batch (data loading not hidden by
+compute) for several clip lengths and loader worker counts."""
 
 from __future__ import annotations
 
-import json
 import tempfile
 import time
 from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from vidscale.bench.data.dataload import (
-    BenchVideoSpec,
-    find_videos,
-    make_bench_videos,
-    prepare_shards,
-)
+from vidscale.bench.data.bench_videos import BenchVideoSpec, find_videos, make_bench_videos
+from vidscale.bench.data.dataload import prepare_shards
+from vidscale.bench.results import write_result
 from vidscale.data.annotations import VideoRecord
 from vidscale.data.clip import ClipSpec
 from vidscale.data.dataset import VideoClipDataset, collate
@@ -48,66 +44,101 @@ class WaitRow:
     wait_fraction: float
 
 
-def bench_data_wait(
-    model_name: str,
-    *,
-    batch: int,
-    frames_list: Sequence[int] = (8, 16, 32),
-    workers_list: Sequence[int] = (0, 1, 2),
-    steps: int = 3,
-    warmup: int = 1,
-    size: int = 112,
-    source: Literal["videos", "shards"] = "videos",
-    videos_dir: Path | None = None,
-    work_dir: Path | None = None,
-    count: int = 4,
-    seconds: float = 10.0,
-    num_classes: int = 400,
-    threads: int = 1,
-    device: str = "cpu",
-    out_json: Path | None = None,
-    show: bool = True,
-) -> list[WaitRow]:
-    """Fraction of training-step time spent waiting for data (TSM paper Fig. 3b).
+@dataclass(frozen=True)
+class DataWaitConfig:
+    """What `bench data-wait` runs (`run`): `warmup` + `steps` SGD steps of `model` on `batch`
+    clips of `size`², for each clip length of `frames` (TSN sampling up to 8 frames, dense
+    stride 2 above) and each loader worker count of `workers`, read from `source`: the videos
+    under `videos` (None: `count` generated videos of `seconds` each, made under `work_dir`;
+    None: a temporary directory), or shards prepared from them; `threads` intra-op threads."""
 
-    For each clip length in `frames_list` (TSN sampling for 8 frames or fewer, dense stride 2
-    above) and each loader worker count, runs `warmup` + `steps` real SGD steps of `model_name`
-    on `batch` clips of `size` x `size` read by the real `DataLoader` (`source`: raw videos or
-    prepared shards) on `device`, with `threads` intra-op threads on the CPU (loader workers
-    get one each), and reports the share of the timed steps' time blocked on the next batch.
+    model: str = "tsm_resnet18"
+    batch: int = 2
+    frames: tuple[int, ...] = (8, 16, 32)
+    workers: tuple[int, ...] = (0, 1, 2)
+    steps: int = 3
+    warmup: int = 1
+    size: int = 112
+    source: Literal["videos", "shards"] = "videos"
+    videos: Path | None = None
+    work_dir: Path | None = None
+    count: int = 4
+    seconds: float = 10.0
+    num_classes: int = 400
+    threads: int = 1
+
+
+@dataclass(frozen=True)
+class DataWaitResult:
+    """One row per (clip length, worker count), in that order."""
+
+    rows: tuple[WaitRow, ...]
+
+    def to_json(self) -> list[dict[str, Any]]:
+        """The JSON document `--out-json` writes: a list, one object per row (not an object
+        as the other benches write: kept as it has always been written)."""
+        return [asdict(r) for r in self.rows]
+
+
+def run(
+    config: DataWaitConfig, *, out_json: Path, progress: bool = False, device: str = "cpu"
+) -> DataWaitResult:
+    """Fraction of training-step time spent waiting for data (TSM paper Fig. 3b), written to
+    `out_json` atomically.
+
+    For each clip length and loader worker count of `config`, runs its real SGD steps on
+    `device` with the real `DataLoader` (loader workers get one thread each) and reports the
+    share of the timed steps' time blocked on the next batch. `progress` prints the table.
     """
+    cfg = config
     rows: list[WaitRow] = []
     previous_threads = torch.get_num_threads()
-    torch.set_num_threads(threads)
+    torch.set_num_threads(cfg.threads)
     try:
         with ExitStack() as stack:
-            work = Path(work_dir or stack.enter_context(tempfile.TemporaryDirectory()))
+            work = Path(cfg.work_dir or stack.enter_context(tempfile.TemporaryDirectory()))
             paths = (
-                find_videos(Path(videos_dir), limit=64)
-                if videos_dir is not None
-                else _generated(work, count=count, seconds=seconds)
+                find_videos(Path(cfg.videos), limit=64)
+                if cfg.videos is not None
+                else _generated(work, count=cfg.count, seconds=cfg.seconds)
             )
-            records = [VideoRecord(p, k % num_classes) for k, p in enumerate(paths)]
-            entries = (
-                prepare_shards(paths, work / "shards", quality=90) if source == "shards" else []
-            )
-            for frames in frames_list:
-                spec = _wait_clip(frames, size)
-                for workers in workers_list:
+            records = [VideoRecord(p, k % cfg.num_classes) for k, p in enumerate(paths)]
+            shards = cfg.source == "shards"
+            entries = prepare_shards(paths, work / "shards", quality=90) if shards else []
+            wait = _WaitRun(cfg.model, cfg.batch, cfg.steps, cfg.warmup, cfg.num_classes, device)
+            for frames in cfg.frames:
+                spec = _wait_clip(frames, cfg.size)
+                for workers in cfg.workers:
                     dataset = (
                         ShardClipDataset(entries, spec, train=True)
-                        if source == "shards"
+                        if shards
                         else VideoClipDataset(records, spec, train=True)
                     )
-                    run = _WaitRun(model_name, batch, steps, warmup, num_classes, device)
-                    rows.append(run.measure(dataset, frames=frames, workers=workers))
+                    rows.append(wait.measure(dataset, frames=frames, workers=workers))
     finally:
         torch.set_num_threads(previous_threads)
-    if out_json is not None:
-        Path(out_json).write_text(json.dumps([asdict(r) for r in rows], indent=2) + "\n")
-    if show:
-        print(format_wait_table(rows))
-    return rows
+    result = DataWaitResult(tuple(rows))
+    write_result(out_json, result.to_json())
+    if progress:
+        print(format_wait_table(result.rows))
+    return result
+
+
+def bench_data_wait(
+    model_name: str, *, out_json: Path, show: bool = True, **settings: Any
+) -> DataWaitResult:
+    """`run` under its earlier name and keywords (the record in docs/benchmarks.md was made
+    with it): `frames_list`, `workers_list` and `videos_dir` are `DataWaitConfig`'s `frames`,
+    `workers` and `videos`, the other `settings` its fields of the same names, and `device`
+    `run`'s; `show` prints the table."""
+    renamed = {"frames_list": "frames", "workers_list": "workers", "videos_dir": "videos"}
+    device = settings.pop("device", "cpu")
+    given = {renamed.get(k, k): v for k, v in settings.items()}
+    for key in ("frames", "workers"):
+        if key in given:
+            given[key] = tuple(given[key])
+    config = DataWaitConfig(model=model_name, **given)
+    return run(config, out_json=out_json, progress=show, device=device)
 
 
 def _generated(work: Path, *, count: int, seconds: float) -> list[Path]:

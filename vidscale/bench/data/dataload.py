@@ -23,34 +23,36 @@ processes on the machine distort less) and frames decoded per clip. The magnitud
 expects on one core, and what was measured beside them, are in docs/benchmarks.md ("Data
 loading: raw H.264 vs prepared shards").
 
-How much of a training step waits for data is `data_wait.bench_data_wait`'s.
+How much of a training step waits for data is `data_wait`'s.
 
-Benchmark videos are generated when none are given: a camera pan over a textured scene with
-moving objects and sensor noise, 340x256 (short side 256, as `prepare` stores), 30 fps; the
-`k400` preset makes Kinetics-400-like files instead: 456x256, x264 CRF 21, default GOP.
+Benchmark videos are generated when none are given (`bench_videos`): a camera pan over a
+textured scene with moving objects and sensor noise, 340x256 (short side 256, as `prepare`
+stores), 30 fps; the `k400` preset makes Kinetics-400-like files instead: 456x256, x264 CRF 21,
+default GOP.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import platform
+import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import av
-import cv2
 import numpy as np
 import torch
 
+from vidscale.bench.data.bench_videos import BenchVideoSpec, find_videos, make_bench_videos
+from vidscale.bench.results import plain, write_result
 from vidscale.data.annotations import VideoRecord
 from vidscale.data.clip import ClipSpec, frame_indices
-from vidscale.data.layouts import VIDEO_EXTENSIONS, LayoutSplits
+from vidscale.data.layouts import LayoutSplits
 from vidscale.data.media.decode import (
     DecodeError,
     DecodeStats,
@@ -76,94 +78,6 @@ DEFAULT_CLIPS = (
     ClipKind("dense16", ClipSpec(frames=16, sampling="dense", stride=2)),
     ClipKind("dense32", ClipSpec(frames=32, sampling="dense", stride=2)),
 )
-
-
-# benchmark videos ----------------------------------------------------------------------------
-
-
-def scene_frames(
-    rng: np.random.Generator, *, num_frames: int, width: int, height: int
-) -> Iterator[np.ndarray]:
-    """(H, W, 3) uint8 frames: a pan (2 px/frame) over smooth colour blotches with fine texture,
-    two moving rectangles and pixel noise; detail an encoder must actually code."""
-    pan = 2
-    full_w = width + pan * num_frames
-    coarse = rng.uniform(30, 220, size=(max(height // 16, 2), max(full_w // 16, 2), 3))
-    scene = cv2.resize(coarse.astype(np.float32), (full_w, height), interpolation=cv2.INTER_CUBIC)
-    scene += rng.normal(0, 10, size=(height, full_w, 1)).astype(np.float32)
-    boxes = [(rng.uniform(0, width), rng.uniform(0, height), rng.normal(0, 3, 2)) for _ in range(2)]
-    colours = rng.uniform(0, 255, size=(2, 3))
-    for t in range(num_frames):
-        img = scene[:, t * pan : t * pan + width].copy()
-        for (x0, y0, v), colour in zip(boxes, colours, strict=True):
-            x, y = int(x0 + v[0] * t) % width, int(y0 + v[1] * t) % height
-            img[y : y + height // 5, x : x + width // 6] = colour
-        img += rng.normal(0, 2.0, size=img.shape).astype(np.float32)
-        yield img.clip(0, 255).astype(np.uint8)
-
-
-def write_bench_video(
-    path: Path, frames: Iterator[np.ndarray], *, fps: int, gop: int, crf: int = 23
-) -> Path:
-    """H.264 (x264 preset medium, B-frames, `crf`) with a keyframe at least every `gop` frames."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with av.open(str(path), mode="w") as container:
-        stream = container.add_stream("libx264", rate=fps, options={"crf": str(crf)})
-        stream.pix_fmt = "yuv420p"
-        stream.codec_context.gop_size = gop
-        for i, rgb in enumerate(frames):
-            if i == 0:
-                stream.height, stream.width = rgb.shape[:2]
-            for packet in stream.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
-    return path
-
-
-@dataclass(frozen=True)
-class BenchVideoSpec:
-    """Videos generated for a data benchmark: `count` scenes of `seconds` at `fps`, `width` x
-    `height`, each scene encoded at x264 `crf` once per GOP length in `gops`."""
-
-    count: int = 4
-    seconds: float = 10.0
-    fps: int = 30
-    width: int = 340
-    height: int = 256
-    gops: tuple[int, ...] = (250, 16)
-    crf: int = 23
-
-
-# Named sets of generated videos. k400: Kinetics-400 as commonly stored (short side 256 at 16:9,
-# x264 CRF 21, x264's default GOP of 250 frames), the set raw-video decoding is tuned on.
-PRESETS = {
-    "default": BenchVideoSpec(),
-    "k400": BenchVideoSpec(width=456, height=256, gops=(250,), crf=21),
-}
-
-
-def make_bench_videos(
-    out: Path, spec: BenchVideoSpec = BenchVideoSpec(), *, seed: int = 0
-) -> dict[str, list[Path]]:
-    """The scenes of `spec` (picked by `seed`), per GOP length: {"gop250": [...], ...}."""
-    sources: dict[str, list[Path]] = {f"gop{g}": [] for g in spec.gops}
-    num_frames = round(spec.seconds * spec.fps)
-    for k in range(spec.count):
-        for gop in spec.gops:
-            rng = np.random.default_rng((seed, k))  # the same scene for every GOP length
-            frames = scene_frames(rng, num_frames=num_frames, width=spec.width, height=spec.height)
-            path = Path(out) / f"gop{gop}" / f"scene_{k:03d}.mp4"
-            video = write_bench_video(path, frames, fps=spec.fps, gop=gop, crf=spec.crf)
-            sources[f"gop{gop}"].append(video)
-    return sources
-
-
-def find_videos(directory: Path, *, limit: int) -> list[Path]:
-    found = sorted(p for p in Path(directory).rglob("*") if p.suffix.lower() in VIDEO_EXTENSIONS)
-    if not found:
-        raise FileNotFoundError(f"no videos ({', '.join(VIDEO_EXTENSIONS)}) under {directory}")
-    return found[:limit]
 
 
 # readers -------------------------------------------------------------------------------------
@@ -316,63 +230,93 @@ def prepare_shards(paths: list[Path], out: Path, *, quality: int) -> list[ShardE
     return [by_path[str(Path(p).absolute())] for p in paths]
 
 
-def bench_data(
-    videos_dir: Path | None = None,
-    *,
-    out_json: Path | None = None,
-    work_dir: Path | None = None,
-    clips: Sequence[ClipKind] = DEFAULT_CLIPS,
-    rounds: int = 5,
-    generate: BenchVideoSpec = BenchVideoSpec(),
-    max_videos: int = 8,
-    quality: int = 90,
-    seed: int = 0,
-    threads: int = 1,
-    show: bool = True,
-) -> dict[str, Any]:
-    """Clips/s, CPU ms and frames decoded per clip of each reading method (module docstring),
-    side by side.
+@dataclass(frozen=True)
+class DataConfig:
+    """What `bench data` reads (`run`): the videos under `videos` (at most `max_videos`), or
+    with None those of `generate` (its scenes picked by `seed`), made under `work_dir` (None:
+    a temporary directory); `rounds` timed rounds of every clip kind of `clips`; `threads` > 1
+    adds `h264_segments` on that many decoder threads; shards store JPEG `quality`."""
 
-    `videos_dir`: benchmark these videos (as they are encoded); otherwise the videos of
-    `generate` are made, their scenes picked by `seed`. Every round reads, for every video and
-    clip kind, one random training clip with every method in rotating order; a lossless method
-    whose frames differ from the sequential decode's raises `RuntimeError`. `threads` > 1 adds
-    `h264_segments` on that many decoder threads. Shards are prepared from the first source (short
-    side 256, JPEG `quality`). Returns (and writes to `out_json`) the settings and one row per
-    (clip kind, method, source).
+    videos: Path | None = None
+    work_dir: Path | None = None
+    clips: tuple[ClipKind, ...] = DEFAULT_CLIPS
+    rounds: int = 5
+    generate: BenchVideoSpec = field(default_factory=BenchVideoSpec)
+    max_videos: int = 8
+    quality: int = 90
+    seed: int = 0
+    threads: int = 1
+
+
+@dataclass(frozen=True)
+class DataResult:
+    """What `bench data` measured: the videos read and the host (`settings`, free-form) and one
+    row per (clip kind, method, source). `to_dict()` is what `--out-json` writes."""
+
+    settings: dict[str, Any]
+    rows: tuple[DataBenchRow, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"settings": plain(self.settings), "rows": [asdict(r) for r in self.rows]}
+
+
+def run(config: DataConfig, *, out_json: Path, progress: bool = False) -> DataResult:
+    """Clips/s, CPU ms and frames decoded per clip of each reading method (module docstring),
+    side by side, written to `out_json` atomically.
+
+    Every round reads, for every video and clip kind, one random training clip with every
+    method in rotating order; a lossless method whose frames differ from the sequential
+    decode's raises `RuntimeError`. Shards are prepared from the first source (short side
+    256). `progress` names each clip kind on stderr as it starts.
     """
+    cfg = config
     with ExitStack() as stack:
-        work = Path(work_dir or stack.enter_context(tempfile.TemporaryDirectory()))
+        work = Path(cfg.work_dir or stack.enter_context(tempfile.TemporaryDirectory()))
         sources = (
-            {"given": find_videos(Path(videos_dir), limit=max_videos)}
-            if videos_dir is not None
-            else make_bench_videos(work / "videos", generate, seed=seed)
+            {"given": find_videos(Path(cfg.videos), limit=cfg.max_videos)}
+            if cfg.videos is not None
+            else make_bench_videos(work / "videos", cfg.generate, seed=cfg.seed)
         )
         first = next(iter(sources))
         # Probed once per video, as each loader worker caches it.
         metas = {s: [probe(p) for p in paths] for s, paths in sources.items()}
-        entries = prepare_shards(sources[first], work / "shards", quality=quality)
+        entries = prepare_shards(sources[first], work / "shards", quality=cfg.quality)
         reader = ShardReader()
         stack.callback(reader.close)
         rows: list[DataBenchRow] = []
-        for kind in clips:  # fresh methods per clip kind: each keeps its own samples
-            methods = _methods(sources, metas, entries, reader, threads=threads)
-            _run_rounds(methods, kind.spec, metas[first], rounds=rounds, seed=seed)
+        for kind in cfg.clips:  # fresh methods per clip kind: each keeps its own samples
+            if progress:
+                print(f"bench data: {kind.name} clips, {cfg.rounds} rounds", file=sys.stderr)
+            methods = _methods(sources, metas, entries, reader, threads=cfg.threads)
+            _run_rounds(methods, kind.spec, metas[first], rounds=cfg.rounds, seed=cfg.seed)
             rows.extend(_rows(methods, kind.name, kind.spec.frames, baseline=first))
         videos = _video_settings(sources, metas, first)  # before cleanup: reads file sizes
     settings = videos | {
-        "generated": asdict(generate) if videos_dir is None else None,
-        "rounds": rounds,
-        "decoder_threads": threads,
-        "clips": {k.name: asdict(k.spec) for k in clips},
-        "jpeg_quality": quality,
+        "generated": asdict(cfg.generate) if cfg.videos is None else None,
+        "rounds": cfg.rounds,
+        "decoder_threads": cfg.threads,
+        "clips": {k.name: asdict(k.spec) for k in cfg.clips},
+        "jpeg_quality": cfg.quality,
     }
-    result = {"settings": settings | _host(), "rows": [asdict(r) for r in rows]}
-    if out_json is not None:
-        Path(out_json).write_text(json.dumps(result, indent=2) + "\n")
+    result = DataResult(settings | _host(), tuple(rows))
+    write_result(out_json, result.to_dict())
+    return result
+
+
+def bench_data(
+    videos_dir: Path | None = None,
+    *,
+    out_json: Path,
+    show: bool = True,
+    **settings: Any,
+) -> DataResult:
+    """`run` under its earlier name and keywords (the record in docs/benchmarks.md was made
+    with it): `videos_dir` is `DataConfig.videos`, `settings` its other fields; `show` prints
+    the tables."""
+    result = run(DataConfig(videos=videos_dir, **settings), out_json=out_json)
     if show:
-        print(format_data_table(rows))
-        print(format_gains(rows))
+        print(format_data_table(result.rows))
+        print(format_gains(result.rows))
     return result
 
 

@@ -15,10 +15,10 @@ displacement is known exactly (`translated_pair`).
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import platform
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -31,16 +31,17 @@ import cv2
 import numpy as np
 import torch
 
-from vidscale.atomic import atomic_write_text
+from vidscale.bench.results import plain, write_result
 from vidscale.data.media.decode import decode_frames, probe
 from vidscale.data.media.flow import FLOW_METHODS, FlowEngine, FlowUnavailable, to_gray
+from vidscale.errors import InputError
 from vidscale.fastpath.hardware import device_name, load_average
 
 BASELINE = "dis"
 
 
 @dataclass(frozen=True)
-class FlowBenchConfig:
+class FlowConfig:
     """`pairs` consecutive frame pairs at `width` x `height` from `video` (None: a generated demo
     video); accuracy on a translation by `shift` (dx, dy) px of a texture with pixel `noise`."""
 
@@ -126,7 +127,7 @@ def video_gray_frames(path: Path, *, count: int, width: int, height: int) -> lis
     """The first `count` frames of `path`, resized to `width` x `height` and made gray."""
     meta = probe(path)
     if meta.num_frames < count:
-        raise ValueError(f"{path} has {meta.num_frames} frames; {count - 1} pairs need {count}")
+        raise InputError(f"{path} has {meta.num_frames} frames; {count - 1} pairs need {count}")
     rgb = decode_frames(path, np.arange(count), meta=meta)
     shrink = width * height < meta.width * meta.height
     interp = cv2.INTER_AREA if shrink else cv2.INTER_LINEAR
@@ -153,7 +154,7 @@ def _engines(methods: tuple[str, ...]) -> tuple[dict[str, FlowEngine], dict[str,
     missing: dict[str, str] = {}
     for m in methods:
         try:
-            engines[m] = FlowEngine(m)  # type: ignore[arg-type]  # names checked by bench_flow
+            engines[m] = FlowEngine(m)  # type: ignore[arg-type]  # names checked by `run`
         except FlowUnavailable as err:
             missing[m] = str(err)
     return engines, missing
@@ -178,7 +179,7 @@ def _time_interleaved(
 
 
 def _rows(
-    cfg: FlowBenchConfig,
+    cfg: FlowConfig,
     spent: dict[str, tuple[float, float]],
     epe: dict[str, float],
     missing: dict[str, str],
@@ -204,11 +205,25 @@ def _rows(
     return rows
 
 
-def bench_flow(cfg: FlowBenchConfig, *, out_json: Path | None = None) -> dict[str, Any]:
-    """Per-core speed and accuracy of each of `cfg.methods` (module docstring). Returns (and
-    writes to `out_json`) the settings and one row per method, in `cfg.methods`'s order; a
+@dataclass(frozen=True)
+class FlowResult:
+    """What `bench flow` measured: the settings and the host (`settings`, free-form), and one
+    row per method in the config's order. `to_dict()` is what `--out-json` writes."""
+
+    settings: dict[str, Any]
+    rows: tuple[FlowBenchRow, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"settings": plain(self.settings), "rows": [asdict(r) for r in self.rows]}
+
+
+def run(config: FlowConfig, *, out_json: Path, progress: bool = False) -> FlowResult:
+    """Per-core speed and accuracy of each of `config.methods` (module docstring), written to
+    `out_json` atomically: the settings and one row per method, in `config.methods`'s order; a
     method this OpenCV build lacks is a row marked unavailable. Unknown methods raise
-    `ValueError` before anything runs."""
+    `ValueError` before anything runs, a video too short for the pairs `InputError`.
+    `progress` names the methods timed on stderr."""
+    cfg = config
     unknown = [m for m in cfg.methods if m not in FLOW_METHODS]
     if unknown or not cfg.methods:
         raise ValueError(f"flow methods must be some of {', '.join(FLOW_METHODS)}, got {unknown}")
@@ -223,18 +238,18 @@ def bench_flow(cfg: FlowBenchConfig, *, out_json: Path | None = None) -> dict[st
     margin = math.ceil(max(abs(s) for s in cfg.shift)) + 8  # + DIS's 8 px patches
     with one_opencv_thread():
         engines, missing = _engines(cfg.methods)
+        if progress:
+            print(f"bench flow: timing {', '.join(engines)} on {cfg.pairs} pairs", file=sys.stderr)
         epe = {
             m: end_point_error(e(prev, nxt), cfg.shift, margin=margin) for m, e in engines.items()
         }
         spent = _time_interleaved(engines, grays)
-    rows = _rows(cfg, spent, epe, missing)
-    result = {"settings": _settings(cfg), "rows": [asdict(r) for r in rows]}
-    if out_json is not None:
-        atomic_write_text(Path(out_json), json.dumps(result, indent=2) + "\n")
+    result = FlowResult(_settings(cfg), tuple(_rows(cfg, spent, epe, missing)))
+    write_result(out_json, result.to_dict())
     return result
 
 
-def _settings(cfg: FlowBenchConfig) -> dict[str, Any]:
+def _settings(cfg: FlowConfig) -> dict[str, Any]:
     return {
         "video": str(cfg.video)
         if cfg.video
@@ -253,21 +268,21 @@ def _settings(cfg: FlowBenchConfig) -> dict[str, Any]:
     }
 
 
-def format_flow_table(result: dict[str, Any]) -> str:
-    """The rows of a `bench_flow` result as a text table, under a line naming the settings."""
-    s = result["settings"]
+def format_flow_table(result: FlowResult) -> str:
+    """The rows of a `bench flow` result as a text table, under a line naming the settings."""
+    s = result.settings
     lines = [
         f"{s['size'][0]}x{s['size'][1]}, {s['pairs']} frame pairs of {s['video']}; "
         f"1 process, 1 OpenCV thread; {s['cpu']}",
         f"{'method':10s} {'flows/s/core':>12s} {'ms/flow':>8s} {'x DIS':>6s} {'EPE px':>7s}",
     ]
-    for r in result["rows"]:
-        if not r["available"]:
-            lines.append(f"{r['method']:10s} unavailable: {r['note']}")
+    for r in result.rows:
+        if not r.available:
+            lines.append(f"{r.method:10s} unavailable: {r.note}")
             continue
-        ratio = "-" if r["ratio_to_dis"] is None else f"{r['ratio_to_dis']:.3f}"
+        ratio = "-" if r.ratio_to_dis is None else f"{r.ratio_to_dis:.3f}"
         lines.append(
-            f"{r['method']:10s} {r['flows_per_cpu_s']:12.1f} {r['ms_per_flow']:8.1f} "
-            f"{ratio:>6s} {r['epe_px']:7.3f}"
+            f"{r.method:10s} {r.flows_per_cpu_s or 0.0:12.1f} {r.ms_per_flow or 0.0:8.1f} "
+            f"{ratio:>6s} {r.epe_px or 0.0:7.3f}"
         )
     return "\n".join(lines)

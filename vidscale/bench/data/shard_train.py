@@ -7,24 +7,35 @@ clips/s, the share of step time blocked waiting for the next batch (each step en
 device synchronisation, so a wait is time the device had nothing to do), and the CPU the input
 pipeline used: the workers' CPU-seconds per clip and the cores busy at this rate (the workers'
 and the training process's CPU time over the wall time), from which the cores one device needs
-at any rate follow (`cores_at`).
+at any rate follow (`ShardTrainResult.cores_at`).
+
+`run(ShardTrainConfig, *, out_json, progress, device)` returns a `ShardTrainResult`, whose
+`to_dict()` is the JSON it writes and which `ShardTrainResult.read` parses back (`bench
+gpu-report` reads it so).
 """
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import os
+import sys
 import time
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader
 
-from vidscale.bench.compute.models import check_trainable
-from vidscale.bench.compute.train_step import StepShape, TrainStep, release
+from vidscale.bench.compute.train_step import StepShape, TrainStep, check_trainable, release
+from vidscale.bench.results import (
+    DEFAULT_SOURCE,
+    HostInfo,
+    fields_of,
+    read_json,
+    write_result,
+)
 from vidscale.data.clip import ClipSpec
 from vidscale.data.dataset import collate
 from vidscale.data.inputs import ModelInput
@@ -34,10 +45,12 @@ from vidscale.fastpath import hardware
 from vidscale.fastpath.settings import Candidate
 from vidscale.models.registry import list_models
 
+WHAT = "`vidscale bench shard-train`"
+
 
 @dataclass(frozen=True)
 class ShardTrainConfig:
-    """What `bench_shard_train` runs: `model` on `batch` clips of `frames` x `size`² read from
+    """What `bench shard-train` runs (`run`): `model` on `batch` clips of `frames` x `size`² read from
     the prepared directory `root` by `workers` loader processes (0: `os.cpu_count() - 1`)."""
 
     root: Path
@@ -72,10 +85,78 @@ class ShardTrainConfig:
         return self.workers or max(1, (os.cpu_count() or 2) - 1)
 
 
-def bench_shard_train(
-    cfg: ShardTrainConfig, *, device: str | torch.device = "auto", out_json: Path | None = None
-) -> dict[str, Any]:
-    """The timed steps' throughput, data wait and CPU use; written to `out_json` if given."""
+_SETTING_TYPES = {
+    "model": "text",
+    "batch": "integer",
+    "frames": "integer",
+    "size": "integer",
+    "workers": "integer",
+    "steps": "integer",
+    "warmup": "integer",
+    "setting": "text",
+}
+
+
+@dataclass(frozen=True)
+class ShardTrainResult:
+    """What `bench shard-train` measured (its `--out-json`, read back by `bench gpu-report`):
+    the device, the settings (`workers` as run: never 0), the prepared videos read, and over
+    the timed steps clips/s, the mean step, the share of it blocked waiting for data, the
+    workers' CPU-seconds per clip and cores busy, and the training process's cores busy."""
+
+    hardware: HostInfo
+    settings: ShardTrainConfig
+    videos: int
+    clips_per_s: float
+    step_s: float
+    data_wait_fraction: float
+    worker_cpu_s_per_clip: float
+    worker_cores_busy: float
+    main_cores_busy: float
+
+    def cores_at(self, clips_per_s: float) -> float:
+        """The cores one device needs to be fed `clips_per_s`: the workers' CPU per clip at
+        that rate, plus the training process as measured."""
+        return float(self.worker_cpu_s_per_clip * clips_per_s + self.main_cores_busy)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k.name: getattr(self, k.name) for k in dataclasses.fields(self)}
+        settings = asdict(self.settings) | {"root": str(self.settings.root)}
+        return out | {"hardware": self.hardware.to_dict(), "settings": settings}
+
+    @classmethod
+    def from_dict(
+        cls, data: Mapping[str, Any], *, source: str = DEFAULT_SOURCE
+    ) -> ShardTrainResult:
+        """Parse `to_dict()`'s document; `InputError` naming `source` and the key at fault."""
+        f = fields_of(data, source=source, what=WHAT)
+        s = f.obj("settings")
+        given = {k: getattr(s, kind)(k) for k, kind in _SETTING_TYPES.items()}
+        numbers = ("clips_per_s", "step_s", "data_wait_fraction", "worker_cpu_s_per_clip")
+        return cls(
+            hardware=HostInfo.from_fields(f.obj("hardware")),
+            settings=ShardTrainConfig(root=Path(s.text("root")), **given),
+            videos=f.integer("videos"),
+            **{k: f.number(k) for k in (*numbers, "worker_cores_busy", "main_cores_busy")},
+        )
+
+    @classmethod
+    def read(cls, path: Path) -> ShardTrainResult:
+        """The result in the JSON file at `path`; `InputError` naming the file and the key."""
+        return cls.from_dict(read_json(path, what=WHAT).data, source=str(path))
+
+
+def run(
+    config: ShardTrainConfig,
+    *,
+    out_json: Path,
+    progress: bool = False,
+    device: str | torch.device = "auto",
+) -> ShardTrainResult:
+    """The timed steps' throughput, data wait and CPU use on `device`, written to `out_json`
+    atomically. Raises ValueError for a config that cannot work or a directory that is not
+    prepared. `progress` announces the timed stretch on stderr."""
+    cfg = config
     cfg.validate()
     dev = hardware.resolve_device(device)
     try:
@@ -84,11 +165,10 @@ def bench_shard_train(
         raise ValueError(f"{cfg.root}: not a prepared directory ({err})") from err
     spec = ClipSpec(frames=cfg.frames, sampling="uniform", crop_size=cfg.size, flip=True)
     workers = cfg.loader_workers()
-    total = cfg.warmup + cfg.steps
     loader = DataLoader(  # the trainer's loader settings (`train/builders.py`)
         ShardClipDataset(entries, spec, train=True, seed=0),
         batch_size=cfg.batch,
-        sampler=_passes(len(entries), total * cfg.batch),
+        sampler=_passes(len(entries), (cfg.warmup + cfg.steps) * cfg.batch),
         num_workers=workers,
         collate_fn=collate,
         drop_last=True,
@@ -96,12 +176,37 @@ def bench_shard_train(
         prefetch_factor=4,
         persistent_workers=True,
     )
+    if progress:
+        print(f"bench shard-train: {cfg.model}, {workers} loader workers", file=sys.stderr)
+    busy, wait, main_s, workers_s = _timed_steps(cfg, spec, loader, dev)
+    clips_timed = cfg.steps * cfg.batch
+    result = ShardTrainResult(
+        hardware=HostInfo.of(hardware.describe(dev)),
+        settings=replace(cfg, root=Path(cfg.root), workers=workers),
+        videos=len(entries),
+        clips_per_s=clips_timed / busy,
+        step_s=busy / cfg.steps,
+        data_wait_fraction=wait / busy,
+        worker_cpu_s_per_clip=workers_s / clips_timed,
+        worker_cores_busy=workers_s / busy,
+        main_cores_busy=main_s / busy,
+    )
+    write_result(out_json, result.to_dict())
+    return result
+
+
+def _timed_steps(
+    cfg: ShardTrainConfig, spec: ClipSpec, loader: DataLoader[Any], dev: torch.device
+) -> tuple[float, float, float, float]:
+    """`warmup` + `steps` training steps on the loader's batches; over the timed ones: the
+    wall seconds, the seconds blocked on the next batch, and the CPU-seconds of this process
+    and of the loader workers."""
     shape = StepShape(cfg.model, cfg.batch, cfg.size, cfg.frames)
     step = TrainStep(shape, device=dev, setting=Candidate.from_label(cfg.setting))
     prepare = ModelInput.of(spec)
     batches = iter(loader)
     wait = started = cpu_main = cpu_workers = 0.0
-    for k in range(total):
+    for k in range(cfg.warmup + cfg.steps):
         if k == cfg.warmup:  # the timed stretch starts with the workers already running
             wait = 0.0
             started, cpu_main, cpu_workers = time.perf_counter(), time.process_time(), _child_cpu()
@@ -115,27 +220,7 @@ def bench_shard_train(
     main_s, workers_s = time.process_time() - cpu_main, _child_cpu() - cpu_workers
     del batches, step
     release(dev)
-    clips_timed = cfg.steps * cfg.batch
-    result = {
-        "hardware": hardware.describe(dev),
-        "settings": asdict(cfg) | {"root": str(cfg.root), "workers": workers},
-        "videos": len(entries),
-        "clips_per_s": clips_timed / busy,
-        "step_s": busy / cfg.steps,
-        "data_wait_fraction": wait / busy,
-        "worker_cpu_s_per_clip": workers_s / clips_timed,
-        "worker_cores_busy": workers_s / busy,
-        "main_cores_busy": main_s / busy,
-    }
-    if out_json is not None:
-        Path(out_json).write_text(json.dumps(result, indent=2) + "\n")
-    return result
-
-
-def cores_at(result: dict[str, Any], clips_per_s: float) -> float:
-    """The cores one device needs to be fed `clips_per_s`: the workers' CPU per clip at that
-    rate, plus the training process as measured."""
-    return float(result["worker_cpu_s_per_clip"] * clips_per_s + result["main_cores_busy"])
+    return busy, wait, main_s, workers_s
 
 
 def _passes(size: int, length: int) -> list[int]:

@@ -1,6 +1,6 @@
 """What `bench scaling` measures (`ScalingConfig`) and the variants each world size runs: the
-request shared by the launcher (`scaling`), the workers (`scaling_worker`, `scaling_data`) and
-the report (`scaling_report`), so that none of them imports another for it."""
+request shared by the launcher (`scaling.measure`), the workers (`scaling.worker`,
+`scaling.data`) and the report (`scaling.report`), so that none of them imports another for it."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ step's time goes (TSM paper §3c "Networking Efficiency", §4 "Scalability", Fig
 Scaling efficiency is the paper's: the actual training speed (clips/s) with P processes divided
 by the ideal, one process's speed times P, with the per-process batch held constant (weak
 scaling, as §4: 8 clips per GPU whatever the GPU count). Each step's time is split into three
-measured parts, on every rank (`scaling_worker`): exposed data wait (blocked in the loader),
+measured parts, on every rank (`scaling.worker`): exposed data wait (blocked in the loader),
 exposed communication (the collectives the step waited for: DDP's gradient all-reduces past the
 end of the backward compute and its hooks' own work, DDP's forward buffer broadcast, AAVG's
 averaging) and compute (the rest). Communication hidden behind the backward pass shows in
@@ -13,7 +13,7 @@ fp16, bf16, powersgd) and AAVG (K-step model averaging, `--aavg-k`); one process
 communication and is every variant's baseline.
 
 Launching. Outside torchrun, the command starts one `torchrun --standalone --nproc_per_node P
--m vidscale bench scaling ... --worker-out FILE` per P of `--procs` (torchrun picks a free
+-m vidscale bench scaling ... --worker-out FILE` per P of `--nproc` (torchrun picks a free
 port), each measuring every model and variant at its world size, and builds the table, the JSON
 and the plot from their files. Under a torchrun the user started (several nodes, say), it
 measures that world size only; `--baseline` adds the one-process rows of an earlier run's JSON,
@@ -23,13 +23,17 @@ Arithmetic: the fast path (`train.amp` / `train.channels_last` = auto) is decide
 by training's own probe (`fastpath/isolation.py`, in a child process) at one process's
 batch, shape and threads, before any world starts, and every world runs that setting: a row's
 speed-up then compares the same arithmetic. Under a torchrun the user started, each world
-decides as training would at its size (`fast_path_probe.decide`), unless `--fast-settings`
+decides as training would at its size (`fastpath.probe.decide`), unless `--fast-path`
 names them (e.g. the earlier run's, to compare with its `--baseline`).
 
 Threads: each process runs `--threads` CPU threads (default: the cores over the largest P, the
 same for every P, so that a process has the same resources in every row). On CPU the processes
 share one machine's memory bandwidth, so a CPU row also measures that contention; on a GPU host
 each process gets a device of its own.
+
+`run(ScalingConfig, *, out_json, progress, plot, baseline)` returns the typed report
+(`result.ScalingResult`), whose `to_dict()` is the JSON it writes; `vidscale plan --measured`
+and `--baseline` read that JSON back with `ScalingResult.read`.
 """
 
 from __future__ import annotations
@@ -39,12 +43,14 @@ import os
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from vidscale.atomic import atomic_write_text
+from vidscale.bench.results import write_result
 from vidscale.bench.scaling.config import ScalingConfig
+from vidscale.bench.scaling.result import ScalingResult, ScalingRun
 from vidscale.config import ConfigError
 from vidscale.distributed.strategy import AAVGStrategy, DDPStrategy
 
@@ -77,16 +83,16 @@ def check_procs(procs: tuple[int, ...], *, device_type: str, devices: int) -> No
     """One process per GPU: more processes than local devices is an error. (On CPU, more
     processes x threads than cores is allowed, and warned about by `resolve`.)"""
     if not procs or min(procs) < 1:
-        raise ConfigError(f"--procs: each count must be >= 1, got {list(procs)}")
+        raise ConfigError(f"--nproc: each count must be >= 1, got {list(procs)}")
     if device_type == "cuda" and max(procs) > devices:
         raise ConfigError(
-            f"--procs: {max(procs)} processes but this host has {devices} CUDA device(s) "
+            f"--nproc: {max(procs)} processes but this host has {devices} CUDA device(s) "
             "(one process per device; run more under torchrun on several nodes)"
         )
 
 
 def _check_models(cfg: ScalingConfig) -> None:
-    from vidscale.bench.compute.models import check_trainable
+    from vidscale.bench.compute.train_step import check_trainable
     from vidscale.models.registry import list_models
 
     for name in cfg.models:
@@ -101,14 +107,12 @@ def _check_models(cfg: ScalingConfig) -> None:
     for item in cfg.fast_settings:
         name, _, label = item.partition("=")
         if name not in cfg.models:
-            raise ConfigError(
-                f"--fast-settings: {item!r} names no model of --models (MODEL=SETTING)"
-            )
+            raise ConfigError(f"--fast-path: {item!r} names no model of --models (MODEL=SETTING)")
         try:
             Candidate.from_label(label)
         except ValueError:
             raise ConfigError(
-                f"--fast-settings: {item!r}: the setting is one of fp32, fp32+cl, bf16, bf16+cl"
+                f"--fast-path: {item!r}: the setting is one of fp32, fp32+cl, bf16, bf16+cl"
             ) from None
 
 
@@ -156,7 +160,7 @@ def resolve(cfg: ScalingConfig, *, world: int | None = None) -> ScalingConfig:
     """Check `cfg` (ConfigError naming the flag) and fill in its defaults for this host.
 
     `world`: torchrun's world size when running under it; its `procs` is then that world size
-    (`--procs` may only repeat it). `threads` 0 becomes the cores over the largest process
+    (`--nproc` may only repeat it). `threads` 0 becomes the cores over the largest process
     count on this node.
     """
     import torch
@@ -168,8 +172,8 @@ def resolve(cfg: ScalingConfig, *, world: int | None = None) -> ScalingConfig:
     if world is not None:
         if cfg.procs and cfg.procs != (world,):
             raise ConfigError(
-                f"--procs: under torchrun the world size ({world}) is measured, got "
-                f"{list(cfg.procs)} (leave --procs out)"
+                f"--nproc: under torchrun the world size ({world}) is measured, got "
+                f"{list(cfg.procs)} (leave --nproc out)"
             )
         procs: tuple[int, ...] = (world,)
         local = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
@@ -209,8 +213,10 @@ def _default_procs(device_type: str, devices: int, cores: int) -> tuple[int, ...
 
 
 def as_argv(cfg: ScalingConfig) -> list[str]:
-    """The `bench scaling` flags that reproduce `cfg` (for the torchrun workers)."""
-    argv = ["--models", *cfg.models, "--procs", *map(str, cfg.procs)]
+    """The `bench scaling` flags that reproduce `cfg` in a torchrun worker, all but the process
+    count: a worker takes that from its world size (`resolve`), and torchrun's parser, which
+    sees the worker's flags too, would refuse `--nproc` as an ambiguous `--nproc-per-node`."""
+    argv = ["--models", ",".join(cfg.models)]
     for flag, value in (
         ("--steps", cfg.steps),
         ("--warmup", cfg.warmup),
@@ -225,18 +231,20 @@ def as_argv(cfg: ScalingConfig) -> list[str]:
         ("--bucket-cap-mb", cfg.bucket_cap_mb),
     ):
         argv += [flag, str(value)]
-    argv += ["--hooks", *cfg.hooks, "--strategies", *cfg.strategies]
-    if cfg.fast_settings:
-        argv += ["--fast-settings", *cfg.fast_settings]
+    argv += ["--hooks", ",".join(cfg.hooks), "--strategies", ",".join(cfg.strategies)]
+    if not cfg.fast_path:
+        argv += ["--fast-path", "fp32"]
+    elif cfg.fast_settings:
+        argv += ["--fast-path", ",".join(cfg.fast_settings)]
     if cfg.data:
         argv += ["--data", cfg.data, "--source", cfg.source, "--layout", cfg.layout]
-    return argv if cfg.fast_path else [*argv, "--no-fast-path"]
+    return argv
 
 
-def decide_fast_settings(cfg: ScalingConfig) -> ScalingConfig:
+def decide_fast_settings(cfg: ScalingConfig, *, progress: bool = True) -> ScalingConfig:
     """`cfg` with the fast-path setting of every model not yet given one: training's probe
     (in a child process) at one process's batch, clip shape and `cfg.threads`, with host memory
-    retained on CPU as the workers do. Prints each decision."""
+    retained on CPU as the workers do. Prints each decision with `progress`."""
     import functools
 
     import torch
@@ -264,7 +272,8 @@ def decide_fast_settings(cfg: ScalingConfig) -> ScalingConfig:
                 host_memory=device.type == "cpu",
             )
             decision = FastPathDecision.from_probe(measured, shape=cfg.probe_shape())
-            print(f"bench scaling: {name}: {decision.describe()}", flush=True)
+            if progress:
+                print(f"bench scaling: {name}: {decision.describe()}", flush=True)
             settings.append(f"{name}={decision.candidate.label}")
     finally:
         torch.set_num_threads(threads)
@@ -312,25 +321,31 @@ def run_worker(cfg: ScalingConfig, out: Path) -> None:
         atomic_write_text(out, json.dumps({"measurements": measurements}))
 
 
-@dataclass
-class ScalingResult:
-    """The report (`scaling_report.build_report`) and the files written."""
-
-    report: dict[str, Any]
-    files: list[Path] = field(default_factory=list)
-
-
-def bench_scaling(
-    cfg: ScalingConfig, *, out_json: Path, plot: Path | None, baseline: Path | None = None
+def run(
+    config: ScalingConfig,
+    *,
+    out_json: Path,
+    progress: bool = False,
+    plot: Path | None = None,
+    baseline: Path | None = None,
 ) -> ScalingResult | None:
-    """Measure `cfg` (resolved) and write the JSON and the plot; None on ranks other than 0
-    under a torchrun the user started."""
+    """Measure `config` (resolved by `resolve`; its `device` is the device) and write the
+    JSON to `out_json` atomically and the plot to `plot` if given; the typed report, or None
+    on ranks other than 0 under a torchrun the user started.
+
+    `baseline`: an earlier run's JSON whose one-process rows join this one's (under a
+    torchrun the user started, which measures its world size only), its fast-path settings
+    reused unless `config` names some. `progress`: print each fast-path decision. Raises
+    `ConfigError` for a baseline that cannot be read or was measured otherwise, and
+    `ScalingRunFailed` when a torchrun this starts fails.
+    """
     from vidscale.bench.scaling.report import build_report, plot_scaling
 
-    earlier = read_baseline(baseline, cfg) if baseline is not None else []
+    earlier = read_baseline(baseline, config) if baseline is not None else None
+    cfg = config
     if torchrun_world() is not None:
-        if baseline is not None and not cfg.fast_settings:  # the baseline's arithmetic
-            cfg = replace(cfg, fast_settings=baseline_fast_settings(baseline))
+        if earlier is not None and not cfg.fast_settings:  # the baseline's arithmetic
+            cfg = replace(cfg, fast_settings=earlier.settings.fast_settings)
         from vidscale.bench.scaling.worker import measure_world
 
         measured = measure_world(cfg)
@@ -338,52 +353,42 @@ def bench_scaling(
             return None
     else:
         measured = []
-        cfg = decide_fast_settings(cfg)  # one setting per model for every process count
+        cfg = decide_fast_settings(cfg, progress=progress)  # one setting per model, every P
         with tempfile.TemporaryDirectory(prefix="vidscale-scaling-") as tmp:
             for procs in cfg.procs:
                 measured += launch(cfg, procs, Path(tmp))
-    report = build_report(cfg, earlier + measured)
-    atomic_write_text(out_json, json.dumps(report, indent=2) + "\n")
-    files = [out_json]
+    rows = [] if earlier is None else _one_process_rows(earlier, cfg)
+    result = build_report(cfg, [r.as_measurement() for r in rows] + measured)
+    write_result(out_json, result.to_dict())
     if plot is not None:
-        plot_scaling(report, plot)
-        files.append(plot)
-    return ScalingResult(report, files)
+        plot_scaling(result, plot)
+    return result
 
 
 _SAME_SETTINGS = ("batch", "frames", "size", "num_classes", "threads", "device", "fast_path")
 
 
-def baseline_fast_settings(path: Path) -> tuple[str, ...]:
-    """The fast-path settings an earlier run measured with (none in a JSON from before they
-    were recorded). `read_baseline` has checked that the file reads."""
-    settings = json.loads(path.read_text())["settings"]
-    return tuple(str(item) for item in settings.get("fast_settings", ()))
-
-
-def read_baseline(path: Path, cfg: ScalingConfig) -> list[dict[str, Any]]:
-    """The one-process measurements of an earlier `bench scaling` JSON, for runs that measure
-    only a larger world size; its settings must be this run's."""
+def read_baseline(path: Path, cfg: ScalingConfig) -> ScalingResult:
+    """An earlier `bench scaling` JSON, for runs that measure only a larger world size: its
+    settings must be this run's, and it must hold a one-process run of a model of `cfg`
+    (`ConfigError` naming `--baseline` otherwise). Its fast-path settings are none in a file
+    from before they were recorded."""
     try:
-        earlier = json.loads(path.read_text())
-        settings, runs = earlier["settings"], earlier["runs"]
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise ConfigError(f"--baseline: cannot read {path}: {err}") from None
+        earlier = ScalingResult.read(path)
+    except ValueError as err:
+        raise ConfigError(f"--baseline: {err}") from None
     for key in _SAME_SETTINGS:
         if key == "threads" and cfg.device != "cpu":
             continue  # a GPU process's speed does not hang on its CPU threads
-        if settings.get(key) != getattr(cfg, key):
+        theirs, ours = getattr(earlier.settings, key), getattr(cfg, key)
+        if theirs != ours:
             raise ConfigError(
-                f"--baseline: {path} was measured with {key}={settings.get(key)!r}, "
-                f"this run has {getattr(cfg, key)!r}"
+                f"--baseline: {path} was measured with {key}={theirs!r}, this run has {ours!r}"
             )
-    from vidscale.bench.scaling.report import SERIES
-
-    single = [r for r in runs if r.get("procs") == 1 and r.get("model") in cfg.models]
-    if not single:
+    if not _one_process_rows(earlier, cfg):
         raise ConfigError(f"--baseline: {path} has no 1-process run of {list(cfg.models)}")
-    for run in single:
-        missing = sorted({k for rank in run.get("ranks", [{}]) for k in SERIES if k not in rank})
-        if missing or not run.get("ranks"):
-            raise ConfigError(f"--baseline: {path} lacks the per-step series {missing or SERIES}")
-    return single
+    return earlier
+
+
+def _one_process_rows(earlier: ScalingResult, cfg: ScalingConfig) -> list[ScalingRun]:
+    return [r for r in earlier.runs if r.procs == 1 and r.model in cfg.models]

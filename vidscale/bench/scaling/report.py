@@ -16,7 +16,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from vidscale.bench.results import HostInfo
 from vidscale.bench.scaling.config import ScalingConfig
+from vidscale.bench.scaling.result import RankSteps, ScalingResult, ScalingRun, Spread
 from vidscale.fastpath.hardware import describe, resolve_device
 
 # The measured series of each rank, per step; `compute_s` is derived from them.
@@ -57,7 +59,7 @@ def _with_compute(rank: dict[str, Any]) -> dict[str, Any]:
     return {"rank": rank["rank"], **{k: rank[k] for k in SERIES}, "compute_s": compute}
 
 
-def summarise(measurement: dict[str, Any], *, batch: int, single: float | None) -> dict[str, Any]:
+def summarise(measurement: dict[str, Any], *, batch: int, single: float | None) -> ScalingRun:
     """One run's row: its identity, means over steps and ranks, the step time's spread, the
     speed, and (given the one-process speed `single`) speed-up and efficiency."""
     ranks = [_with_compute(r) for r in measurement["ranks"]]
@@ -71,86 +73,92 @@ def summarise(measurement: dict[str, Any], *, batch: int, single: float | None) 
     speedup = clips_per_s / single if single else None
     identity = ("model", "variant", "strategy", "hook", "k", "procs", "device", "fast_path")
     load = measurement.get("load_average", [None, None])
-    return {
+    return ScalingRun(
         **{k: measurement[k] for k in identity},
-        "params": measurement["params"],
-        "grad_bytes": measurement["grad_bytes"],
-        "batch_per_process": batch,
-        "global_batch": procs * batch,
-        "steps": len(ranks[0]["step_s"]),
-        "clips_per_s": clips_per_s,
-        "ideal_clips_per_s": procs * single if single else None,
-        "speedup": speedup,
-        "efficiency": speedup / procs if speedup is not None else None,
-        "step_s": step,
-        "step_spread_s": _spread([x for r in ranks for x in r["step_s"]]),
-        "compute_s": mean("compute_s"),
-        "data_wait_s": mean("data_wait_s"),
-        "comm_exposed_s": mean("comm_exposed_s"),
-        "forward_sync_s": mean("forward_sync_s"),
-        "comm_in_flight_s": mean("comm_in_flight_s"),
-        "comm_bytes_per_step": mean("comm_bytes"),
-        "comm_rounds_per_step": mean("comm_rounds"),
-        "thread_cpu_s": mean("thread_cpu_s"),
-        "load_average": load,  # rank 0's host, before and after: above the cores = contention
-        "ranks": ranks,
-    }
+        params=measurement["params"],
+        grad_bytes=measurement["grad_bytes"],
+        batch_per_process=batch,
+        global_batch=procs * batch,
+        steps=len(ranks[0]["step_s"]),
+        clips_per_s=clips_per_s,
+        ideal_clips_per_s=procs * single if single else None,
+        speedup=speedup,
+        efficiency=speedup / procs if speedup is not None else None,
+        step_s=step,
+        step_spread_s=Spread(**_spread([x for r in ranks for x in r["step_s"]])),
+        compute_s=mean("compute_s"),
+        data_wait_s=mean("data_wait_s"),
+        comm_exposed_s=mean("comm_exposed_s"),
+        forward_sync_s=mean("forward_sync_s"),
+        comm_in_flight_s=mean("comm_in_flight_s"),
+        comm_bytes_per_step=mean("comm_bytes"),
+        comm_rounds_per_step=mean("comm_rounds"),
+        thread_cpu_s=mean("thread_cpu_s"),
+        load_average=tuple(load),  # rank 0's host, before and after: above the cores = contention
+        ranks=tuple(_rank_steps(r) for r in ranks),
+    )
 
 
-def build_report(cfg: ScalingConfig, measurements: list[dict[str, Any]]) -> dict[str, Any]:
-    """The JSON report: settings, host, definitions and one row per (model, variant, procs),
+def _rank_steps(rank: dict[str, Any]) -> RankSteps:
+    return RankSteps(rank=rank["rank"], **{k: tuple(rank[k]) for k in RankSteps.SERIES})
+
+
+DEFINITIONS = {
+    "clips_per_s": "procs x batch_per_process / step_s",
+    "speedup": "clips_per_s / clips_per_s of 1 process (same model)",
+    "efficiency": "clips_per_s / (procs x clips_per_s of 1 process)",
+    "step_s": "mean over measured steps and ranks; spread in step_spread_s",
+    "compute_s": "step_s - data_wait_s - comm_exposed_s",
+    "data_wait_s": "time blocked in next(loader)",
+    "comm_exposed_s": "collectives the step waited for: DDP gradient hooks + wait from "
+    "the last bucket's readiness to the last all-reduce's end + forward buffer "
+    "broadcast (forward_sync_s); AAVG: the averaging",
+    "comm_in_flight_s": "time with a collective in flight, overlapped or not",
+    "comm_bytes_per_step": "bytes this rank put into collectives per step",
+    "thread_cpu_s": "CPU time of the training thread; cpu% in the table is it over "
+    "compute_s: well below 100, the compute waited for a core or the slowest rank",
+}
+
+
+def build_report(cfg: ScalingConfig, measurements: list[dict[str, Any]]) -> ScalingResult:
+    """The report: settings, host, definitions and one row per (model, variant, procs),
     each model's one-process run first."""
     single: dict[str, float] = {}
     for m in measurements:
         if m["procs"] == 1 and m["model"] not in single:
-            row = summarise(m, batch=cfg.batch, single=None)
-            single[m["model"]] = row["clips_per_s"]
+            single[m["model"]] = summarise(m, batch=cfg.batch, single=None).clips_per_s
     rows = [summarise(m, batch=cfg.batch, single=single.get(m["model"])) for m in measurements]
     order = {name: i for i, name in enumerate(cfg.models)}
-    rows.sort(key=lambda r: (order.get(r["model"], len(order)), r["procs"]))
-    return {
-        "benchmark": "scaling",
-        "reference": "TSM paper (Lin et al., 'Training Kinetics in 15 Minutes') §3c, §4, Fig. 6",
-        "settings": cfg.as_dict(),
-        "host": {**describe(resolve_device(cfg.device)), "torch_threads": cfg.threads},
-        "data": "random uint8 clips held in memory (no decoding)",
-        "definitions": {
-            "clips_per_s": "procs x batch_per_process / step_s",
-            "speedup": "clips_per_s / clips_per_s of 1 process (same model)",
-            "efficiency": "clips_per_s / (procs x clips_per_s of 1 process)",
-            "step_s": "mean over measured steps and ranks; spread in step_spread_s",
-            "compute_s": "step_s - data_wait_s - comm_exposed_s",
-            "data_wait_s": "time blocked in next(loader)",
-            "comm_exposed_s": "collectives the step waited for: DDP gradient hooks + wait from "
-            "the last bucket's readiness to the last all-reduce's end + forward buffer "
-            "broadcast (forward_sync_s); AAVG: the averaging",
-            "comm_in_flight_s": "time with a collective in flight, overlapped or not",
-            "comm_bytes_per_step": "bytes this rank put into collectives per step",
-            "thread_cpu_s": "CPU time of the training thread; cpu% in the table is it over "
-            "compute_s: well below 100, the compute waited for a core or the slowest rank",
-        },
-        "runs": rows,
-    }
+    rows.sort(key=lambda r: (order.get(r.model, len(order)), r.procs))
+    host = describe(resolve_device(cfg.device)) | {"torch_threads": cfg.threads}
+    return ScalingResult(
+        reference="TSM paper (Lin et al., 'Training Kinetics in 15 Minutes') §3c, §4, Fig. 6",
+        settings=cfg,
+        host=HostInfo.of(host),
+        data="random uint8 clips held in memory (no decoding)",
+        definitions=DEFINITIONS,
+        runs=tuple(rows),
+    )
 
 
 def _number(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
-def _cpu_share(row: dict[str, Any]) -> float | None:
-    return 100 * row["thread_cpu_s"] / row["compute_s"] if row["compute_s"] > 0 else None
+def _cpu_share(row: ScalingRun) -> float | None:
+    return 100 * row.thread_cpu_s / row.compute_s if row.compute_s > 0 else None
 
 
-def format_table(report: dict[str, Any]) -> str:
+def format_table(report: ScalingResult) -> str:
     """The report as a text table: one line per run, times in ms per step."""
-    s = report["settings"]
+    s = report.settings
     head = (
-        f"bench scaling: {s['frames']} frames x {s['size']}², batch {s['batch']} per process, "
-        f"{s['threads']} thread(s) per process, {s['device']}, {s['steps']} steps after "
-        f"{s['warmup']} warm-up (times: ms per step, mean over steps and ranks); data: "
+        f"bench scaling: {s.frames} frames x {s.size}², batch {s.batch} per process, "
+        f"{s.threads} thread(s) per process, {s.device}, {s.steps} steps after "
+        f"{s.warmup} warm-up (times: ms per step, mean over steps and ranks); data: "
         + (
-            f"{s['data']} ({s['source']}, {s['workers']} loader worker(s) per process)"
-            if s.get("data")
+            f"{s.data} ({s.source}, {s.workers} loader worker(s) per process)"
+            if s.data
             else "random clips in memory"
         )
     )
@@ -160,23 +168,23 @@ def format_table(report: dict[str, Any]) -> str:
         f"{'comm exp':>8} {'in flight':>9} {'MB/step':>8} {'cpu%':>5}"
     )
     lines = [head, columns, "-" * len(columns)]
-    for r in report["runs"]:
-        spread = r["step_spread_s"]
+    for r in report.runs:
+        spread = r.step_spread_s
         lines.append(
-            f"{r['model']:<20} {r['variant']:<14} {r['procs']:>5} {r['clips_per_s']:>8.2f} "
-            f"{_number(r['speedup'], '8.2f'):>8} "
-            f"{_number(None if r['efficiency'] is None else 100 * r['efficiency'], '6.1f'):>6}% "
-            f"{1e3 * r['step_s']:>8.1f} "
-            f"{1e3 * spread['p10']:>6.0f}-{1e3 * spread['p90']:<6.0f} "
-            f"{1e3 * r['compute_s']:>8.1f} {1e3 * r['data_wait_s']:>6.1f} "
-            f"{1e3 * r['comm_exposed_s']:>8.1f} {1e3 * r['comm_in_flight_s']:>9.1f} "
-            f"{r['comm_bytes_per_step'] / 1e6:>8.1f} "
+            f"{r.model:<20} {r.variant:<14} {r.procs:>5} {r.clips_per_s:>8.2f} "
+            f"{_number(r.speedup, '8.2f'):>8} "
+            f"{_number(None if r.efficiency is None else 100 * r.efficiency, '6.1f'):>6}% "
+            f"{1e3 * r.step_s:>8.1f} "
+            f"{1e3 * spread.p10:>6.0f}-{1e3 * spread.p90:<6.0f} "
+            f"{1e3 * r.compute_s:>8.1f} {1e3 * r.data_wait_s:>6.1f} "
+            f"{1e3 * r.comm_exposed_s:>8.1f} {1e3 * r.comm_in_flight_s:>9.1f} "
+            f"{r.comm_bytes_per_step / 1e6:>8.1f} "
             f"{_number(_cpu_share(r), '5.0f'):>5}"
         )
     return "\n".join(lines)
 
 
-def plot_scaling(report: dict[str, Any], path: Path) -> None:
+def plot_scaling(report: ScalingResult, path: Path) -> None:
     """Fig. 6 of the paper for these runs: clips/s against processes, one panel per model,
     the ideal (one process x P) dashed, each variant a line, its efficiency written beside
     each point."""
@@ -185,16 +193,15 @@ def plot_scaling(report: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs = report["runs"]
-    models = list(dict.fromkeys(r["model"] for r in runs))
+    models = report.models
     fig, axes = plt.subplots(1, len(models), figsize=(5.2 * len(models), 4.2), dpi=110)
     axes = axes if len(models) > 1 else [axes]
     for ax, model in zip(axes, models, strict=True):
-        _plot_model(ax, [r for r in runs if r["model"] == model], model)
-    s = report["settings"]
+        _plot_model(ax, report.runs_of(model), model)
+    s = report.settings
     fig.suptitle(
-        f"Training speed vs processes (TSM paper Fig. 6)\n{s['batch']} clips of "
-        f"{s['frames']}x{s['size']}² per process, {s['device']}",
+        f"Training speed vs processes (TSM paper Fig. 6)\n{s.batch} clips of "
+        f"{s.frames}x{s.size}² per process, {s.device}",
         fontsize=10,
     )
     fig.tight_layout()
@@ -203,32 +210,32 @@ def plot_scaling(report: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def _plot_model(ax: Any, runs: list[dict[str, Any]], model: str) -> None:
-    single = next((r for r in runs if r["procs"] == 1), None)
-    procs = sorted({r["procs"] for r in runs})
+def _plot_model(ax: Any, runs: list[ScalingRun], model: str) -> None:
+    single = next((r for r in runs if r.procs == 1), None)
+    procs = sorted({r.procs for r in runs})
     if single is not None:
-        rate = single["clips_per_s"]
+        rate = single.clips_per_s
         ax.plot(procs, [p * rate for p in procs], "k--", label="ideal (1 process x P)")
     colors: dict[str, str] = {}
-    for variant in dict.fromkeys(r["variant"] for r in runs if r["procs"] > 1):
-        points = sorted((r for r in runs if r["variant"] == variant), key=lambda r: r["procs"])
+    for variant in dict.fromkeys(r.variant for r in runs if r.procs > 1):
+        points = sorted((r for r in runs if r.variant == variant), key=lambda r: r.procs)
         line = ([single] if single is not None else []) + points
         (drawn,) = ax.plot(
-            [r["procs"] for r in line], [r["clips_per_s"] for r in line], "o-", label=variant
+            [r.procs for r in line], [r.clips_per_s for r in line], "o-", label=variant
         )
         colors[variant] = drawn.get_color()
     for p in procs[1:] if single is not None else []:
         # Efficiencies to the right of their points, fastest first, one line apart: points of
         # several variants at one P are often too close to label each in place.
-        at_p = sorted((r for r in runs if r["procs"] == p), key=lambda r: -r["clips_per_s"])
+        at_p = sorted((r for r in runs if r.procs == p), key=lambda r: -r.clips_per_s)
         for i, r in enumerate(at_p):
             ax.annotate(
-                f"{100 * r['efficiency']:.0f}%",
-                (p, r["clips_per_s"]),
+                f"{100 * (r.efficiency or 0.0):.0f}%",
+                (p, r.clips_per_s),
                 textcoords="offset points",
                 xytext=(8, 4 - 11 * i),
                 fontsize=8,
-                color=colors.get(r["variant"], "k"),
+                color=colors.get(r.variant, "k"),
             )
     if procs and max(procs) >= 4:
         ax.set_xscale("log", base=2)

@@ -25,7 +25,7 @@ optimizer and the loop's per-step agreement (one all-reduce of five numbers, whi
 for the slowest rank). The data are random uint8 clips held in memory (`RandomClips`), so a
 step costs what the model and the network cost, not what decoding costs (`bench data-wait`
 measures that); with `data` set, the trainer's own loader reads a dataset
-(`scaling_data.real_batches`), and the data wait is real.
+(`scaling.data.real_batches`), and the data wait is real.
 """
 
 from __future__ import annotations

@@ -17,21 +17,22 @@ target (`slowfast/datasets/charades.py`): it reads Charades as 24 fps frames, ea
 the actions whose interval contains it, and a clip's target is the union of the labels of every
 frame from its first sampled frame to its last (`utils.aggregate_labels`); at validation and test
 it is the whole video's label set. Malformed lines raise `AnnotationError` naming the file and
-line; videos missing on disk are returned as `MissingVideo`, or raised by `read_charades`.
+line; `scan_charades` returns the videos missing on disk as `MissingVideo`s.
 
-The layout (`read_charades_layout`, registered as `charades`): the files above at the root or in
-`annotations_dir`, the train split from the train file and the validation split from the test
-file. Each record's `label_set` holds the video's actions and their segments in seconds.
+The layout (`read_charades_layout`, registered as `charades`, read with `read_layout`): the
+files above at the root or in `annotations_dir`, the train split from the train file and the
+validation split from the test file. Each record's `label_set` holds the video's actions and
+their segments in seconds. A missing video goes to the layouts' one missing-file policy
+(`common.Missing`): an `AnnotationError` naming file and line, or with `skip_missing` listed in
+`LayoutSplits.missing`.
 """
 
 from __future__ import annotations
 
 import csv
 import math
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 from vidscale.data.annotations import AnnotationError, MissingVideo, VideoRecord
 from vidscale.data.label_sets import NO_SINGLE_LABEL, ActionSegment, LabelSet
@@ -56,7 +57,6 @@ COLUMNS = (
     "length",
 )
 READ_COLUMNS = ("id", "actions", "length")
-CharadesSplitName = Literal["train", "test"]
 
 
 @dataclass(frozen=True)
@@ -87,13 +87,6 @@ class CharadesAnnotations:
 
     videos: list[CharadesVideo] = field(default_factory=list)
     missing: list[MissingVideo] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class CharadesSplit:
-    classes: CharadesClasses
-    videos: list[CharadesVideo]
-    missing: list[MissingVideo]
 
 
 def read_charades_classes(path: Path) -> CharadesClasses:
@@ -231,30 +224,6 @@ def scan_charades(path: Path, *, classes: CharadesClasses, video_dir: Path) -> C
         labels = frozenset(s.label for s in segments)
         found.videos.append(CharadesVideo(video_id, video, labels, segments, length_s))
     return found
-
-
-def read_charades(
-    root: Path, split: CharadesSplitName, *, skip_missing: bool = False
-) -> CharadesSplit:
-    """The classes and videos of one split of a Charades folder (see the module docstring).
-
-    A missing video raises `AnnotationError` naming the file and line, unless `skip_missing`:
-    then each one is warned about (naming file and line), left out, and listed in `missing`.
-    """
-    if split not in SPLIT_FILES:
-        raise AnnotationError(f"unknown Charades split {split!r}; expected 'train' or 'test'")
-    root = Path(root)
-    classes = read_charades_classes(root / CLASS_FILE)
-    found = scan_charades(
-        root / SPLIT_FILES[split], classes=classes, video_dir=find_video_dir(root)
-    )
-    if found.missing and not skip_missing:
-        first = found.missing[0]
-        more = f" (and {len(found.missing) - 1} more)" if len(found.missing) > 1 else ""
-        raise AnnotationError(f"{first.where}: missing video {first.path}{more}")
-    for item in found.missing:
-        warnings.warn(f"{item.where}: missing video {item.path}; skipped", stacklevel=2)
-    return CharadesSplit(classes, found.videos, found.missing)
 
 
 @register_layout("charades", multi_label=True)

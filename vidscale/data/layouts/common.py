@@ -12,7 +12,9 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 
 
 class Missing:
-    """Keeps a record whose file exists; otherwise raises, or notes it when skipping."""
+    """The one missing-file policy, handed to every layout reader by `read_layout`: keeps a
+    record whose file exists; otherwise raises an `AnnotationError` naming file and line, or
+    with `skip` lists `(path, "file:line: reason")` in `items` (`LayoutSplits.missing`)."""
 
     def __init__(self, skip: bool, *, what: str = "video") -> None:
         self.skip = skip

@@ -2,26 +2,25 @@
 
 The generic multi-label format (what the multi-label demo writes): `classes.txt` as in
 `annotations` (one class name a line, index = position); a split CSV with the header
-`path,labels`, the path relative to the CSV's directory (or to `root`) and the labels as
+`path,labels`, the path relative to the CSV's directory and the labels as
 `;`-separated class names or integer indices, e.g. `moving_left;growing`. An empty labels field
 is a video with no positive class. Every error names the file and the line.
 
-The layout (`read_multilabel`, registered as `multilabel`): `classes.txt`, `train.csv` and
-`val.csv` at the root or in `annotations_dir`. Each record's `label_set` holds the row's labels,
-untimed: every clip of a video has all of them.
+The layout (`read_multilabel`, registered as `multilabel`, read with `read_layout`):
+`classes.txt`, `train.csv` and `val.csv` at the root or in `annotations_dir`. Each record's
+`label_set` holds the row's labels, untimed: every clip of a video has all of them. A missing
+video goes to the layouts' one missing-file policy (`common.Missing`): an `AnnotationError`
+naming file and line, or with `skip_missing` listed in `LayoutSplits.missing`.
 """
 
 from __future__ import annotations
 
 import csv
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from vidscale.data.annotations import (
     AnnotationError,
-    MissingVideo,
     VideoRecord,
     parse_label,
     read_class_names,
@@ -33,20 +32,6 @@ from vidscale.data.layouts.registry import Split, register_layout
 
 HEADER = ("path", "labels")
 SEPARATOR = ";"
-
-
-@dataclass(frozen=True)
-class MultiLabelRecord:
-    path: Path
-    labels: frozenset[int]
-
-
-@dataclass(frozen=True)
-class MultiLabelAnnotations:
-    """The rows of one annotation file: videos found, and rows whose video is missing."""
-
-    records: list[MultiLabelRecord] = field(default_factory=list)
-    missing: list[MissingVideo] = field(default_factory=list)
 
 
 def parse_labels(raw: str, classes: Mapping[str, int], *, where: str) -> frozenset[int]:
@@ -64,47 +49,6 @@ def parse_labels(raw: str, classes: Mapping[str, int], *, where: str) -> frozens
     return frozenset(labels)
 
 
-def scan_multilabel_annotations(
-    path: Path, *, classes: Sequence[str], root: Path | None = None
-) -> MultiLabelAnnotations:
-    """Parse a `path,labels` CSV; rows whose video is missing are returned, not raised.
-
-    Malformed rows (wrong column count, empty path, an empty, unknown, out-of-range or repeated
-    label) raise `AnnotationError` naming the file and line. Blank lines are ignored.
-    """
-    index = {name: i for i, name in enumerate(classes)}
-    found = MultiLabelAnnotations()
-    for where, video, raw in two_column_rows(path, header=HEADER, root=root):
-        labels = parse_labels(raw, index, where=where)
-        if video.is_file():
-            found.records.append(MultiLabelRecord(video, labels))
-        else:
-            found.missing.append(MissingVideo(video, where))
-    return found
-
-
-def read_multilabel_annotations(
-    path: Path,
-    *,
-    classes: Sequence[str],
-    root: Path | None = None,
-    skip_missing: bool = False,
-) -> list[MultiLabelRecord]:
-    """Records of a `path,labels` CSV (see `scan_multilabel_annotations`).
-
-    A missing video raises `AnnotationError` naming the file and line, unless `skip_missing`:
-    then each one is warned about (naming file and line) and left out.
-    """
-    found = scan_multilabel_annotations(path, classes=classes, root=root)
-    if found.missing and not skip_missing:
-        first = found.missing[0]
-        more = f" (and {len(found.missing) - 1} more)" if len(found.missing) > 1 else ""
-        raise AnnotationError(f"{first.where}: missing video {first.path}{more}")
-    for item in found.missing:
-        warnings.warn(f"{item.where}: missing video {item.path}; skipped", stacklevel=2)
-    return found.records
-
-
 def write_multilabel_annotations(path: Path, rows: Iterable[tuple[str, Sequence[str]]]) -> None:
     """Write a `path,labels` CSV: each row a path (as given, relative to the CSV's directory)
     and its class names, joined with `;` in the order given."""
@@ -120,16 +64,26 @@ def write_multilabel_annotations(path: Path, rows: Iterable[tuple[str, Sequence[
 MULTILABEL = "multilabel"
 
 
+def _read_multilabel_csv(path: Path, classes: Sequence[str], missing: Missing) -> list[VideoRecord]:
+    """The records of a `path,labels` CSV (`annotations.two_column_rows`: a byte-order mark,
+    blank rows, errors naming file and line), a listed video that is not on disk going to the
+    `missing` policy. A malformed labels field (an empty, unknown, out-of-range or repeated
+    label) is an `AnnotationError` naming the file and line, `skip_missing` or not."""
+    index = {name: i for i, name in enumerate(classes)}
+    records: list[VideoRecord] = []
+    for where, video, raw in two_column_rows(path, header=HEADER, root=None):
+        labels = parse_labels(raw, index, where=where)
+        if video.is_file():
+            records.append(VideoRecord(video, NO_SINGLE_LABEL, LabelSet(labels)))
+        else:
+            missing.lost(video, where=where)
+    return records
+
+
 @register_layout(MULTILABEL, multi_label=True)
 def read_multilabel(root: Path, ann: Path | None, missing: Missing, _split: int) -> Split:
     ann = ann or root
     classes = read_class_names(ann / "classes.txt")
-    out: dict[str, list[VideoRecord]] = {}
-    for split in ("train", "val"):
-        found = scan_multilabel_annotations(ann / f"{split}.csv", classes=classes)
-        for lost in found.missing:
-            missing.lost(lost.path, where=lost.where)
-        out[split] = [
-            VideoRecord(r.path, NO_SINGLE_LABEL, LabelSet(r.labels)) for r in found.records
-        ]
-    return classes, out["train"], out["val"]
+    train = _read_multilabel_csv(ann / "train.csv", classes, missing)
+    val = _read_multilabel_csv(ann / "val.csv", classes, missing)
+    return classes, train, val

@@ -60,6 +60,7 @@ from vidscale.data.prepared.shards import (
     sidecar_path,
     write_index,
 )
+from vidscale.errors import InputError
 
 SPLITS = ("train", "val")
 FLOW_DIR = "flow"  # the optical flow's prepared directory, inside the RGB one
@@ -329,7 +330,7 @@ def prepare_dataset(
     """
     out = Path(out)
     if splits.media == "image" and (flow is not None or fps is not None):
-        raise ValueError("images have one frame: neither fps nor optical flow applies")
+        raise InputError("images have one frame: neither fps nor optical flow applies")
     if flow is not None:
         FlowEngine(flow)  # fails here, once, rather than for every video in the workers
     options = _options(short_side, fps, quality, splits.media)

@@ -1,7 +1,7 @@
 """The multi-label demo dataset: three moving objects a video, each moving as one class does.
 
 The classes are six of the single-label demo's eight (moving left/right, up/down, growing/
-shrinking; see `synthetic`), and each object follows `synthetic.class_trajectory` for its
+shrinking; see `synthetic.videos`), and each object follows `synthetic.videos.class_trajectory` for its
 class, in its own quadrant of the frame: the class's attribute ramps in the class's direction
 while the other three (rotation among them) go out and back. A video's label set is its objects'
 classes: two or three distinct classes (in a two-class video two of the objects share a class,
@@ -183,7 +183,7 @@ def write_multilabel_dataset(
 ) -> MultiLabelSynthSummary:
     """Write the multi-label demo to `out`: `videos/<split>/<split>_<k>.mp4`, `train.csv` and
     `val.csv` (`path,labels`, paths relative to `out`, labels as `;`-separated class names in
-    class order; see `multilabel_annotations`) and `classes.txt`. The same seed gives the same
+    class order; see `layouts.multilabel`) and `classes.txt`. The same seed gives the same
     bytes; asking for more videos adds new ones and leaves the others unchanged; `workers=0`
     picks a process count."""
     check_video_shape(size, num_frames)
