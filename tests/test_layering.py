@@ -217,6 +217,64 @@ def test_models_know_nothing_of_data_or_distribution() -> None:
         assert "vidscale.data" not in text and "vidscale.distributed" not in text, p
 
 
+# Inside data/ and bench/, by subpackage: what each may import of its own package besides itself
+# (module names under the package; a subpackage's modules count as the subpackage).
+INSIDE_RULES: dict[str, dict[str, frozenset[str]]] = {
+    "data": {
+        "media": frozenset(),  # codecs know nothing of layouts, shards or the pipeline
+        "layouts": frozenset({"annotations", "label_sets"}),
+    },
+    "bench": {
+        "compute": frozenset({"results"}),
+        "data": frozenset({"results", "compute"}),
+        "scaling": frozenset({"results", "compute"}),
+    },
+}
+LEAVES = {"data": "synthetic", "bench": "gpu_report"}  # nothing else in the package imports them
+
+
+def part_of(module: str, package: str) -> str | None:
+    """`vidscale.data.media.decode` -> `media` (for package "data"); None outside it."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == package else None
+
+
+def inside_violations(package: str) -> list[str]:
+    found = []
+    for module, targets in package_graph().items():
+        mine = part_of(module, package)
+        if mine is None:
+            continue
+        for target in targets:
+            theirs = part_of(target, package)
+            if theirs is None or theirs == mine:
+                continue
+            allowed = INSIDE_RULES[package].get(mine)
+            if allowed is not None and theirs not in allowed:
+                found.append(f"{module} -> {target}")
+            if theirs == LEAVES[package]:
+                found.append(f"{module} -> {target} ({theirs} is a leaf)")
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(INSIDE_RULES))
+def test_subpackages_import_only_what_their_subject_needs(package: str) -> None:
+    assert inside_violations(package) == []
+
+
+def test_the_inside_rules_see_a_codec_importing_the_shard_format(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    graph = dict(package_graph())
+    graph["vidscale.data.media.decode"] |= {"vidscale.data.prepared.shards"}
+    graph["vidscale.data.sources"] |= {"vidscale.data.synthetic.videos"}
+    monkeypatch.setitem(globals(), "package_graph", lambda: graph)
+    assert inside_violations("data") == [
+        "vidscale.data.media.decode -> vidscale.data.prepared.shards",
+        "vidscale.data.sources -> vidscale.data.synthetic.videos (synthetic is a leaf)",
+    ]
+
+
 def backward_calls(package: Path = PACKAGE) -> list[str]:
     """`file:line` of every `.backward(...)` call in the package."""
     found = []

@@ -30,7 +30,7 @@ from vidscale.data.clip import ClipSpec
 from vidscale.data.dataset import VideoClipDataset, collate
 from vidscale.data.layouts import LayoutSplits, read_layout
 from vidscale.data.media.decode import DecodeError, decode_frames, probe
-from vidscale.data.media.encode import encode_video
+from vidscale.data.prepared.encode import encode_video
 from vidscale.data.prepared.prepare import open_prepared, prepare_dataset
 from vidscale.data.prepared.shard_dataset import ShardClipDataset, StreamingShardDataset
 from vidscale.data.prepared.shards import ShardEntry, encode_jpeg, iter_videos

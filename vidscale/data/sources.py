@@ -26,7 +26,6 @@ import numpy as np
 from vidscale.data.clip import ClipSpec, FrameSource, Modality
 from vidscale.data.layouts import IMAGE_EXTENSIONS
 from vidscale.data.media.decode import DecodeError, VideoMeta, decode_frames, probe
-from vidscale.data.media.encode import decode_image, flow_engine, resize_short_side
 from vidscale.data.media.flow import (
     FLOW_BOUND,
     FlowMethod,
@@ -34,6 +33,7 @@ from vidscale.data.media.flow import (
     quantize_flow,
     to_gray,
 )
+from vidscale.data.prepared.encode import decode_image, flow_engine, resize_short_side
 from vidscale.data.prepared.shards import ShardEntry, ShardReader, decode_jpegs
 
 

@@ -14,7 +14,7 @@ import pytest
 from vidscale.data.annotations import VideoRecord
 from vidscale.data.layouts import LayoutSplits, read_layout
 from vidscale.data.media.decode import decode_frames
-from vidscale.data.media.encode import repeat_counts, resize_short_side
+from vidscale.data.prepared.encode import repeat_counts, resize_short_side
 from vidscale.data.prepared.prepare import (
     PrepareError,
     open_prepared,

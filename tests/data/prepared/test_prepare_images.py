@@ -22,7 +22,7 @@ from tests.data.layouts.test_image_layouts import (
 )
 from vidscale.cli import main
 from vidscale.data.layouts import LayoutSplits, read_layout
-from vidscale.data.media.encode import jpeg_frame, resize_short_side
+from vidscale.data.prepared.encode import jpeg_frame, resize_short_side
 from vidscale.data.prepared.prepare import PrepareError, open_prepared, prepare_dataset
 from vidscale.data.prepared.shards import ShardEntry, ShardReader, decode_jpeg, encode_jpeg
 

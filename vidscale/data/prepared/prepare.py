@@ -47,8 +47,8 @@ from vidscale.atomic import atomic_write_json, atomic_write_text
 from vidscale.data.annotations import VideoRecord, read_class_names
 from vidscale.data.label_sets import LabelSet
 from vidscale.data.layouts import LayoutSplits, Media, layout, read_layout
-from vidscale.data.media.encode import EncodedVideo, encode_image, encode_video, flow_engine
 from vidscale.data.media.flow import FLOW_BOUND, FlowEngine, FlowMethod
+from vidscale.data.prepared.encode import EncodedVideo, encode_image, encode_video, flow_engine
 from vidscale.data.prepared.shards import (
     SHARD_PATTERN,
     ShardEntry,
