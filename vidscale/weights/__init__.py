@@ -1,0 +1,104 @@
+"""Published weights of other frameworks as vidscale runs (`vidscale import-weights`).
+
+One module per source format holds its key tables and what each model's configs say about its
+clips (`mmaction2`); `pth` reads a checkpoint's tensors without running its code; `run_dir`
+writes the run directory. `import_weights` is the one entry point.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from vidscale.config import RunConfig
+from vidscale.data.annotations import read_class_names
+from vidscale.errors import InputError
+from vidscale.models.registry import ModelConfig, build_model
+from vidscale.weights import mmaction2
+from vidscale.weights.pth import load_pth, state_dict_of
+from vidscale.weights.run_dir import check_out, write_run
+
+FORMATS = (mmaction2.FORMAT,)
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    """The run written: its directory, checkpoint, model, class count and clip settings."""
+
+    run: str
+    checkpoint: str
+    model: str
+    num_classes: int
+    tensors: int
+    eval_views: str
+    source: str
+
+
+def import_weights(
+    src: Path,
+    *,
+    fmt: str,
+    model: str,
+    out: Path,
+    classes_file: Path | None = None,
+    num_classes: int | None = None,
+) -> ImportResult:
+    """Import checkpoint `src` of format `fmt` as vidscale model `model` into run `out`.
+
+    The classes are `classes_file`'s names, or `class_0..K-1` for `num_classes` K (default: the
+    checkpoint's class count); either must match the checkpoint's classifier. Anything that
+    does not fit is an `InputError` naming the flag or file.
+    """
+    if fmt not in FORMATS:
+        raise InputError(f"--format {fmt}: known formats: {', '.join(FORMATS)}")
+    source = mmaction2.check_model(model)
+    check_out(Path(out))
+    state = state_dict_of(load_pth(Path(src)), Path(src))
+    classes = _class_names(state, classes_file=classes_file, num_classes=num_classes)
+    model_cfg = ModelConfig(
+        name=model, num_classes=len(classes), frames=source.eval_clip.frames, dropout=source.dropout
+    )
+    with torch.device("meta"):
+        target = build_model(model_cfg).state_dict()
+    try:
+        weights = mmaction2.convert(state, target, model=model)
+    except InputError as err:
+        raise InputError(f"{src}: {err}") from None
+    cfg = RunConfig(model=model_cfg)
+    data = dataclasses.replace(
+        cfg.data, train_clip=source.train_clip, eval_clip=source.eval_clip, classes="classes.txt"
+    )
+    cfg = dataclasses.replace(cfg, data=data)
+    record = {"format": fmt, "file": str(Path(src).resolve()), "configs": ",".join(source.configs)}
+    last = write_run(Path(out), cfg=cfg, classes=classes, weights=weights, source=record)
+    clip = source.eval_clip
+    return ImportResult(
+        run=str(out),
+        checkpoint=str(last),
+        model=model,
+        num_classes=len(classes),
+        tensors=len(weights),
+        eval_views=f"{clip.num_clips} clips x {clip.num_crops} crops of {clip.frames} frames",
+        source=source.configs[0],
+    )
+
+
+def _class_names(
+    state: dict[str, torch.Tensor], *, classes_file: Path | None, num_classes: int | None
+) -> list[str]:
+    """--classes's names, or class_0..K-1; K must be the checkpoint's class count."""
+    found = mmaction2.classes_in(state)
+    if classes_file is not None:
+        names, flag = read_class_names(classes_file), f"--classes {classes_file}"
+    else:
+        k = found if num_classes is None else num_classes
+        names, flag = [f"class_{i}" for i in range(k)], f"--num-classes {k}"
+    if len(names) != found:
+        raise InputError(
+            f"{flag}: {len(names)} classes, but the checkpoint's classifier has {found} "
+            "(fine-tune on other classes with `vidscale train --set model.init_from=RUN`)"
+        )
+    return names
