@@ -13,6 +13,8 @@ Every scenario joins the group through `init_distributed` and runs inside `fail_
 - agreed: both raise `Agreed` (an `expected` exception), rank 1 2 s after rank 0. Exit 3.
 - restart (under `torchrun --max-restarts 1`): in the first attempt rank 1 SIGKILLs itself
   after one all-reduce; in the second, rank 1 joins 2 s after rank 0, and both all-reduce.
+- consequence: after one all-reduce, rank R raises; the other rank, whose watcher polls only
+  every 60 s, raises an error of its own 2 s later, as a collective's closed connection would.
 """
 
 from __future__ import annotations
@@ -39,7 +41,9 @@ class Agreed(Exception):
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("scenario", choices=["fail", "kill", "clean", "agreed", "restart"])
+    parser.add_argument(
+        "scenario", choices=["fail", "kill", "clean", "agreed", "restart", "consequence"]
+    )
     parser.add_argument("--fail-rank", type=int, default=0)
     parser.add_argument("--cleanup-s", type=float, default=0.0)
     args = parser.parse_args()
@@ -52,10 +56,14 @@ def main() -> int:
         time.sleep(2.0)
     env = init_distributed("cpu", timeout_s=30)
     try:
-        with fail_together(env, expected=(Agreed,), poll_s=POLL_S):
+        poll_s = 60.0 if args.scenario == "consequence" else POLL_S
+        with fail_together(env, expected=(Agreed,), poll_s=poll_s):
             total = all_reduce_sum(torch.ones(1)).item()
             assert total == env.world_size, total
-            if args.scenario == "fail" and rank == args.fail_rank:
+            if args.scenario == "consequence" and rank != args.fail_rank:
+                time.sleep(2.0)
+                raise RuntimeError("Connection closed by peer (a consequence)")
+            if args.scenario in ("fail", "consequence") and rank == args.fail_rank:
                 print(f"rank {rank} failing at {time.time():.3f}", flush=True)
                 raise RuntimeError("planted failure")
             if (args.scenario == "kill" and rank == args.fail_rank) or (

@@ -162,6 +162,17 @@ def test_plain_launch_a_failing_rank_stops_the_other_promptly(
 
 
 @pytest.mark.slow
+def test_an_error_after_another_ranks_report_is_its_line_not_a_traceback(tmp_path: Path) -> None:
+    # Rank 1 fails first and reports; rank 0 then raises its own error (as a collective whose
+    # peer closed its sockets does) before its watcher's next poll: one line, exit 1.
+    failed, other = reversed(run_plain(tmp_path, "consequence", "--fail-rank", "1"))
+    assert "RuntimeError: planted failure" in failed.stderr
+    line = "vidscale: rank 1 failed (RuntimeError: planted failure); stopping rank 0"
+    assert line in other.stderr, other.stderr[-3000:]
+    assert other.returncode == 1 and "Traceback" not in other.stderr, other.stderr[-3000:]
+
+
+@pytest.mark.slow
 def test_plain_launch_a_killed_store_host_stops_the_other_promptly(tmp_path: Path) -> None:
     # Rank 0 hosts the store and dies without a word: the other rank's collective or its
     # watcher finds out, whichever is first.

@@ -26,7 +26,10 @@ in a collective that will never finish; checkpoints are written atomically, so n
 half-written). A store that stops answering ends the rank the same way: without torchrun it
 lives in rank 0, which then died without reporting (SIGKILL, out of memory); under torchrun it
 lives in the agent. Exceptions listed in `expected` are raised by every rank at the same point
-(the run stops by agreement), so they are not reported.
+(the run stops by agreement), so they are not reported. A rank whose own exception comes after
+another rank's report (a gloo collective's "Connection closed by peer" can beat the watcher's
+next poll) says the same one line and exits with `PEER_FAILED_EXIT_CODE` too, its exception
+(a consequence, not a cause) left out.
 
 Every rank must enter the same sequence of blocks (one per `train()`); on one process the
 block does nothing.
@@ -102,8 +105,11 @@ def fail_together(
         if isinstance(exc, expected) or (isinstance(exc, SystemExit) and not exc.code):
             watch.leave(linger_s=_LINGER_CLEAN_S)
         else:
-            if watch.report(exc):
+            reachable, consequence = watch.report(exc)
+            if reachable:
                 watch.leave(linger_s=_LINGER_FAILED_POLLS * poll_s)
+            if consequence:  # another rank failed first: its line is the one that matters
+                raise SystemExit(PEER_FAILED_EXIT_CODE) from None
         raise
     watch.stop()
     watch.leave(linger_s=_LINGER_CLEAN_S)
@@ -164,10 +170,11 @@ class _Watch:
         self._stop.set()
         self._thread.join()
 
-    def report(self, exc: BaseException) -> bool:
+    def report(self, exc: BaseException) -> tuple[bool, bool]:
         """Post this rank's failure, unless another rank's is there already (the root cause:
-        this exception is then most likely its consequence, e.g. a closed connection).
-        Returns False when the store is gone."""
+        this exception is then most likely its consequence, e.g. a closed connection, and this
+        rank says the other's line, as its watcher would have). Returns (the store answered,
+        another rank failed first)."""
         mine = f"rank {self.env.rank} failed ({_describe(exc)})"
         try:
             first = self.store.compare_set(self.failed_key, "", mine).decode()
@@ -175,10 +182,11 @@ class _Watch:
             _stderr(
                 f"vidscale: rank {self.env.rank} could not report its failure: {_describe(err)}"
             )
-            return False
+            return False, False
         if first != mine:
             _stderr(f"vidscale: {first}; stopping rank {self.env.rank}")
-        return True
+            return True, True
+        return True, False
 
     def leave(self, *, linger_s: float) -> None:
         """Count this rank out; the store's host waits (up to `linger_s`) for the others."""
