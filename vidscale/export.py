@@ -1,5 +1,5 @@
-"""`vidscale export RUN --format torchscript|onnx|trunk --out FILE`: a trained model for
-deployment, or its ResNet trunk for the video models.
+"""`vidscale export RUN --format torchscript|onnx|trunk|mmaction2 --out FILE`: a trained model
+for deployment, its ResNet trunk for the video models, or an MMAction2 checkpoint.
 
 The exported model takes float clips (N, C, T, S, S) normalised as in training ((x - mean) / std
 on the 0..255 scale) and returns logits (N, K); T and S are the run's evaluation clip (frames,
@@ -19,6 +19,9 @@ onnxruntime when it is installed (the `onnx` extra) and is reported as skipped o
 `trunk` hands an ImageNet run's weights to the video models (`export_trunk`): FILE is the run's
 2D ResNet as a torchvision-format state_dict (`conv1.weight`, `bn1.*`, `layer1.0.conv1.weight`,
 ..., `fc.*`), the file `model.pretrained` takes: as-is for TSN/TSM, inflated for I3D.
+
+`mmaction2` is the reverse of `vidscale import-weights --format mmaction2` (`export_mmaction2`):
+FILE is an MMAction2 1.x checkpoint of the same network (`vidscale.weights.to_mmaction2`).
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from vidscale.models.resnet import ResNet
 from vidscale.predict import LoadedRun, load_run
 from vidscale.train.run_ref import run_config
 
-Format = Literal["torchscript", "onnx", "trunk"]
+Format = Literal["torchscript", "onnx", "trunk", "mmaction2"]
 MIN_ONNX_OPSET = 11  # the oldest opset the check passes with
 DYNAMO_MIN_OPSET = 18  # the torch.export-based exporter's oldest opset
 ATOL, RTOL = 1e-4, 1e-3
@@ -73,11 +76,15 @@ def export(
 ) -> ExportResult:
     """Export the run's `checkpoint` ("last", "best", an epoch name or a file) to `out` in
     `fmt`, traced at batch size `batch`, and check it against PyTorch; `"trunk"` is
-    `export_trunk` (neither traced nor batched)."""
+    `export_trunk` and `"mmaction2"` `export_mmaction2` (neither traced nor batched)."""
     if fmt == "trunk":
         return export_trunk(run, out=out, checkpoint=checkpoint)
+    if fmt == "mmaction2":
+        return export_mmaction2(run, out=out, checkpoint=checkpoint)
     if fmt not in ("torchscript", "onnx"):
-        raise ValueError(f"format must be 'torchscript', 'onnx' or 'trunk', got {fmt!r}")
+        raise ValueError(
+            f"format must be 'torchscript', 'onnx', 'trunk' or 'mmaction2', got {fmt!r}"
+        )
     if fmt == "onnx" and opset < MIN_ONNX_OPSET:
         raise ValueError(f"opset must be >= {MIN_ONNX_OPSET}, got {opset}")
     if batch < 1:
@@ -316,3 +323,43 @@ def _write_trunk_metadata(
         "loads_into": list(loads_into(trunk.depth)),
     }
     atomic_write_text(out.with_name(out.name + ".json"), json.dumps(meta, indent=2) + "\n")
+
+
+def export_mmaction2(run: Path, *, out: Path, checkpoint: str = "last") -> ExportResult:
+    """Write the run's `checkpoint` to `out` as an MMAction2 1.x checkpoint, and `out.json`
+    saying what it is and how MMAction2 loads it.
+
+    `InputError` before any weights are read for a run MMAction2 has no model of
+    (`vidscale.weights.to_mmaction2.check_exportable`). The file is written atomically and
+    checked: read back with `weights_only=True`, equal tensor for tensor, and imported back
+    (`vidscale.weights.mmaction2.convert`, the import's own check of keys and shapes) it must
+    be the run's state_dict exactly.
+    """
+    from vidscale.weights import mmaction2, to_mmaction2
+
+    to_mmaction2.check_exportable(run_config(run), Path(run))
+    loaded = load_run(run, checkpoint=checkpoint, device="cpu")
+    name = loaded.cfg.model.name
+    state = loaded.model.state_dict()
+    contents = to_mmaction2.mmaction2_checkpoint(
+        state, model=name, classes=loaded.classes, checkpoint=loaded.checkpoint
+    )
+    out = Path(out)
+    atomic_write(out, lambda f: torch.save(contents, f))
+    reloaded = torch.load(out, map_location="cpu", weights_only=True)
+    theirs = reloaded["state_dict"]
+    written = contents["state_dict"]
+    if list(theirs) != list(written) or not all(torch.equal(theirs[k], written[k]) for k in theirs):
+        raise ExportMismatch(f"{out}: the tensors read back differ from the ones written")
+    back = mmaction2.convert(theirs, state, model=name)
+    if set(back) != set(state) or not all(torch.equal(back[k], state[k]) for k in state):
+        raise ExportMismatch(f"{out}: imported back, it is not the run's state_dict")
+    meta = to_mmaction2.sidecar(
+        loaded.cfg, classes=loaded.classes, checkpoint=loaded.checkpoint, out=out
+    )
+    atomic_write_text(out.with_name(out.name + ".json"), json.dumps(meta, indent=2) + "\n")
+    check = (
+        f"read back equal; imports back as {name} tensor for tensor ({len(theirs)} tensors); "
+        f"MMAction2 config {meta['config']}"
+    )
+    return ExportResult(out, "mmaction2", 0.0, check)

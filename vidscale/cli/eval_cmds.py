@@ -199,14 +199,17 @@ def _add_predict_export(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(fn=cmd_predict)
 
     p = sub.add_parser(
-        "export", help="TorchScript or ONNX file of a trained run, or its ResNet trunk; checked"
+        "export",
+        help="TorchScript or ONNX file of a trained run, its ResNet trunk, or an MMAction2 "
+        "checkpoint; checked",
     )
     p.add_argument("run", type=Path, metavar="RUN")
     p.add_argument(
         "--format",
-        choices=["torchscript", "onnx", "trunk"],
+        choices=["torchscript", "onnx", "trunk", "mmaction2"],
         required=True,
-        help="trunk: the torchvision-format ResNet state_dict, a `model.pretrained` file",
+        help="trunk: the torchvision-format ResNet state_dict, a `model.pretrained` file; "
+        "mmaction2: an MMAction2 1.x checkpoint (the models import-weights covers)",
     )
     p.add_argument("--out", type=Path, required=True, metavar="FILE")
     p.add_argument("--opset", type=_at_least(1), default=None, help="ONNX opset (default 18)")

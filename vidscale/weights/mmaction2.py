@@ -14,9 +14,11 @@ and `meta`) loads into the vidscale model that is module for module the same net
   channels one frame back and 1/8 one frame forward, in every block) and `TSMHead` (dropout and
   fc per frame, average consensus, as vidscale's `FrameClassifier`).
 
-The keys differ only by name (`vidscale_to_mmaction2`): a `ConvModule`'s `conv`/`bn` are
-vidscale's `convN`/`bnN`, `cls_head.fc_cls` is `trunk.fc`, TSM's shift wraps conv1 as
-`conv1.conv.net`. Every other vidscale model is refused with the reason (`REFUSED`).
+The keys differ only by name (`vidscale_to_mmaction2`, one table for both directions: `convert`
+reads it backwards for an import, `vidscale.weights.to_mmaction2` forwards for an export): a
+`ConvModule`'s `conv`/`bn` are vidscale's `convN`/`bnN`, `cls_head.fc_cls` is `trunk.fc`, TSM's
+shift wraps conv1 as `conv1.conv.net`. Every other vidscale model is refused with the reason
+(`REFUSED`).
 
 Input: MMAction2's `ActionDataPreprocessor` normalises RGB (decord decodes RGB) on the 0..255
 scale with mean (123.675, 116.28, 103.53) and std (58.395, 57.12, 57.375), the numbers and the
@@ -108,13 +110,17 @@ REFUSED: dict[str, str] = {
 }
 
 
+def refusal(name: str) -> str:
+    """Why vidscale model `name` has no MMAction2 counterpart, and which models have one."""
+    reason = REFUSED.get(name, "no conversion from MMAction2 is defined for it")
+    return f"({reason}); covered: {', '.join(SOURCES)}"
+
+
 def check_model(name: str) -> Source:
     """The MMAction2 source of vidscale model `name`; any other is an `InputError` saying why."""
     if name in SOURCES:
         return SOURCES[name]
-    reason = REFUSED.get(name, "no conversion from MMAction2 is defined for it")
-    covered = ", ".join(SOURCES)
-    raise InputError(f"--model {name}: not importable from {FORMAT} ({reason}); covered: {covered}")
+    raise InputError(f"--model {name}: not importable from {FORMAT} {refusal(name)}")
 
 
 # vidscale key -> MMAction2 key; applied in order, the first match wins.
