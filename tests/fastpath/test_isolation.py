@@ -19,7 +19,12 @@ from tests.distributed.multiproc import run_ranks
 from tests.fastpath.test_probe import SHAPE, TinyClipNet
 from vidscale.distributed.env import DistEnv
 from vidscale.fastpath import isolation as isolation
-from vidscale.fastpath.isolation import HangLimits, ProbeFailed, probe_isolated
+from vidscale.fastpath.isolation import (
+    HangLimits,
+    ProbeFailed,
+    probe_isolated,
+    start_holding_sigint,
+)
 from vidscale.fastpath.probe import ProbeSettings, decide
 from vidscale.fastpath.settings import Candidate
 
@@ -188,3 +193,23 @@ def test_two_ranks_leave_out_what_hung_and_agree(tmp_path: Path) -> None:
     assert r0["rounds"] == 2 * QUICK.repeats and r0["failed"]["fp32+cl"].startswith("hung")
     again = run_ranks(decide_hanging, 2, str(tmp_path / "cache.json"), timeout=60)
     assert again[0]["source"] == "cache" and again[0]["failed"] == r0["failed"]
+
+
+class _SlowStart:
+    """A child whose start is interrupted halfway: SIGINT arrives inside `start()`."""
+
+    def __init__(self) -> None:
+        self.started = False
+
+    def start(self) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)  # an unheld SIGINT raises here, the handover half done
+        self.started = True
+
+
+def test_a_ctrl_c_during_the_childs_start_arrives_once_it_has_started() -> None:
+    child = _SlowStart()
+    with pytest.raises(KeyboardInterrupt):
+        start_holding_sigint(child)
+    assert child.started
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -29,11 +29,12 @@ import ctypes
 import multiprocessing
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -172,19 +173,46 @@ def _run_child(job: _Job, limits: HangLimits, progress: _Progress) -> Timed | _F
     receiver, sender = ctx.Pipe(duplex=False)
     child = ctx.Process(target=_child_main, args=(sender, job), name="vidscale-fast-path-probe")
     child.daemon = True  # multiprocessing ends it if this process exits normally first
-    child.start()
-    sender.close()  # the child's end: EOF here once the child is gone
     outcome: Timed | _Failure | None = None
     try:
+        start_holding_sigint(child)
+        sender.close()  # the child's end: EOF here once the child is gone
         outcome = _follow(child, receiver, limits, progress)
         return outcome
     finally:
+        sender.close()
         receiver.close()
-        if isinstance(outcome, Timed):
-            child.join(timeout=10)  # it sent its samples and is leaving
-        if child.is_alive():
-            child.kill()  # hung, or this process is being interrupted
-        child.join()
+        if child.pid is not None:  # started
+            if isinstance(outcome, Timed):
+                child.join(timeout=10)  # it sent its samples and is leaving
+            if child.is_alive():
+                child.kill()  # hung, or this process is being interrupted
+            child.join()
+
+
+class _Startable(Protocol):
+    def start(self) -> None: ...
+
+
+def start_holding_sigint(child: _Startable) -> None:
+    """`child.start()` with SIGINT held until it returns. `spawn` hands the child its job by
+    pickling it down a pipe inside `start()`: a Ctrl-C in the middle would leave the child
+    reading a truncated stream, to die with a traceback of its own on the terminal. Held (a
+    handler that only notes it, in place of this process's own for the duration), the signal
+    is raised again once the child has what it needs, reaching the handler it was meant for
+    (`KeyboardInterrupt`, or a run's stop flag). Only the main thread can set handlers;
+    elsewhere the start is plain."""
+    if threading.current_thread() is not threading.main_thread():
+        child.start()
+        return
+    held: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, _frame: held.append(signum))
+    try:
+        child.start()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if held:
+        signal.raise_signal(signal.SIGINT)
 
 
 def _follow(
@@ -243,6 +271,9 @@ def _die_with_parent() -> None:
 
 def _child_main(sender: Connection, job: _Job) -> None:
     _die_with_parent()
+    # A Ctrl-C at the terminal reaches the whole process group: the parent ends this child
+    # (its interruption kills it), so the child itself has nothing to say about it.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(job.threads)
     device = torch.device(job.device)
     if device.type == "cpu":
