@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import sysconfig
 import venv
 from pathlib import Path
@@ -71,6 +72,19 @@ def _stub_drn(site: Path) -> None:
     init.write_text(text.replace(DRN_IMPORT, DRN_STUB))
 
 
+def shared_site_dirs() -> str:
+    """This interpreter's site-packages directories (its venv's, and any a `.pth` of it adds,
+    as `scripts/setup.sh` adds the host's on a GPU image), one per line, in `sys.path` order."""
+    dirs = [p for p in sys.path if Path(p).name in ("site-packages", "dist-packages")]
+    return "\n".join(dict.fromkeys(dirs or [sysconfig.get_paths()["purelib"]]))
+
+
+def shared_pth_line(shared: str) -> str:
+    """A `.pth` line adding `shared`'s directories as site directories: their own `.pth` files
+    are read too (a plain path line would add a directory but not what its `.pth` files add)."""
+    return f"import site; list(map(site.addsitedir, {shared.splitlines()!r}))"
+
+
 def build_peer(root: Path, shared: str) -> Path:
     """Make the peer environment at `root` sharing site-packages `shared`; its Python."""
     shutil.rmtree(root, ignore_errors=True)
@@ -83,7 +97,7 @@ def build_peer(root: Path, shared: str) -> Path:
         ).strip()
     )
     # Sorted after the peer's own packages' .pth files: its own packages come first on sys.path.
-    (site / "zz_vidscale_shared.pth").write_text(shared + "\n")
+    (site / "zz_vidscale_shared.pth").write_text(shared_pth_line(shared) + "\n")
     _run(
         [str(python), "-m", "pip", "install", "--no-deps", "--quiet", *PEER_PACKAGES],
         "pip install " + " ".join(PEER_PACKAGES[:3]),
@@ -97,7 +111,7 @@ def build_peer(root: Path, shared: str) -> Path:
 @pytest.fixture(scope="session")
 def mmaction2_python() -> Path:
     """The peer environment's Python, built on first use (see the module docstring)."""
-    root, shared = peer_root(), sysconfig.get_paths()["purelib"]
+    root, shared = peer_root(), shared_site_dirs()
     ready = root / ".ready"
     python = root / "bin" / "python"
     if ready.is_file() and ready.read_text().strip() == shared and python.exists():
