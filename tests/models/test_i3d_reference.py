@@ -5,13 +5,12 @@ MMAction2 1.2's `ResNet3d` built from `configs/_base_/models/i3d_r50.py` (`infla
 `conv1_kernel=(5, 7, 7)`), the I3D-NL configs' `non_local` and `non_local_cfg` (`NonLocal3d`
 with `sub_sample=True`, BN3d after `conv_out`) and its `I3DHead` (fc with bias) are written down
 here as a table of state_dict keys and shapes (`mmaction2_shapes`). Renaming vidscale's keys
-(`mmaction2_key`) must give exactly that table: a checkpoint importer is then a key mapping
+(`weights.mmaction2.vidscale_to_mmaction2`) must give exactly that table: a checkpoint importer is then a key mapping
 only. The table was checked against the state_dict of MMAction2 1.2 built from those configs.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from typing import cast
 
@@ -24,6 +23,7 @@ from vidscale.models.i3d import I3D_NL_PLACEMENT, I3D_REFERENCE
 from vidscale.models.nonlocal_block import NonLocalBlock
 from vidscale.models.registry import ModelConfig, build_model, default_frames
 from vidscale.models.resnet import Bottleneck, ResNet
+from vidscale.weights.mmaction2 import vidscale_to_mmaction2
 
 Shape = tuple[int, ...]
 Flags = tuple[tuple[int, ...], ...]
@@ -90,31 +90,6 @@ def mmaction2_shapes(*, num_classes: int, non_local: Flags) -> dict[str, Shape]:
     return shapes
 
 
-# vidscale key -> MMAction2 key; applied in order, the first match wins.
-_RENAMES = (
-    (r"^trunk\.conv1\.", "backbone.conv1.conv."),
-    (r"^trunk\.bn1\.", "backbone.conv1.bn."),
-    (r"^trunk\.(layer\d\.\d+)\.conv(\d)\.", r"backbone.\1.conv\2.conv."),
-    (r"^trunk\.(layer\d\.\d+)\.bn(\d)\.", r"backbone.\1.conv\2.bn."),
-    (r"^trunk\.(layer\d\.\d+)\.downsample\.0\.", r"backbone.\1.downsample.conv."),
-    (r"^trunk\.(layer\d\.\d+)\.downsample\.1\.", r"backbone.\1.downsample.bn."),
-    (r"^trunk\.(layer\d\.\d+)\.non_local\.(g|phi)\.", r"backbone.\1.non_local_block.\2.0.conv."),
-    (r"^trunk\.(layer\d\.\d+)\.non_local\.theta\.", r"backbone.\1.non_local_block.theta.conv."),
-    (r"^trunk\.(layer\d\.\d+)\.non_local\.out\.", r"backbone.\1.non_local_block.conv_out.conv."),
-    (r"^trunk\.(layer\d\.\d+)\.non_local\.out_bn\.", r"backbone.\1.non_local_block.conv_out.bn."),
-    (r"^trunk\.fc\.", "cls_head.fc_cls."),
-)
-
-
-def mmaction2_key(key: str) -> str:
-    """The MMAction2 name of a reference model's state_dict key (KeyError if none applies)."""
-    for pattern, replacement in _RENAMES:
-        renamed, hits = re.subn(pattern, replacement, key)
-        if hits:
-            return renamed
-    raise KeyError(key)
-
-
 def _trunk(name: str) -> ResNet:
     with torch.device("meta"):
         return cast(ResNet, build_model(ModelConfig(name=name)).get_submodule("trunk"))
@@ -174,7 +149,7 @@ def test_every_tensor_has_an_mmaction2_twin(name: str, num_classes: int) -> None
     """Renamed keys give MMAction2's state_dict exactly: same keys, same shapes, buffers too."""
     with torch.device("meta"):
         state = build_model(ModelConfig(name=name, num_classes=num_classes)).state_dict()
-    ours = {mmaction2_key(k): tuple(v.shape) for k, v in state.items()}
+    ours = {vidscale_to_mmaction2(k, model=name): tuple(v.shape) for k, v in state.items()}
     assert len(ours) == len(state)  # the renaming is one to one
     placement = MMACTION2_NON_LOCAL if name in REFERENCE_NL else NO_NON_LOCAL
     assert ours == mmaction2_shapes(num_classes=num_classes, non_local=placement)
