@@ -36,17 +36,17 @@ def cmd_import_weights(args: argparse.Namespace) -> int:
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """The `import-weights` sub-command."""
     from vidscale.weights import FORMATS
-    from vidscale.weights.mmaction2 import SOURCES
 
+    covered = "; ".join(f"{name}: {', '.join(form.SOURCES)}" for name, form in FORMATS.items())
     p = sub.add_parser(
         "import-weights",
-        help="a published MMAction2 checkpoint as a run (predict, eval, export, init_from)",
+        help="a published checkpoint as a run (predict, eval, export, init_from)",
         description="Write run directory RUN (config, classes, checkpoint) from checkpoint SRC "
         "of another framework, its keys mapped onto the vidscale model of the same network. "
-        "MMAction2 1.x models: " + ", ".join(SOURCES) + ".",
+        "Models by format: " + covered + ".",
     )
     p.add_argument("src", type=Path, metavar="SRC", help="the checkpoint file (.pth)")
-    p.add_argument("--format", choices=FORMATS, required=True, help="SRC's framework")
+    p.add_argument("--format", choices=list(FORMATS), required=True, help="SRC's framework")
     p.add_argument("--model", required=True, metavar="NAME", help="the vidscale model")
     group = p.add_mutually_exclusive_group()
     group.add_argument(

@@ -1,8 +1,9 @@
 """Published weights of other frameworks as vidscale runs (`vidscale import-weights`).
 
 One module per source format holds its key tables and what each model's configs say about its
-clips (`mmaction2`); `pth` reads a checkpoint's tensors without running its code; `run_dir`
-writes the run directory. `import_weights` is the one entry point.
+clips (`mmaction2`), with the members `source.CheckpointFormat` lists; `FORMATS` registers
+them. `pth` reads a checkpoint's tensors without running its code; `run_dir` writes the run
+directory. `import_weights` is the one entry point.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from vidscale.data.annotations import read_class_names
 from vidscale.errors import InputError
 from vidscale.models.registry import ModelConfig, build_model
 from vidscale.weights import mmaction2
-from vidscale.weights.pth import load_pth, state_dict_of
 from vidscale.weights.run_dir import check_out, write_run
+from vidscale.weights.source import CheckpointFormat
 
-FORMATS = (mmaction2.FORMAT,)
+# Every format `import-weights --format` takes, by name.
+FORMATS: dict[str, CheckpointFormat] = {mmaction2.FORMAT: mmaction2}
 
 
 @dataclass(frozen=True)
@@ -54,17 +56,19 @@ def import_weights(
     """
     if fmt not in FORMATS:
         raise InputError(f"--format {fmt}: known formats: {', '.join(FORMATS)}")
-    source = mmaction2.check_model(model)
+    form = FORMATS[fmt]
+    source = form.check_model(model)
     check_out(Path(out))
-    state = state_dict_of(load_pth(Path(src)), Path(src))
-    classes = _class_names(state, classes_file=classes_file, num_classes=num_classes)
+    state = form.read(Path(src))
+    found = form.classes_in(state)
+    classes = _class_names(found, classes_file=classes_file, num_classes=num_classes)
     model_cfg = ModelConfig(
         name=model, num_classes=len(classes), frames=source.eval_clip.frames, dropout=source.dropout
     )
     with torch.device("meta"):
         target = build_model(model_cfg).state_dict()
     try:
-        weights = mmaction2.convert(state, target, model=model)
+        weights = form.convert(state, target, model=model)
     except InputError as err:
         raise InputError(f"{src}: {err}") from None
     cfg = RunConfig(model=model_cfg)
@@ -86,11 +90,8 @@ def import_weights(
     )
 
 
-def _class_names(
-    state: dict[str, torch.Tensor], *, classes_file: Path | None, num_classes: int | None
-) -> list[str]:
-    """--classes's names, or class_0..K-1; K must be the checkpoint's class count."""
-    found = mmaction2.classes_in(state)
+def _class_names(found: int, *, classes_file: Path | None, num_classes: int | None) -> list[str]:
+    """--classes's names, or class_0..K-1; K must be the checkpoint's class count `found`."""
     if classes_file is not None:
         names, flag = read_class_names(classes_file), f"--classes {classes_file}"
     else:

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -45,6 +45,8 @@ from torch import Tensor
 from vidscale.data.clip import ClipSpec
 from vidscale.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from vidscale.errors import InputError
+from vidscale.weights.pth import load_pth, state_dict_of
+from vidscale.weights.source import Source
 
 FORMAT = "mmaction2"
 _SHOWN = 3  # keys named per kind of problem in an error
@@ -56,17 +58,6 @@ _I3D_EVAL = ClipSpec(
 )
 _TSN_EVAL = ClipSpec(frames=25, num_crops=3, flip=False)
 _TSM_EVAL = ClipSpec(frames=8, num_crops=3, flip=False)
-
-
-@dataclass(frozen=True)
-class Source:
-    """What an MMAction2 model is in vidscale: its configs (zoo names), the head's dropout and
-    the clips of its configs' pipelines."""
-
-    configs: tuple[str, ...]
-    dropout: float
-    train_clip: ClipSpec
-    eval_clip: ClipSpec
 
 
 _I3D_ZOO = "i3d_imagenet-pretrained-r50{}_8xb8-32x2x1-100e_kinetics400-rgb"
@@ -208,6 +199,11 @@ def check_preprocessor(state: Mapping[str, Tensor]) -> None:
                 f"{PREPROCESSOR}{name} is {saved.flatten().tolist()}, not the RGB {values} "
                 "vidscale normalises with"
             )
+
+
+def read(path: Path) -> dict[str, Tensor]:
+    """The `.pth` file's state dict (its tensors only, see `vidscale.weights.pth`)."""
+    return state_dict_of(load_pth(path), path)
 
 
 def classes_in(state: Mapping[str, Tensor]) -> int:

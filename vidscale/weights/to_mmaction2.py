@@ -24,7 +24,8 @@ from vidscale.config import RunConfig
 from vidscale.data.transforms import input_normalization
 from vidscale.errors import InputError
 from vidscale.models.registry import ModelConfig
-from vidscale.weights.mmaction2 import FORMAT, SOURCES, Source, key_table, refusal
+from vidscale.weights.mmaction2 import FORMAT, SOURCES, key_table, refusal
+from vidscale.weights.source import Source
 
 # ModelConfig fields that change the network away from MMAction2's config when not the default.
 VARIANT_FIELDS = ("in_channels", "shift_div", "shift_place", "shift_every", "temporal_pool")
