@@ -1,0 +1,120 @@
+"""PyTorchVideo 0.1.5 hub checkpoints as vidscale weights.
+
+PyTorchVideo's hub (`pytorchvideo/models/hub/slowfast.py`) publishes `SLOWFAST_8x8_R50.pyth`
+for `slowfast_r50`: a torch file whose `model_state` names tensors by PyTorchVideo's modules
+(`vidscale_to_pytorchvideo`). Its `create_slowfast` builds PySlowFast's SlowFast module for
+module, and so vidscale's `slowfast_resnet50_8x8` (`vidscale.models.slowfast`): stems
+`blocks.0.multipathway_blocks.{0,1}` (1x7x7 and 5x7x7 convs, BN, ReLU, 1x3x3 max pool),
+bottlenecks `res_blocks.i.branch2.conv_{a,b,c}` with the temporal kernel on `conv_a` (Slow:
+res4 and res5 only; Fast: everywhere) and the spatial stride on `conv_b`, shortcut
+`branch1_conv`/`branch1_norm`, laterals `multipathway_fusion` (a 7x1x1 conv at temporal stride
+4, BN, ReLU, concatenated after the Slow features), BN at eps 1e-5, and the head
+`blocks.6` (dropout 0.5, `proj` with bias). The hub's input transform (`PackPathway`) picks the
+Slow frames by `linspace(0, T - 1, T // 4)`, as vidscale does.
+
+The head pools each pathway with a fixed `AvgPool3d` of (frames, 7, 7) at stride 1, then
+projects and averages what is left: at 224-pixel crops that is vidscale's global pool (the
+outputs agree); at the 256-pixel crops of the zoo's evaluation it averages 4 overlapping 7x7
+windows of the 8x8 res5 map, which vidscale's global average weights differently.
+
+Input: PyTorchVideo's hub transform normalises RGB on the 0..1 scale with mean 0.45 and std
+0.225 per channel; vidscale normalises with ImageNet's statistics, a slightly different input
+than the model was trained on (not corrected here). Clips: the PySlowFast config the
+checkpoint was trained with (`pyslowfast.SLOWFAST_TRAIN`, `SLOWFAST_EVAL`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from torch import Tensor
+
+from vidscale.errors import InputError
+from vidscale.weights import pyslowfast
+from vidscale.weights.pth import load_pth
+from vidscale.weights.rename import model_state, rename_onto, vidscale_parts
+from vidscale.weights.source import Source
+
+FORMAT = "pytorchvideo"
+
+SOURCES: dict[str, Source] = {
+    "slowfast_resnet50_8x8": Source(
+        ("slowfast_r50",),
+        pyslowfast.DROPOUT,
+        pyslowfast.SLOWFAST_TRAIN,
+        pyslowfast.SLOWFAST_EVAL,
+    ),
+}
+
+REFUSED: dict[str, str] = {
+    "slowfast_resnet50_4x16": "PyTorchVideo's hub has no SlowFast 4x16 R50 (import PySlowFast's)",
+    **pyslowfast.REFUSED,
+}
+
+
+def check_model(name: str) -> Source:
+    """The hub model of vidscale model `name`; any other is an `InputError` saying why."""
+    if name in SOURCES:
+        return SOURCES[name]
+    reason = REFUSED.get(name, "no conversion from PyTorchVideo is defined for it")
+    raise InputError(
+        f"--model {name}: not importable from {FORMAT} ({reason}); covered: {', '.join(SOURCES)}"
+    )
+
+
+# vidscale block module -> PyTorchVideo's (`models/resnet.py`: `ResBlock`, `BottleneckBlock`).
+_BLOCK = {
+    "conv1": "branch2.conv_a",
+    "bn1": "branch2.norm_a",
+    "conv2": "branch2.conv_b",
+    "bn2": "branch2.norm_b",
+    "conv3": "branch2.conv_c",
+    "bn3": "branch2.norm_c",
+    "downsample.0": "branch1_conv",
+    "downsample.1": "branch1_norm",
+}
+# `create_slowfast`'s blocks: 0 stems + fusion, 1..4 res2..res5 (+ fusion), 5 pooling, 6 head;
+# `create_resnet`'s: 0 stem, 1..4 res2..res5, 5 head.
+_HEAD_BLOCK = {True: 6, False: 5}
+
+
+def vidscale_to_pytorchvideo(key: str, *, model: str) -> str:
+    """The PyTorchVideo name of vidscale model `model`'s key (KeyError if none): SlowFast's
+    pathways are `multipathway_blocks.{0,1}` inside each of `blocks.0..4`."""
+    p = vidscale_parts(key)
+    multi = model.startswith("slowfast_")
+    path = f".multipathway_blocks.{p.pathway}" if multi else ""
+    if p.place == "stem":
+        module = "conv" if p.module == "conv" else "norm"
+        return f"blocks.0{path}.{module}.{p.param}"
+    if p.place == "block":
+        return f"blocks.{p.stage}{path}.res_blocks.{p.block}.{_BLOCK[p.module]}.{p.param}"
+    if p.place == "lateral":
+        module = "conv_fast_to_slow" if p.module == "conv" else "norm"
+        return f"blocks.{p.stage}.multipathway_fusion.{module}.{p.param}"
+    return f"blocks.{_HEAD_BLOCK[multi]}.proj.{p.param}"
+
+
+def convert(
+    state: Mapping[str, Tensor], target: Mapping[str, Tensor], *, model: str
+) -> dict[str, Tensor]:
+    """`state` (a hub `model_state`) as vidscale model `model`'s state_dict, whose keys and
+    shapes `target` gives; values kept, dtypes `target`'s. A file that does not fit is one
+    `InputError` naming the first missing and unexpected keys and mismatched shapes."""
+    table = {vidscale_to_pytorchvideo(k, model=model): k for k in target}
+    return rename_onto(state, target, table, what=f"PyTorchVideo {SOURCES[model].configs[0]}")
+
+
+def read(path: Path) -> dict[str, Tensor]:
+    """The `.pyth` file's `model_state` (its tensors only, see `vidscale.weights.pth`)."""
+    return model_state(load_pth(path), path, what="PyTorchVideo hub")
+
+
+def classes_in(state: Mapping[str, Tensor]) -> int:
+    """The checkpoint's class count (rows of the head's `proj.weight`)."""
+    for head in _HEAD_BLOCK.values():
+        fc = state.get(f"blocks.{head}.proj.weight")
+        if fc is not None and fc.ndim == 2:
+            return int(fc.shape[0])
+    raise InputError("not a PyTorchVideo classifier checkpoint: no blocks.5/6.proj.weight")
