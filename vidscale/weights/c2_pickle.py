@@ -3,12 +3,14 @@
 The Caffe2 checkpoints of PySlowFast's model zoo (and of the non-local paper's code before it)
 are Python 2 pickles of `{"blobs": {name: numpy.ndarray}, ...}`; PySlowFast reads them with
 `pickle.load(f, encoding="latin1")` (`utils/checkpoint.py`). `_ArraysOnly` rebuilds NumPy
-arrays and dtypes (NumPy's own reconstruct functions) and replaces every other class or
-function the file names by `pth.Opaque`, so nothing it names is imported or run.
+arrays, dtypes and bytes (NumPy's own reconstruct functions, `codecs.encode`) and replaces
+every other class or function the file names by `pth.Opaque`, so nothing it names is imported
+or run.
 """
 
 from __future__ import annotations
 
+import codecs
 import importlib
 import pickle
 from collections import OrderedDict
@@ -38,6 +40,8 @@ _ALLOWED = {
     ("numpy", "ndarray"): np.ndarray,
     ("numpy", "dtype"): np.dtype,
     ("collections", "OrderedDict"): OrderedDict,
+    # Python 3's protocol-2 pickles spell bytes (an array's buffer) as encode(text, "latin1").
+    ("_codecs", "encode"): codecs.encode,
 }
 _ARRAY_MODULES = ("numpy.core.multiarray", "numpy._core.multiarray")
 
