@@ -13,8 +13,8 @@ is rebuilt.
   lacks `mmaction/models/localizers/drn`, which `mmaction/models/localizers/__init__.py`
   imports, so `import mmaction.models` fails; that one import is replaced by `DRN = None` (DRN
   is a temporal-grounding localizer, used by no recognizer).
-- `pytorchvideo_python`: PyTorchVideo 0.1.5 and fvcore, iopath (what `pytorchvideo.models`
-  imports). `pytorchvideo/models/head.py` imports `torchvision.ops.RoIAlign` for its detection
+- `pytorchvideo_python`: PyTorchVideo 0.1.5 and fvcore, iopath (what importing
+  pytorchvideo.models needs). `pytorchvideo/models/head.py` imports `torchvision.ops.RoIAlign` for its detection
   head; where torchvision is absent, a stub module gives a `RoIAlign` that refuses to be built
   (no classifier uses it), rather than installing a torchvision built for another torch.
 """

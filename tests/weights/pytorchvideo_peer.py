@@ -1,7 +1,7 @@
 """PyTorchVideo's side of the import proofs, run by the peer environment's Python (never by pytest).
 
 `python pytorchvideo_peer.py WORKDIR` reads WORKDIR/request.json, a list of {"name", "hub" (a
-`pytorchvideo.models.hub` builder: "slowfast_r50", "slow_r50", "i3d_r50", or
+pytorchvideo.models.hub builder: "slowfast_r50", "slow_r50", "i3d_r50", or
 "create_slowfast"), "kwargs" (more arguments to it, e.g. a 4x16 fusion), "alpha" (SlowFast's frame ratio, 0 for one pathway),
 "num_classes", "seed"}, and WORKDIR/clip_float64.pt (N, C, T, H, W). For each it builds the
 hub's model with `pretrained=False`, its head pool sized to the clip's res5 map (the hub's

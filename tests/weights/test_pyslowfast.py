@@ -6,8 +6,8 @@ slow, needs the PyTorchVideo peer of conftest.py) takes PyTorchVideo's random Sl
 4x16, writes their tensors under PySlowFast's names, as its `save_checkpoint` writes a `.pyth`,
 and under the Caffe2 names of its zoo's `.pkl` files, both renamed by `ptv_to_pyslowfast` and
 `pyslowfast_to_caffe2` below: tables written here from PySlowFast's code
-(`models/video_model_builder.py`, `resnet_helper.py`, `stem_helper.py`, `head_helper.py`,
-`utils/c2_model_loading.py`), not from vidscale's. vidscale imports each file and its logits
+(`slowfast/models/video_model_builder.py`, `resnet_helper.py`, `stem_helper.py`, `head_helper.py`,
+`slowfast/utils/c2_model_loading.py`), not from vidscale's. vidscale imports each file and its logits
 must equal PyTorchVideo's forward (1e-10 relative, float64).
 """
 

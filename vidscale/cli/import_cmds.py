@@ -45,7 +45,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "of another framework, its keys mapped onto the vidscale model of the same network. "
         "Models by format: " + covered + ".",
     )
-    p.add_argument("src", type=Path, metavar="SRC", help="the checkpoint file (.pth)")
+    p.add_argument(
+        "src", type=Path, metavar="SRC", help="the checkpoint file (.pth, .pyth, Caffe2 .pkl)"
+    )
     p.add_argument("--format", choices=list(FORMATS), required=True, help="SRC's framework")
     p.add_argument("--model", required=True, metavar="NAME", help="the vidscale model")
     group = p.add_mutually_exclusive_group()

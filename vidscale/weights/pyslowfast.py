@@ -13,7 +13,7 @@ Files:
   `model_state` names tensors by PySlowFast's modules (`s1.pathway0_stem.conv.weight`,
   `s1_fuse.conv_f2s.weight`, `s2.pathway1_res0.branch2.a_bn.running_var`,
   `head.projection.weight`; `vidscale_to_pyslowfast`);
-- `.pkl`, the Caffe2 checkpoints of its Kinetics model zoo (`MODEL_ZOO.md`, configs with
+- `.pkl`, the Caffe2 checkpoints of its Kinetics model zoo (its model zoo table, configs with
   `CHECKPOINT_TYPE: caffe2`): a Python 2 pickle of NumPy arrays under `blobs`, named as the
   Caffe2 nets named them (`res2_0_branch2a_w`, `t_res_conv1_bn_s`, `t_pool1_subsample_w`,
   `pred_w`; `vidscale_to_caffe2`, the names `utils/c2_model_loading.py` converts). Its BN
