@@ -1,7 +1,8 @@
 """PyTorchVideo 0.1.5 hub checkpoints as vidscale weights.
 
 PyTorchVideo's hub (`pytorchvideo/models/hub/slowfast.py`) publishes `SLOWFAST_8x8_R50.pyth`
-for `slowfast_r50`: a torch file whose `model_state` names tensors by PyTorchVideo's modules
+for `slowfast_r50`, and its model zoo `SLOWFAST_4x16_R50.pyth` (the same builder with a 5x1x1
+lateral at temporal stride 8, vidscale's `slowfast_resnet50_4x16`): a torch file whose `model_state` names tensors by PyTorchVideo's modules
 (`vidscale_to_pytorchvideo`). Its `create_slowfast` builds PySlowFast's SlowFast module for
 module, and so vidscale's `slowfast_resnet50_8x8` (`vidscale.models.slowfast`): stems
 `blocks.0.multipathway_blocks.{0,1}` (1x7x7 and 5x7x7 convs, BN, ReLU, 1x3x3 max pool),
@@ -39,18 +40,21 @@ from vidscale.weights.source import Source
 FORMAT = "pytorchvideo"
 
 SOURCES: dict[str, Source] = {
+    "slowfast_resnet50_4x16": Source(
+        ("SLOWFAST_4x16_R50",),
+        pyslowfast.DROPOUT,
+        pyslowfast.SLOWFAST_TRAIN,
+        pyslowfast.SLOWFAST_EVAL,
+    ),
     "slowfast_resnet50_8x8": Source(
-        ("slowfast_r50",),
+        ("slowfast_r50", "SLOWFAST_8x8_R50"),
         pyslowfast.DROPOUT,
         pyslowfast.SLOWFAST_TRAIN,
         pyslowfast.SLOWFAST_EVAL,
     ),
 }
 
-REFUSED: dict[str, str] = {
-    "slowfast_resnet50_4x16": "PyTorchVideo's hub has no SlowFast 4x16 R50 (import PySlowFast's)",
-    **pyslowfast.REFUSED,
-}
+REFUSED: dict[str, str] = dict(pyslowfast.REFUSED)
 
 
 def check_model(name: str) -> Source:
