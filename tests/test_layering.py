@@ -30,7 +30,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("config", "recipes"),  # a run's description, composed of the components' configs
     ("step",),  # one optimizer step: what training, the probe and the benches run
     ("fastpath",),  # choosing the arithmetic by measurement
-    ("train", "predict", "export", "weights"),  # the loop and what uses one run
+    ("train", "predict", "predict_window", "export", "weights", "features"),  # uses of a run
     ("bench", "planner"),  # measuring this device; the analytic model and the planner
     ("studies",),  # runs that launch runs
     ("cli", "__main__"),  # the command

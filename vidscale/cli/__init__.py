@@ -16,6 +16,7 @@ from vidscale.cli import (
     bench_cmds,
     data_cmds,
     eval_cmds,
+    feature_cmds,
     import_cmds,
     info_cmds,
     plan_cmd,
@@ -67,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     data_cmds.add_parsers(sub)
     train_cmds.add_parsers(sub)
     eval_cmds.add_parsers(sub)
+    feature_cmds.add_parsers(sub)
     import_cmds.add_parsers(sub)
     info_cmds.add_parsers(sub)
     plan_cmd.add_parsers(sub)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from vidscale.cli.args import _at_least, _check_device, _check_parent, _check_run, _weights
+from vidscale.cli.args import _above, _at_least, _check_device, _check_parent, _check_run, _weights
 from vidscale.cli.eval_format import format_eval, format_two_stream
 from vidscale.cli.output import add_json_flag, print_result
 from vidscale.config import ConfigError
@@ -80,6 +80,13 @@ def cmd_predict(args: argparse.Namespace) -> int:
         checkpoint_path(run, checkpoint)
     except FileNotFoundError as err:
         raise ConfigError(f"RUN: {err}") from err
+    if args.window is None and (args.stride is not None or args.out is not None):
+        raise ConfigError("--stride and --out go with --window")
+    if args.window is not None:
+        from vidscale.cli.timeline_cmd import cmd_predict_window
+
+        _check_device(args.device)
+        return cmd_predict_window(args, run, checkpoint)
     flow_run, flow_checkpoint = None, "last"
     if args.flow_run is not None:
         try:
@@ -195,6 +202,28 @@ def _add_predict_export(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--clips", type=_at_least(1), default=None, help="default: the run's")
     p.add_argument("--crops", type=int, choices=[1, 3], default=None, help="default: the run's")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument(
+        "--window",
+        type=_above(0),
+        default=None,
+        metavar="SECONDS",
+        help="a long video: predict windows of this length, as a timeline (JSON + PNG)",
+    )
+    p.add_argument(
+        "--stride",
+        type=_above(0),
+        default=None,
+        metavar="SECONDS",
+        help="--window: seconds between window starts (default: the window's length)",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="--window: the timeline's .json (default VIDEO_STEM.timeline.json here); "
+        "the plot goes beside it as .png",
+    )
     add_json_flag(p)
     p.set_defaults(fn=cmd_predict)
 
