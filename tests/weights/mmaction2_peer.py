@@ -2,7 +2,8 @@
 
 `python mmaction2_peer.py WORKDIR` reads WORKDIR/request.json: a list of {"name", "config"
 (a path under the installed package's `.mim/configs`), "num_classes", "seed", "layout" ("3d" or
-"2d")}, and WORKDIR/clip_uint8.pt, WORKDIR/clip_float64.pt (N, C, T, H, W). For each model it
+"2d"), optionally "frames" (the model reads the clip's first ones; default all)}, and
+WORKDIR/clip_uint8.pt, WORKDIR/clip_float64.pt (N, C, T, H, W). For each model it
 builds MMAction2's own recognizer from the config (no pretrained download), gives every
 parameter random values (non-local output BNs included, which MMAction2 starts at zero) and
 its BN statistics those of one pass over the clip, and writes WORKDIR/NAME.pth, a checkpoint as MMAction2 saves one ({"state_dict",
@@ -85,9 +86,10 @@ def logits(model: Any, clip: torch.Tensor, layout: str) -> torch.Tensor:
 
 def main(workdir: Path) -> None:
     requests = json.loads((workdir / "request.json").read_text())
-    clip64 = torch.load(workdir / "clip_float64.pt", weights_only=True)
+    clip_all = torch.load(workdir / "clip_float64.pt", weights_only=True)
     for req in requests:
         model = build(req["config"], req["num_classes"])
+        clip64 = clip_all[:, :, : req.get("frames", clip_all.shape[2])]
         if "checkpoint" in req:
             load = importlib.import_module("mmengine.runner").load_checkpoint
             load(model, req["checkpoint"], map_location="cpu", strict=True)

@@ -23,7 +23,15 @@ import pytest
 import torch
 from torch import nn
 
-from tests.weights.test_mmaction2 import CLASSES, PEER_SCRIPT, RTOL, _config, run_cli
+from tests.weights.test_mmaction2 import (
+    CLASSES,
+    PEER_SCRIPT,
+    RTOL,
+    _config,
+    clip_frames,
+    layout,
+    run_cli,
+)
 from vidscale.config import RunConfig, save_config
 from vidscale.data.transforms import normalize
 from vidscale.models.registry import ModelConfig, build_model
@@ -152,24 +160,24 @@ def test_mmaction2_loads_the_export_and_agrees(
     mmaction2_python: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     clip = torch.randint(
-        0, 256, (2, 3, 8, 64, 64), generator=torch.Generator().manual_seed(1), dtype=torch.uint8
+        0, 256, (2, 3, 16, 64, 64), generator=torch.Generator().manual_seed(1), dtype=torch.uint8
     )
     clip64 = normalize(clip, dtype=torch.float64)
     torch.save(clip64, tmp_path / "clip_float64.pt")
     ours, requests = {}, []
     for name in SOURCES:
-        run = write_random_run(tmp_path / name, name, clip=clip64)
+        part = clip64[:, :, : clip_frames(name)]
+        run = write_random_run(tmp_path / name, name, clip=part)
         out = tmp_path / f"{name}.pth"
         code, _, err = run_cli(
             capsys, "export", str(run), "--format", "mmaction2", "--out", str(out)
         )
         assert code == 0, err
         with torch.no_grad():
-            ours[name] = load_run(run).model.double()(clip64)
-        layout = "3d" if name.startswith("i3d") else "2d"
+            ours[name] = load_run(run).model.double()(part)
         requests.append(
             {"name": name, "config": _config(name), "num_classes": CLASSES, "seed": 0,
-             "layout": layout, "checkpoint": str(out)}
+             "layout": layout(name), "frames": clip_frames(name), "checkpoint": str(out)}
         )  # fmt: skip
     (tmp_path / "request.json").write_text(json.dumps(requests))
     done = subprocess.run(

@@ -44,6 +44,17 @@ CLASSES = 7
 RTOL = 1e-10
 
 
+def layout(model: str) -> str:
+    """How MMAction2's recognizer takes the clip: "2d" (frames as images) or "3d"."""
+    return "2d" if model.startswith(("tsn_", "tsm_")) else "3d"
+
+
+def clip_frames(model: str) -> int:
+    """Frames of the proofs' 16-frame clip the model reads: MMAction2's 2D recognizers shift
+    across their config's `num_segments` (8) whatever the clip; the 3D ones take all 16."""
+    return 8 if layout(model) == "2d" else 16
+
+
 def _config(model: str) -> str:
     zoo = SOURCES[model].configs[0]
     return RECOGNITION.format(zoo.split("_", 1)[0], zoo)
@@ -219,10 +230,11 @@ def test_an_imported_run_predicts_exports_and_initialises(
 @pytest.fixture(scope="module")
 def peer_outputs(mmaction2_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """MMAction2's checkpoints and float64 logits of every covered model, and its normalised
-    clip (`mmaction2_peer.py`), for one random clip of 2 x 8 frames of 64 x 64."""
+    clip (`mmaction2_peer.py`), for one random clip of 2 x 16 frames of 64 x 64 (SlowFast's
+    Slow pathway: 2 frames at 4x16, 4 at 8x8)."""
     work = tmp_path_factory.mktemp("mmaction2_peer")
     clip = torch.randint(
-        0, 256, (2, 3, 8, 64, 64), generator=torch.Generator().manual_seed(0), dtype=torch.uint8
+        0, 256, (2, 3, 16, 64, 64), generator=torch.Generator().manual_seed(0), dtype=torch.uint8
     )
     torch.save(clip, work / "clip_uint8.pt")
     torch.save(normalize(clip, dtype=torch.float64), work / "clip_float64.pt")
@@ -232,7 +244,8 @@ def peer_outputs(mmaction2_python: Path, tmp_path_factory: pytest.TempPathFactor
             "config": _config(name),
             "num_classes": CLASSES,
             "seed": seed,
-            "layout": "3d" if name.startswith("i3d") else "2d",
+            "layout": layout(name),
+            "frames": clip_frames(name),
         }
         for seed, name in enumerate(SOURCES)
     ]
@@ -248,26 +261,56 @@ def peer_outputs(mmaction2_python: Path, tmp_path_factory: pytest.TempPathFactor
     return work
 
 
+def relative_diff(
+    src: Path, name: str, peer: Path, run: Path, capsys: pytest.CaptureFixture[str]
+) -> float:
+    """max |logit diff| / max |logit| of MMAction2's logits and those of `src` imported."""
+    code, _, err = run_cli(
+        capsys, "import-weights", str(src), "--format", "mmaction2", "--model", name,
+        "--out", str(run),
+    )  # fmt: skip
+    assert code == 0, err
+    model = load_run(run).model.double()
+    clip = torch.load(peer / "clip_float64.pt", weights_only=True)[:, :, : clip_frames(name)]
+    with torch.no_grad():
+        ours = model(clip)
+    theirs = torch.load(peer / f"{name}_logits.pt", weights_only=True)
+    assert ours.shape == theirs.shape == (2, CLASSES)
+    return float((ours - theirs).abs().max() / theirs.abs().max())
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(SOURCES))
 def test_logits_equal_mmaction2s(
     name: str, peer_outputs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    run = tmp_path / "run"
-    code, _, err = run_cli(
-        capsys, "import-weights", str(peer_outputs / f"{name}.pth"), "--format", "mmaction2",
-        "--model", name, "--out", str(run),
-    )  # fmt: skip
-    assert code == 0, err
-    model = load_run(run).model.double()
-    clip = torch.load(peer_outputs / "clip_float64.pt", weights_only=True)
-    with torch.no_grad():
-        ours = model(clip)
-    theirs = torch.load(peer_outputs / f"{name}_logits.pt", weights_only=True)
-    assert ours.shape == theirs.shape == (2, CLASSES)
-    diff = float((ours - theirs).abs().max() / theirs.abs().max())
+    src = peer_outputs / f"{name}.pth"
+    diff = relative_diff(src, name, peer_outputs, tmp_path / "run", capsys)
     print(f"{name}: max |logit diff| / max |logit| = {diff:.3g}", file=sys.stderr)
     assert diff <= RTOL
+
+
+# Two tensors of one shape in the Fast pathway, the smaller part of SlowFast's features.
+SWAPPED = (
+    "backbone.fast_path.layer3.1.conv1.conv.weight",
+    "backbone.fast_path.layer3.2.conv1.conv.weight",
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n in SOURCES if n.startswith("slowfast_")])
+def test_one_mismatched_key_fails_the_proof(
+    name: str, peer_outputs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The proof can fail: MMAction2's checkpoint with `SWAPPED` exchanged imports (names and
+    shapes fit) but its logits are no longer MMAction2's."""
+    ckpt = torch.load(peer_outputs / f"{name}.pth", weights_only=True)
+    state = ckpt["state_dict"]
+    state[SWAPPED[0]], state[SWAPPED[1]] = state[SWAPPED[1]], state[SWAPPED[0]]
+    torch.save(ckpt, tmp_path / "swapped.pth")
+    diff = relative_diff(tmp_path / "swapped.pth", name, peer_outputs, tmp_path / "run", capsys)
+    print(f"{name}, {SWAPPED[0]} swapped: {diff:.3g}", file=sys.stderr)
+    assert diff > 1e-3
 
 
 @pytest.mark.slow

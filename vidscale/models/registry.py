@@ -27,7 +27,14 @@ from vidscale.models.image import AlexNetBN, ImageResNet
 from vidscale.models.nonlocal_block import NonLocalMode, NonLocalSpec
 from vidscale.models.pretrained import load_pretrained
 from vidscale.models.resnet import ResNet, TemporalSpec, temporal_resolutions
-from vidscale.models.slowfast import SLOWFAST_4X16, SLOWFAST_8X8, SlowFast, SlowFastSpec
+from vidscale.models.slowfast import (
+    SLOWFAST_4X16,
+    SLOWFAST_4X16_MMACTION2,
+    SLOWFAST_8X8,
+    SLOWFAST_8X8_MMACTION2,
+    SlowFast,
+    SlowFastSpec,
+)
 from vidscale.models.temporal_shift import ShiftSpec
 from vidscale.models.tsm import FrameClassifier
 
@@ -326,6 +333,23 @@ def slowfast_resnet50_8x8(cfg: ModelConfig) -> nn.Module:
     """SlowFast 8x8 R50 (α = 4, lateral kernel 7): 34.57M parameters (400 classes), 65.7
     GMACs per 32x256x256 clip as PySlowFast reports (50.3 GMACs at 224x224)."""
     return _slowfast(cfg, SLOWFAST_8X8)
+
+
+@register_model(frames=32)
+def slowfast_resnet50_4x16_mmaction2(cfg: ModelConfig) -> nn.Module:
+    """SlowFast 4x16 R50 as MMAction2 builds it (`ResNet3dSlowFast` + `SlowFastHead`, config
+    `slowfast_r50_8xb8-4x16x1-256e_kinetics400-rgb`; `SLOWFAST_4X16_MMACTION2`): laterals
+    without BN/ReLU, Slow frames 0, 8, 16, 24, features concatenated Fast first. 34,479,288
+    parameters (400 classes), its tensors one for one (`import-weights --format mmaction2`)."""
+    return _slowfast(cfg, SLOWFAST_4X16_MMACTION2)
+
+
+@register_model(frames=32)
+def slowfast_resnet50_8x8_mmaction2(cfg: ModelConfig) -> nn.Module:
+    """SlowFast 8x8 R50 as MMAction2 builds it (config
+    `slowfast_r50_8xb8-8x8x1-256e_kinetics400-rgb`; `SLOWFAST_8X8_MMACTION2`): 34,565,560
+    parameters (400 classes), its tensors one for one."""
+    return _slowfast(cfg, SLOWFAST_8X8_MMACTION2)
 
 
 def _still(cfg: ModelConfig) -> None:

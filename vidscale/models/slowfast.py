@@ -15,6 +15,13 @@ Two `ResNetTrunk`s in the "volume" layout run side by side on the same clip (Slo
 - Head (§3.4): global average pool of each pathway's res5 output, concatenated (2048 + 256
   features), dropout, fc.
 
+MMAction2's `ResNet3dSlowFast` + `SlowFastHead` (`mmaction/models/backbones/resnet3d_slowfast.py`,
+`configs/_base_/models/slowfast_r50.py`) is the same network but for three details, each a
+`SlowFastSpec` field (`SLOWFAST_4X16_MMACTION2`, `SLOWFAST_8X8_MMACTION2`): its lateral is the
+conv alone (`lateral_norm=False`: no BN, no ReLU), its Slow pathway reads every α-th frame from
+the first (`interpolate(mode="nearest", scale_factor=1/α)`), and its head concatenates the Fast
+features before the Slow ones.
+
 The layout follows the reference implementation PySlowFast (`video_model_builder.SlowFast`,
 `resnet_helper`, `stem_helper`, `_TEMPORAL_KERNEL_BASIS["slowfast"]`), including its frame
 selection (`PackPathway`): the Slow pathway's frames are `linspace(0, T - 1, T // α)` of the
@@ -39,7 +46,8 @@ Shape legend:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
@@ -76,6 +84,13 @@ class SlowFastSpec:
     `alpha` is the frame-rate ratio Fast/Slow, `beta_inv` the channel ratio Slow/Fast (β = 1 /
     beta_inv), `fusion_kernel` the lateral conv's temporal kernel, `fusion_ratio` its channel
     expansion (2: the lateral gives 2·β·C channels, the paper's best time-strided variant).
+
+    The defaults are PySlowFast's; MMAction2's configs differ in three (see the module
+    docstring): `lateral` "conv_bn_relu" (PySlowFast's `FuseFastToSlow`) or "conv" (MMAction2's
+    `lateral_norm=False`); `slow_sampling` "linspace" (PySlowFast's `PackPathway`) or "strided"
+    (frames 0, α, 2α, ...: MMAction2's nearest-neighbour resampling); `head_order` the
+    concatenation of the pooled features, "slow_fast" (PySlowFast) or "fast_slow" (MMAction2's
+    `SlowFastHead`), which orders the classifier's input columns.
     """
 
     alpha: int
@@ -83,12 +98,22 @@ class SlowFastSpec:
     beta_inv: int = 8
     fusion_ratio: int = 2
     depth: int = 50
+    lateral: Literal["conv_bn_relu", "conv"] = "conv_bn_relu"
+    slow_sampling: Literal["linspace", "strided"] = "linspace"
+    head_order: Literal["slow_fast", "fast_slow"] = "slow_fast"
 
     def __post_init__(self) -> None:
         if self.alpha < 1 or self.beta_inv < 1 or self.fusion_ratio < 1:
             raise ValueError(f"alpha, beta_inv and fusion_ratio must be >= 1: {self}")
         if self.fusion_kernel < 1 or self.fusion_kernel % 2 == 0:
             raise ValueError(f"fusion_kernel must be odd so 'same' padding exists: {self}")
+        options = (
+            (self.lateral, ("conv_bn_relu", "conv")),
+            (self.slow_sampling, ("linspace", "strided")),
+            (self.head_order, ("slow_fast", "fast_slow")),
+        )
+        if any(value not in allowed for value, allowed in options):
+            raise ValueError(f"lateral, slow_sampling or head_order is not a known variant: {self}")
 
     def slow_frames(self, frames: int) -> int:
         """Ts for T input frames: T // α, as PySlowFast's `PackPathway`, wherever α divides T
@@ -104,14 +129,25 @@ class SlowFastSpec:
 # SLOWFAST_4x16_R50 and SLOWFAST_8x8_R50 configs.
 SLOWFAST_4X16 = SlowFastSpec(alpha=8, fusion_kernel=5)
 SLOWFAST_8X8 = SlowFastSpec(alpha=4, fusion_kernel=7)
+# The same as MMAction2's configs slowfast_r50_8xb8-4x16x1-256e_kinetics400-rgb and
+# slowfast_r50_8xb8-8x8x1-256e_kinetics400-rgb build them (resample_rate = speed_ratio = α).
+SLOWFAST_4X16_MMACTION2 = replace(
+    SLOWFAST_4X16, lateral="conv", slow_sampling="strided", head_order="fast_slow"
+)
+SLOWFAST_8X8_MMACTION2 = replace(
+    SLOWFAST_8X8, lateral="conv", slow_sampling="strided", head_order="fast_slow"
+)
 
 
 class FastToSlow(nn.Module):
     """Lateral connection (SlowFast §3.3): x_N_C_T_H_W of the Fast pathway -> the Slow pathway's
     frame rate, (N, ratio·C, ceil(T / α), H, W): a (kernel x 1 x 1) conv with temporal stride
-    α, BN, ReLU (PySlowFast `FuseFastToSlow`)."""
+    α, BN, ReLU (PySlowFast `FuseFastToSlow`); with `norm=False` the conv alone, no BN or ReLU
+    modules (MMAction2's `ConvModule` with `lateral_norm=False`)."""
 
-    def __init__(self, channels: int, *, ratio: int, kernel: int, alpha: int) -> None:
+    def __init__(
+        self, channels: int, *, ratio: int, kernel: int, alpha: int, norm: bool = True
+    ) -> None:
         super().__init__()
         self.conv = nn.Conv3d(
             channels,
@@ -121,13 +157,15 @@ class FastToSlow(nn.Module):
             padding=(kernel // 2, 0, 0),
             bias=False,
         )
-        self.bn = nn.BatchNorm3d(channels * ratio)
-        self.relu = nn.ReLU(inplace=True)
+        self.bn = nn.BatchNorm3d(channels * ratio) if norm else None
+        self.relu = nn.ReLU(inplace=True) if norm else None
         # As the trunk's convs (torchvision's init); the BN starts at its default (1, 0).
         nn.init.kaiming_normal_(self.conv.weight, mode="fan_out", nonlinearity="relu")
 
     def forward(self, fast: Tensor) -> Tensor:
         fused = windowed_conv(self.conv, fast) if _cpu_bf16(fast) else self.conv(fast)
+        if self.bn is None or self.relu is None:
+            return fused
         return self.relu(self.bn(fused))
 
 
@@ -203,7 +241,13 @@ class SlowFast(nn.Module):
         if list(self.fast.stage_channels[:4]) != fast_widths:  # the trunk's widths, not a guess
             raise AssertionError(f"fast widths {self.fast.stage_channels} != {fast_widths}")
         self.lateral = nn.ModuleList(
-            FastToSlow(c, ratio=spec.fusion_ratio, kernel=spec.fusion_kernel, alpha=spec.alpha)
+            FastToSlow(
+                c,
+                ratio=spec.fusion_ratio,
+                kernel=spec.fusion_kernel,
+                alpha=spec.alpha,
+                norm=spec.lateral == "conv_bn_relu",
+            )
             for c in fast_widths
         )
         self.num_features = self.slow.num_features + self.fast.num_features
@@ -214,9 +258,13 @@ class SlowFast(nn.Module):
     def pack_pathways(self, clips: Tensor) -> tuple[Tensor, Tensor]:
         """(slow (N, C, Ts, H, W), fast (N, C, T, H, W)) from clips (N, C, T, H, W): the Slow
         pathway's frames evenly spaced over the clip, first and last included (PySlowFast's
-        `PackPathway`: `linspace(0, T - 1, Ts).long()`); the Fast pathway sees every frame."""
+        `PackPathway`: `linspace(0, T - 1, Ts).long()`), or with `slow_sampling="strided"`
+        frames 0, α, 2α, ... (MMAction2's nearest-neighbour `interpolate` by 1/α, the same
+        frames wherever α divides T); the Fast pathway sees every frame."""
         if clips.dim() != 5:
             raise ValueError(f"expected clips (N, C, T, H, W), got shape {tuple(clips.shape)}")
+        if self.spec.slow_sampling == "strided":
+            return clips[:, :, :: self.spec.alpha], clips
         frames = clips.shape[2]
         index = torch.linspace(
             0, frames - 1, self.spec.slow_frames(frames), device=clips.device
@@ -238,7 +286,10 @@ class SlowFast(nn.Module):
 
     def forward(self, clips: Tensor) -> Tensor:
         slow, fast = self.forward_features(clips)
-        features_N_F = torch.cat([self.slow.pool(slow), self.fast.pool(fast)], dim=1)
+        pooled = [self.slow.pool(slow), self.fast.pool(fast)]
+        if self.spec.head_order == "fast_slow":
+            pooled.reverse()
+        features_N_F = torch.cat(pooled, dim=1)
         return self.fc(self.dropout(features_N_F))
 
     def temporal_resolutions(self, *, frames: int) -> dict[str, int]:

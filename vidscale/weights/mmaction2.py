@@ -12,7 +12,11 @@ and `meta`) loads into the vidscale model that is module for module the same net
   training the dropout masks differ (one per clip there, one per frame here);
 - `tsm_resnet50`: `ResNetTSM` (shift "blockres": the residual branch's input, 1/8 of the
   channels one frame back and 1/8 one frame forward, in every block) and `TSMHead` (dropout and
-  fc per frame, average consensus, as vidscale's `FrameClassifier`).
+  fc per frame, average consensus, as vidscale's `FrameClassifier`);
+- `slowfast_resnet50_4x16_mmaction2`, `slowfast_resnet50_8x8_mmaction2`: `ResNet3dSlowFast`
+  (two `ResNet3dPathway`s, laterals `conv1_lateral`, `layer{1,2,3}_lateral` of conv only) and
+  `SlowFastHead` (`vidscale.models.slowfast`, `SLOWFAST_4X16_MMACTION2`). vidscale's
+  `slowfast_resnet50_4x16`/`_8x8` follow PySlowFast, whose laterals have BN and ReLU.
 
 The keys differ only by name (`vidscale_to_mmaction2`, one table for both directions: `convert`
 reads it backwards for an import, `vidscale.weights.to_mmaction2` forwards for an export): a
@@ -26,11 +30,12 @@ order of vidscale's `data.transforms.IMAGENET_MEAN`/`IMAGENET_STD` for an RGB in
 imported model sees the values it was trained on.
 
 Clips (the run's `data.eval_clip`, from each config's `test_pipeline`): I3D 32 frames at stride
-2, short side 256, 10 clips x 3 crops of 256 (MMAction2's `ThreeCrop`). TSN and TSM test with
+2, short side 256, 10 clips x 3 crops of 256 (MMAction2's `ThreeCrop`), SlowFast the same 10 x 3 views of 32 frames at stride 2. TSN and TSM test with
 `TenCrop` (4 corners and the centre, each flipped), which vidscale does not have: the nearest
 is 3 crops of 224 after a short side of 256; TSN with 25 segments, TSM with its 8. MMAction2
 averages the views' probabilities (`average_clips='prob'`): `vidscale eval --average softmax`
-does the same. The training clip follows the config's train pipeline, for fine-tuning.
+does the same. The training clip follows the config's train pipeline, for fine-tuning (SlowFast's:
+`RandomResizedCrop`, vidscale's `crop="random_resized"`).
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ _I3D_EVAL = ClipSpec(
 )
 _TSN_EVAL = ClipSpec(frames=25, num_crops=3, flip=False)
 _TSM_EVAL = ClipSpec(frames=8, num_crops=3, flip=False)
+_SLOWFAST_TRAIN = ClipSpec(frames=32, sampling="dense", stride=2, crop="random_resized")
 
 
 _I3D_ZOO = "i3d_imagenet-pretrained-r50{}_8xb8-32x2x1-100e_kinetics400-rgb"
@@ -84,11 +90,27 @@ SOURCES: dict[str, Source] = {
         ClipSpec(frames=8),
         _TSM_EVAL,
     ),
+    "slowfast_resnet50_4x16_mmaction2": Source(
+        ("slowfast_r50_8xb8-4x16x1-256e_kinetics400-rgb",), 0.5, _SLOWFAST_TRAIN, _I3D_EVAL
+    ),
+    "slowfast_resnet50_8x8_mmaction2": Source(
+        (
+            "slowfast_r50_8xb8-8x8x1-256e_kinetics400-rgb",
+            "slowfast_r50_8xb8-8x8x1-steplr-256e_kinetics400-rgb",
+        ),
+        0.5,
+        _SLOWFAST_TRAIN,
+        _I3D_EVAL,
+    ),
 }
 
 _TABLE1 = (
     "the TSM paper's Table 1 I3D inflates other blocks than MMAction2's ResNet3d "
     "(use i3d_{}resnet50_ref)"
+)
+_PYSLOWFAST = (
+    "PySlowFast's layout: its laterals have BN and ReLU, MMAction2's are a conv alone "
+    "(use slowfast_resnet50_{}_mmaction2)"
 )
 REFUSED: dict[str, str] = {
     "i3d_resnet50_3x1x1": _TABLE1.format(""),
@@ -98,6 +120,8 @@ REFUSED: dict[str, str] = {
     "online_tsm_resnet50": "its shift is causal; MMAction2's TSM shifts both ways",
     "tsm_resnet101": "MMAction2's ResNetTSM shifts every other block of a ResNet-101, "
     "vidscale's every block",
+    "slowfast_resnet50_4x16": _PYSLOWFAST.format("4x16"),
+    "slowfast_resnet50_8x8": _PYSLOWFAST.format("8x8"),
 }
 
 
@@ -132,13 +156,39 @@ _RENAMES = (
 _SHIFTED_CONV1 = (r"^(backbone\.layer\d\.\d+\.conv1\.conv)\.", r"\1.net.")
 
 
+# SlowFast: each pathway is a trunk renamed as above under its own prefix; the laterals belong to
+# MMAction2's Slow pathway, the one before res2 named after the stem, the others after the stage
+# they follow (`lateral.1` comes after res2, MMAction2's `layer1`).
+_PATHWAY = re.compile(r"^(slow|fast)\.(?!fc\.)")
+_LATERALS = (
+    (r"^lateral\.0\.conv\.", "backbone.slow_path.conv1_lateral.conv."),
+    (r"^lateral\.([123])\.conv\.", r"backbone.slow_path.layer\1_lateral.conv."),
+    (r"^fc\.", "cls_head.fc_cls."),
+)
+
+
 def vidscale_to_mmaction2(key: str, *, model: str) -> str:
     """The MMAction2 name of vidscale model `model`'s state_dict key (KeyError if none)."""
+    if model.startswith("slowfast_"):
+        return _slowfast_key(key)
     for pattern, replacement in _RENAMES:
         renamed, hits = re.subn(pattern, replacement, key)
         if hits:
             if model.startswith("tsm_"):
                 renamed = re.sub(*_SHIFTED_CONV1, renamed)
+            return renamed
+    raise KeyError(key)
+
+
+def _slowfast_key(key: str) -> str:
+    """A SlowFast key's MMAction2 name: `slow.X` is `backbone.slow_path.` + trunk X's name."""
+    pathway = _PATHWAY.match(key)
+    if pathway:
+        trunk_key = vidscale_to_mmaction2("trunk." + key[pathway.end() :], model="")
+        return trunk_key.replace("backbone.", f"backbone.{pathway[1]}_path.", 1)
+    for pattern, replacement in _LATERALS:
+        renamed, hits = re.subn(pattern, replacement, key)
+        if hits:
             return renamed
     raise KeyError(key)
 
