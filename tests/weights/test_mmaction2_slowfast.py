@@ -27,6 +27,7 @@ def test_pyslowfasts_layout_is_refused_naming_the_twin() -> None:
         check_model("slowfast_resnet50_8x8")
 
 
+@pytest.mark.slow
 def test_the_laterals_and_pathways_are_mmaction2s_modules() -> None:
     with torch.device("meta"):
         table = key_table(build_model(ModelConfig(name=FOUR)).state_dict(), model=FOUR)

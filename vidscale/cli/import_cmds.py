@@ -46,7 +46,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "Models by format: " + covered + ".",
     )
     p.add_argument(
-        "src", type=Path, metavar="SRC", help="the checkpoint file (.pth, .pyth, Caffe2 .pkl)"
+        "src",
+        type=Path,
+        metavar="SRC",
+        help="the checkpoint file (.pth, .pth.tar, .pyth, Caffe2 .pkl)",
     )
     p.add_argument("--format", choices=list(FORMATS), required=True, help="SRC's framework")
     p.add_argument("--model", required=True, metavar="NAME", help="the vidscale model")

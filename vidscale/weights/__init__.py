@@ -18,7 +18,7 @@ from vidscale.config import RunConfig
 from vidscale.data.annotations import read_class_names
 from vidscale.errors import InputError
 from vidscale.models.registry import ModelConfig, build_model
-from vidscale.weights import mmaction2, pyslowfast, pytorchvideo
+from vidscale.weights import mmaction2, pyslowfast, pytorchvideo, tsm
 from vidscale.weights.run_dir import check_out, write_run
 from vidscale.weights.source import CheckpointFormat
 
@@ -27,6 +27,7 @@ FORMATS: dict[str, CheckpointFormat] = {
     mmaction2.FORMAT: mmaction2,
     pytorchvideo.FORMAT: pytorchvideo,
     pyslowfast.FORMAT: pyslowfast,
+    tsm.FORMAT: tsm,
 }
 
 
