@@ -108,13 +108,15 @@ def test_a_refused_model_ends_in_one_line(
 
 
 def test_tsm_keys_carry_the_shift_wrapper() -> None:
-    """ResNetTSM wraps conv1 of every block (`conv1.conv.net`); TSN's and I3D's do not."""
+    """ResNetTSM wraps conv1 of every block (`conv1.conv.net`); TSN's, I3D's and SlowFast's
+    do not."""
     with torch.device("meta"):
         for name in SOURCES:
             table = key_table(build_model(ModelConfig(name=name)).state_dict(), model=name)
             wrapped = [k for k in table if ".conv1.conv.net." in k]
             assert len(wrapped) == (16 if name == "tsm_resnet50" else 0)
-            assert table["cls_head.fc_cls.weight"] == "trunk.fc.weight"
+            head = "fc.weight" if name.startswith("slowfast_") else "trunk.fc.weight"
+            assert table["cls_head.fc_cls.weight"] == head
 
 
 FIRED: list[str] = []
