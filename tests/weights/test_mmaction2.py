@@ -107,6 +107,7 @@ def test_a_refused_model_ends_in_one_line(
     assert "its shift is causal" in err and not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow  # builds every covered model, SlowFast's included
 def test_tsm_keys_carry_the_shift_wrapper() -> None:
     """ResNetTSM wraps conv1 of every block (`conv1.conv.net`); TSN's, I3D's and SlowFast's
     do not."""
