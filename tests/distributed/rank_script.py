@@ -15,6 +15,9 @@ Every scenario joins the group through `init_distributed` and runs inside `fail_
   after one all-reduce; in the second, rank 1 joins 2 s after rank 0, and both all-reduce.
 - consequence: after one all-reduce, rank R raises; the other rank, whose watcher polls only
   every 60 s, raises an error of its own 2 s later, as a collective's closed connection would.
+- freeze: after one all-reduce, rank R stops (SIGSTOP: alive, sockets open, silent, as a rank
+  behind a link that went down) and is SIGKILLed S seconds later by a helper process; the other
+  rank waits in a second all-reduce. Peers are lost after `FREEZE_SILENCE_S`.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -33,6 +37,7 @@ from vidscale.distributed.failure import fail_together
 
 AGREED_EXIT_CODE = 3
 POLL_S = 0.2
+FREEZE_SILENCE_S = 2.0
 
 
 class Agreed(Exception):
@@ -42,7 +47,8 @@ class Agreed(Exception):
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument(
-        "scenario", choices=["fail", "kill", "clean", "agreed", "restart", "consequence"]
+        "scenario",
+        choices=["fail", "kill", "clean", "agreed", "restart", "consequence", "freeze"],
     )
     parser.add_argument("--fail-rank", type=int, default=0)
     parser.add_argument("--cleanup-s", type=float, default=0.0)
@@ -57,7 +63,7 @@ def main() -> int:
     env = init_distributed("cpu", timeout_s=30)
     try:
         poll_s = 60.0 if args.scenario == "consequence" else POLL_S
-        with fail_together(env, expected=(Agreed,), poll_s=poll_s):
+        with fail_together(env, expected=(Agreed,), poll_s=poll_s, silence_s=FREEZE_SILENCE_S):
             total = all_reduce_sum(torch.ones(1)).item()
             assert total == env.world_size, total
             if args.scenario == "consequence" and rank != args.fail_rank:
@@ -71,6 +77,11 @@ def main() -> int:
             ):
                 print(f"rank {rank} failing at {time.time():.3f}", flush=True)
                 os.kill(os.getpid(), signal.SIGKILL)
+            if args.scenario == "freeze" and rank == args.fail_rank:
+                reaper = f"sleep {args.cleanup_s}; kill -9 {os.getpid()}"
+                subprocess.Popen(["sh", "-c", reaper], start_new_session=True)
+                print(f"rank {rank} failing at {time.time():.3f}", flush=True)
+                os.kill(os.getpid(), signal.SIGSTOP)
             if args.scenario in ("clean", "agreed") and rank == 1:
                 time.sleep(2.0)
             if args.scenario == "agreed":

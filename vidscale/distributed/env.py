@@ -67,12 +67,21 @@ class DistConfig:
     # runs CUDA processes (slower collectives), e.g. several processes sharing one GPU, which
     # NCCL refuses.
     backend: Literal["auto", "nccl", "gloo"] = "auto"
+    # Seconds a rank may go without a word from a ring neighbour (its heartbeat through the
+    # launch's store) or from the store itself before it declares the other lost and the run
+    # stops (`distributed.failure`): a link that goes down kills no process, and without this
+    # the ranks would wait for `timeout_s`.
+    peer_silence_s: float = 30.0
 
     def validate(self) -> None:
         if self.backend not in ("auto", "nccl", "gloo"):
             raise ValueError(f"backend must be 'auto', 'nccl' or 'gloo', got {self.backend!r}")
         if not (self.timeout_s > 0 and math.isfinite(self.timeout_s)):
             raise ValueError(f"timeout_s must be a finite number > 0, got {self.timeout_s}")
+        if not (self.peer_silence_s > 0 and math.isfinite(self.peer_silence_s)):
+            raise ValueError(
+                f"peer_silence_s must be a finite number > 0, got {self.peer_silence_s}"
+            )
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,22 @@ another rank's report (a gloo collective's "Connection closed by peer" can beat 
 next poll) says the same one line and exits with `PEER_FAILED_EXIT_CODE` too, its exception
 (a consequence, not a cause) left out.
 
+A rank can also lose its peers without any exception: its network link goes down, and its
+collectives and store requests wait on TCP retransmissions until the collective timeout. The
+watcher therefore keeps heartbeats (`heartbeats`): a ring neighbour silent for `silence_s`
+seconds (`dist.peer_silence_s`, 30 by default) is lost, and a store request unanswered for as
+long means the store is out of reach. Either way the rank posts, or says, one line naming
+itself, what it lost and the phase the run was in (`FailureWatch.phase`, which the trainer
+points at its watchdog's current unit), e.g.
+
+    vidscale: rank 0 lost rank 1 (no heartbeat for 30 s) in step 6 of epoch 2; stopping rank 0
+    vidscale: rank 1 lost the store in torchrun's agent (no answer for 30 s) in step 6 of epoch
+    2; stopping rank 1
+
+and ends as above. A launcher that restarts the group (torchrun `--max-restarts`, a SLURM
+requeue) then resumes from the last checkpoint once the link is back. The silence is at least
+four polls, so that a slow poll interval at scale cannot turn into a false alarm.
+
 Every rank must enter the same sequence of blocks (one per `train()`); on one process the
 block does nothing.
 """
@@ -42,15 +58,22 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 import torch.distributed as dist
 
 from vidscale.distributed.env import DistEnv, group_store
+from vidscale.distributed.heartbeats import Beats, neighbours
+
+T = TypeVar("T")
 
 PEER_FAILED_EXIT_CODE = 1
 DEFAULT_POLL_S = 0.5
+DEFAULT_SILENCE_S = 30.0
+# Store requests per poll: the failure check, this rank's heartbeat, two neighbours' counters.
+_OPS_PER_POLL = 4
 # A ceiling on the failure polls' reads of the one store all ranks share (a single server that
 # the launch's rendezvous and barriers also use); its real capacity is not measured here.
 STORE_READS_PER_S = 200.0
@@ -66,22 +89,34 @@ _LINGER_FAILED_POLLS = 6
 _blocks_entered = 0
 
 
+class FailureWatch:
+    """What `fail_together` yields: `phase` names what the rank is doing, for the line a lost
+    peer prints (" in step 6 of epoch 2"); the trainer points it at its watchdog."""
+
+    def __init__(self) -> None:
+        self.phase: Callable[[], str] = lambda: ""
+
+
 @contextmanager
 def fail_together(
     env: DistEnv,
     *,
     expected: tuple[type[BaseException], ...] = (),
     poll_s: float | None = None,
-) -> Iterator[None]:
-    """Run the block so that an exception on any rank ends every rank promptly (see module).
+    silence_s: float = DEFAULT_SILENCE_S,
+) -> Iterator[FailureWatch]:
+    """Run the block so that an exception on any rank, or a rank cut off from the others,
+    ends every rank promptly (see module).
 
     The exception itself propagates unchanged on the rank that raised it. Requires
     `init_distributed` when `env.distributed`; a no-op on one process. `poll_s` defaults to
-    `poll_interval(env.world_size)`.
+    `poll_interval(env.world_size)`; a peer or the store silent for `silence_s` seconds (at
+    least four polls) is lost.
     """
     global _blocks_entered
+    handle = FailureWatch()
     if not env.distributed:
-        yield
+        yield handle
         return
     if poll_s is None:
         poll_s = poll_interval(env.world_size)
@@ -94,12 +129,14 @@ def fail_together(
         prefix=f"failure/{_blocks_entered}/",
         env=env,
         poll_s=poll_s,
+        silence_s=max(silence_s, 4 * poll_s),
         hosted_here=info.hosted_here,
         store_host="torchrun's agent" if info.in_agent else "rank 0",
+        handle=handle,
     )
     watch.start()
     try:
-        yield
+        yield handle
     except BaseException as exc:
         watch.stop()
         if isinstance(exc, expected) or (isinstance(exc, SystemExit) and not exc.code):
@@ -117,11 +154,12 @@ def fail_together(
 
 def poll_interval(world_size: int, *, reads_per_s: float = STORE_READS_PER_S) -> float:
     """Seconds between one rank's failure polls: `DEFAULT_POLL_S`, or longer where
-    `world_size` ranks polling that often would read the store more than `reads_per_s` times
-    a second (1,000 ranks: 5 s, still far inside any collective timeout)."""
+    `world_size` ranks polling that often (`_OPS_PER_POLL` requests each) would send the store
+    more than `reads_per_s` requests a second (1,000 ranks: 20 s, inside any collective
+    timeout)."""
     if world_size < 1 or reads_per_s <= 0:
         raise ValueError(f"world_size >= 1 and reads_per_s > 0, got {world_size}, {reads_per_s}")
-    return max(DEFAULT_POLL_S, world_size / reads_per_s)
+    return max(DEFAULT_POLL_S, world_size * _OPS_PER_POLL / reads_per_s)
 
 
 def _describe(exc: BaseException) -> str:
@@ -137,6 +175,33 @@ def _stderr(line: str) -> None:
     os.write(2, (line + "\n").encode(errors="replace"))
 
 
+class _Unanswered(Exception):
+    """A store request got no answer in time (the store's host is out of reach)."""
+
+
+def _within(timeout_s: float, call: Callable[[], T]) -> T:
+    """`call()`, or `_Unanswered` after `timeout_s`: a store request to a host whose link is
+    down waits on TCP retransmissions (for minutes) whatever the store's own timeout, so it
+    runs on a thread of its own that is abandoned (a daemon) if it never returns."""
+    result: list[T] = []
+    error: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(call())
+        except BaseException as exc:  # handed to the caller's thread
+            error.append(exc)
+
+    worker = threading.Thread(target=run, name="vidscale-store-request", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if worker.is_alive():
+        raise _Unanswered
+    if error:
+        raise error[0]
+    return result[0]
+
+
 class _Watch:
     """One rank's side of one `fail_together` block."""
 
@@ -147,16 +212,22 @@ class _Watch:
         prefix: str,
         env: DistEnv,
         poll_s: float,
+        silence_s: float,
         hosted_here: bool,
         store_host: str,
+        handle: FailureWatch,
     ) -> None:
         self.store = store
+        self.prefix = prefix
         self.failed_key = prefix + "failed"
         self.left_key = prefix + "left"
         self.env = env
         self.poll_s = poll_s
+        self.silence_s = silence_s
         self.hosted_here = hosted_here
         self.store_host = store_host
+        self.handle = handle
+        self.beats = Beats(neighbours(env.rank, env.world_size))
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._run, name="vidscale-fail-together", daemon=True
@@ -177,42 +248,84 @@ class _Watch:
         another rank failed first)."""
         mine = f"rank {self.env.rank} failed ({_describe(exc)})"
         try:
-            first = self.store.compare_set(self.failed_key, "", mine).decode()
-        except dist.DistError as err:
-            _stderr(
-                f"vidscale: rank {self.env.rank} could not report its failure: {_describe(err)}"
-            )
+            first = self._post(mine)
+        except (dist.DistError, _Unanswered) as err:
+            why = "no answer" if isinstance(err, _Unanswered) else _describe(err)
+            _stderr(f"vidscale: rank {self.env.rank} could not report its failure: {why}")
             return False, False
         if first != mine:
             _stderr(f"vidscale: {first}; stopping rank {self.env.rank}")
             return True, True
         return True, False
 
+    def _post(self, line: str) -> str:
+        """Post `line` as the block's failure unless one is there; the one that is."""
+        return _within(
+            self.silence_s, lambda: self.store.compare_set(self.failed_key, "", line).decode()
+        )
+
     def leave(self, *, linger_s: float) -> None:
         """Count this rank out; the store's host waits (up to `linger_s`) for the others."""
         try:
-            left = self.store.add(self.left_key, 1)
+            _within(self.silence_s, self._count_out)
             deadline = time.monotonic() + linger_s
-            while self.hosted_here and left < self.env.world_size:
-                if time.monotonic() > deadline:
+            while self.hosted_here and time.monotonic() < deadline:
+                if _within(self.silence_s, lambda: self.store.add(self.left_key, 0)) >= (
+                    self.env.world_size
+                ):
                     break
                 time.sleep(0.05)
-                left = self.store.add(self.left_key, 0)
-        except dist.DistError:
-            pass  # the store is gone: nobody is left to wait for
+        except (dist.DistError, _Unanswered):
+            pass  # the store is gone or out of reach: nobody is left to wait for
+
+    def _count_out(self) -> None:
+        self.store.set(f"{self.prefix}done/{self.env.rank}", "1")  # before `left`: not missed
+        self.store.add(self.left_key, 1)
+
+    def _poll(self) -> str | None:
+        """One poll: another rank's failure line, this rank's own when it finds a neighbour
+        silent (posted for every rank), or None while all is well."""
+        store = self.store
+        if store.check([self.failed_key]):
+            return str(store.get(self.failed_key).decode())
+        store.add(f"{self.prefix}beat/{self.env.rank}", 1)
+        now = time.monotonic()
+        for peer in self.beats.peers:
+            self.beats.saw(peer, store.add(f"{self.prefix}beat/{peer}", 0), now=now)
+        silent = self.beats.silent(now=now, silence_s=self.silence_s)
+        if silent is None:
+            return None
+        peer, seconds = silent
+        if store.check([f"{self.prefix}done/{peer}"]):
+            self.beats.peers = tuple(p for p in self.beats.peers if p != peer)  # left on its own
+            return None
+        line = (
+            f"rank {self.env.rank} lost rank {peer} (no heartbeat for {seconds:.0f} s)"
+            f"{self._phase()}"
+        )
+        return str(store.compare_set(self.failed_key, "", line).decode())
+
+    def _phase(self) -> str:
+        phase = self.handle.phase()
+        return f" in {phase}" if phase else ""
 
     def _run(self) -> None:
         while not self._stop.wait(self.poll_s):
             try:
-                if not self.store.check([self.failed_key]):
-                    continue
-                report = self.store.get(self.failed_key).decode()
+                report = _within(self.silence_s, self._poll)
+            except _Unanswered:
+                report = (
+                    f"rank {self.env.rank} lost the store in {self.store_host} (no answer for "
+                    f"{self.silence_s:.0f} s){self._phase()}"
+                )
             except dist.DistError as err:
                 report = f"the store in {self.store_host} stopped answering ({_describe(err)})"
+            if report is None:
+                continue
             if self._stop.is_set():
                 return  # this rank is reporting or leaving on its own
-            with contextlib.suppress(dist.DistError):  # counted out: the host need not wait
-                self.store.add(self.left_key, 1)
+            with contextlib.suppress(dist.DistError, _Unanswered):  # the host need not wait
+                _within(self.poll_s, self._count_out)
             _stderr(f"vidscale: {report}; stopping rank {self.env.rank}")
             flush_standard_streams(timeout_s=2.0)
             os._exit(PEER_FAILED_EXIT_CODE)

@@ -334,10 +334,12 @@ def train(cfg: RunConfig, *, run_dir: Path, resume: ResumeMode = "auto") -> dict
     """
     env = init_distributed(cfg.train.device, timeout_s=cfg.dist.timeout_s, backend=cfg.dist.backend)
     signals = StopSignals()
-    # A rank that fails stops the others in seconds (not at the collective timeout); a stop or
-    # a divergence is agreed by all ranks, so it is no failure of one.
-    with fail_together(env, expected=(Preempted, Diverged)), signals.installed():
+    # A rank that fails or is cut off stops the others in seconds (not at the collective
+    # timeout); a stop or a divergence is agreed by all ranks, so it is no failure of one.
+    peers = fail_together(env, expected=(Preempted, Diverged), silence_s=cfg.dist.peer_silence_s)
+    with peers as watch, signals.installed():
         trainer = Trainer(replace(cfg), run_dir, env, resume=resume, signals=signals)
+        watch.phase = trainer.watchdog.phase  # a lost peer's line names what the run was in
         try:
             with trainer.watchdog.running():  # a stalled step ends the rank (`watchdog`)
                 return trainer.run()

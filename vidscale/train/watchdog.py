@@ -174,6 +174,11 @@ class Watchdog:
         """One that measures its units but never runs (a piece used outside a run)."""
         return cls(HangBounds(0.0, 0.0), rank=0, hangs_dir=Path("hangs"))
 
+    def phase(self) -> str:
+        """What the main thread is in ("step 7 of epoch 4"), or "" between units."""
+        unit = self.unit
+        return "" if unit is None else unit.what
+
     @contextmanager
     def watching(self, kind: str, what: str, key: Hashable = None) -> Iterator[Watch]:
         """The block is one unit of `kind` (or several, see `Watch.progressed`)."""
