@@ -26,7 +26,7 @@ ROOT_NAME = "vidscale"
 # component; nothing below them imports them. "" is the package's own __init__.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("", "atomic", "errors", "models", "optim", "schedules"),  # the ground floor: pure parts
-    ("data", "distributed"),  # clips in, processes together
+    ("data", "distributed", "netlab"),  # clips in, processes together, a network to test them
     ("config", "recipes"),  # a run's description, composed of the components' configs
     ("step",),  # one optimizer step: what training, the probe and the benches run
     ("fastpath",),  # choosing the arithmetic by measurement

@@ -1,0 +1,163 @@
+"""One torchrun agent per node of a `TwoNodeLink`: a two-node job over the real link.
+
+Each agent runs in its node's namespace, pinned to one core (`cores`), with `nproc` workers,
+and the agents meet by torchrun's c10d rendezvous at node 0's address: node 0's agent hosts
+the rendezvous store (`is_host`, stated rather than guessed, since both namespaces share the
+host's name), and the workers' process group is formed over the veth (gloo is told the
+interface with `GLOO_SOCKET_IFNAME`, each node its own end). The job's processes are children
+of this one: `stop` ends them (their whole process groups), so none outlives a harness that is
+interrupted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from vidscale.netlab.link import TwoNodeLink
+
+RENDEZVOUS_PORT = 29531
+# How long the other agent may take to end on its own once one has failed (it normally does
+# within a monitor interval when its workers stop too).
+BAD_EXIT_GRACE_S = 15.0
+
+
+@dataclass
+class TwoNodeJob:
+    """Two running torchrun agents; `wait` collects their exit codes and output files."""
+
+    link: TwoNodeLink
+    procs: list[subprocess.Popen[bytes]]
+    logs: list[Path]
+    started: float = field(default_factory=time.monotonic)
+
+    def poll(self) -> list[int | None]:
+        return [p.poll() for p in self.procs]
+
+    def wait(self, timeout: float | None = None, *, kill_on_bad_exit: bool = True) -> list[int]:
+        """The agents' exit codes. With `kill_on_bad_exit`, an agent that fails ends the other
+        after `BAD_EXIT_GRACE_S` (a scheduler ends a job whose task failed, `srun
+        --kill-on-bad-exit`): an agent cut off from the rendezvous store would otherwise wait
+        on it for many minutes. On `timeout` seconds (in all) the job is stopped and
+        `subprocess.TimeoutExpired` raised."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        failed_at: float | None = None
+        while True:
+            codes = self.poll()
+            if all(code is not None for code in codes):
+                return [int(code) for code in codes if code is not None]
+            now = time.monotonic()
+            if kill_on_bad_exit and any(codes):
+                failed_at = now if failed_at is None else failed_at
+                if now - failed_at > BAD_EXIT_GRACE_S:
+                    self.stop()
+            if deadline is not None and now > deadline:
+                self.stop()
+                raise subprocess.TimeoutExpired(self.procs[0].args, timeout or 0.0)
+            time.sleep(0.1)
+
+    def output(self, node: int) -> str:
+        return self.logs[node].read_text(errors="replace")
+
+    def stop(self, *, grace_s: float = 10.0) -> None:
+        """SIGTERM each agent's process group, SIGKILL what is left after `grace_s`."""
+        for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+            for proc in self.procs:
+                if proc.poll() is None:
+                    _signal_group(proc.pid, sig)
+            deadline = time.monotonic() + wait_s
+            while any(p.poll() is None for p in self.procs) and time.monotonic() < deadline:
+                time.sleep(0.05)
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, sig)
+
+
+def agent_command(
+    link: TwoNodeLink,
+    node: int,
+    args: Sequence[str],
+    *,
+    nproc: int = 1,
+    port: int = RENDEZVOUS_PORT,
+    run_id: str = "vidscale",
+    max_restarts: int = 0,
+) -> list[str]:
+    """The command that starts node `node`'s torchrun agent for `python -m vidscale ARGS`."""
+    host = "true" if node == 0 else "false"
+    return [
+        *link.exec_prefix(node),
+        *(sys.executable, "-m", "torch.distributed.run"),
+        *("--nnodes", "2", "--nproc-per-node", str(nproc)),
+        *("--rdzv-backend", "c10d", "--rdzv-endpoint", f"{link.addresses[0]}:{port}"),
+        *("--rdzv-id", run_id, "--rdzv-conf", f"is_host={host}"),
+        # The workers' store address: without it torchrun takes the host's name, which
+        # resolves to loopback, the same in both namespaces.
+        *("--local-addr", link.addresses[node]),
+        *("--max-restarts", str(max_restarts), "--monitor-interval", "0.5"),
+        *("-m", "vidscale", *args),
+    ]
+
+
+def start(
+    link: TwoNodeLink,
+    args: Sequence[str],
+    *,
+    log_dir: Path,
+    cores: tuple[int, int] | None = (0, 1),
+    threads: int = 1,
+    nproc: int = 1,
+    max_restarts: int = 0,
+    port: int = RENDEZVOUS_PORT,
+    env: dict[str, str] | None = None,
+) -> TwoNodeJob:
+    """Start `python -m vidscale ARGS` on both nodes, node N's agent (and so its workers)
+    pinned to core `cores[N]` (None: unpinned), its output in `log_dir/node{N}.log`."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    run_id = uuid.uuid4().hex[:12]
+    procs, logs = [], []
+    for node in (0, 1):
+        node_env = {
+            **os.environ,
+            **(env or {}),
+            "GLOO_SOCKET_IFNAME": link.devices[node],
+            "OMP_NUM_THREADS": str(threads),
+            "PYTHONUNBUFFERED": "1",
+        }
+        log = log_dir / f"node{node}.log"
+        handle: IO[bytes] = log.open("wb")
+        core = None if cores is None else cores[node]
+        cmd = agent_command(
+            link, node, args, nproc=nproc, port=port, run_id=run_id, max_restarts=max_restarts
+        )
+        procs.append(
+            subprocess.Popen(
+                cmd,
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                env=node_env,
+                start_new_session=True,  # its own process group: `stop` ends all of it
+                preexec_fn=None if core is None else _pin(core),
+            )
+        )
+        handle.close()
+        logs.append(log)
+    return TwoNodeJob(link, procs, logs)
+
+
+def _pin(core: int) -> Callable[[], None]:
+    def pin() -> None:
+        os.sched_setaffinity(0, {core})
+
+    return pin
