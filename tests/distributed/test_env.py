@@ -39,3 +39,20 @@ def test_leaving_the_group_right_after_powersgd_steps_does_not_abort() -> None:
     group, its destructor ran on its own worker thread and aborted the process ("Resource
     deadlock avoided") within a few cycles."""
     assert run_ranks(powersgd_teardown_cycles, 2, 25, timeout=150) == [25, 25]
+
+
+def release_at_exit(env: DistEnv, cycles: int) -> list[int]:
+    """PowerSGD cycles, then what the exit handler leaves: the retired groups before and after."""
+    from vidscale.distributed import env as env_module
+
+    powersgd_teardown_cycles(env, cycles)
+    before = len(env_module._retired_groups)
+    env_module._release_retired_groups()
+    return [before, len(env_module._retired_groups)]
+
+
+@pytest.mark.slow
+def test_retired_groups_are_destroyed_before_the_interpreter_finalizes() -> None:
+    """The exit handler destroys every retired group on the main thread once gloo's threads have
+    let go of it: left to finalization, a gloo thread needing the GIL there aborts the process."""
+    assert run_ranks(release_at_exit, 2, 3, timeout=120) == [[3, 0], [3, 0]]

@@ -26,9 +26,11 @@ inside it.
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import math
 import os
+import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -246,6 +248,33 @@ def _fresh_namespace(store: dist.Store, *, rank: int, world_size: int, timeout_s
 
 # Every default group this process has joined, kept until the process exits (see `shutdown`).
 _retired_groups: list[object] = []
+# How long the exit waits for gloo's threads to drop their references to a retired group.
+_RELEASE_WAIT_S = 5.0
+
+
+def _release_retired_groups() -> None:
+    """Destroy the retired groups on the main thread before the interpreter finalizes.
+
+    A group left to finalization is destroyed with the interpreter half torn down: a gloo
+    worker thread that then needs the GIL (to drop a tensor's Python reference) is ended by
+    Python's `pthread_exit`, whose forced unwind through torch's C++ frames aborts the process
+    ("terminate called without an active exception", SIGABRT, seen once in a CI run as a worker
+    dying at the end of a resumed 2-process run; torch's own report: pytorch/pytorch#179291).
+    Here the interpreter is whole and this is the main thread. A group is released only once
+    this list holds its last reference (the reason it is kept, see `shutdown`); one still held
+    elsewhere after `_RELEASE_WAIT_S` is left as before.
+    """
+    deadline = time.monotonic() + _RELEASE_WAIT_S
+    while _retired_groups:
+        # 3 when only the list holds it: the list, the loop's name, getrefcount's argument.
+        held = [g for g in _retired_groups if sys.getrefcount(g) > 3]
+        if not held or time.monotonic() > deadline:
+            _retired_groups[:] = held  # the rest are destroyed here, on this thread
+            return
+        time.sleep(0.01)
+
+
+atexit.register(_release_retired_groups)
 
 
 def shutdown() -> None:
