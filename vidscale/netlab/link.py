@@ -32,7 +32,7 @@ from vidscale.errors import InputError
 
 PREFIX = "vsnet-"
 SUBNET = "10.231.0.{}/30"
-_NAME = re.compile(rf"^{PREFIX}(\d+)-(\d+)$")
+_NAME = re.compile(rf"^{PREFIX}(\d+)-\d+-[01]$")  # vsnet-PID-INDEX-NODE
 # tbf needs a bucket of at least one MTU-sized packet per timer tick; this many seconds of
 # traffic at the link's rate (and never less than 64 KiB) keeps it from capping the rate below
 # the one set at any rate used here (checked by the suite's throughput test).

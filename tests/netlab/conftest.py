@@ -1,0 +1,26 @@
+"""Two namespaces need root and iproute2: the tests that make them skip, saying why, without."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from vidscale.netlab.link import PREFIX, namespaces, unavailable
+
+
+@pytest.fixture(scope="session")
+def netns_ok() -> None:
+    """Skip unless two namespaces and a veth can be made here (tried once per session)."""
+    reason = unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_behind(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every test of this package leaves no namespace of its own behind."""
+    yield
+    if "netns_ok" in request.fixturenames:
+        left = [ns for ns in namespaces() if ns.startswith(PREFIX)]
+        assert not left, f"namespaces left behind: {left}"
