@@ -2,10 +2,11 @@
 for deployment, its ResNet trunk for the video models, or an MMAction2 checkpoint.
 
 The exported model takes float clips (N, C, T, S, S) normalised as in training ((x - mean) / std
-on the 0..255 scale) and returns logits (N, K); T and S are the run's evaluation clip (frames,
-crop size), N is free. `FILE.json` beside it records the class names, input shape, mean, std,
-sampling and, for a multi-label run, how the logits are read (`"multi_label": true`, `outputs`:
-independent sigmoid probabilities), so a deployment needs nothing else from the run.
+on the 0..255 scale, with the run's statistics: `data.mean`/`data.std` x 255 for RGB) and
+returns logits (N, K); T and S are the run's evaluation clip (frames, crop size), N is free.
+`FILE.json` beside it records the class names, input shape, mean, std, sampling and, for a
+multi-label run, how the logits are read (`"multi_label": true`, `outputs`: independent sigmoid
+probabilities), so a deployment needs nothing else from the run.
 
 Every export is checked: the saved file is loaded back and run on a random clip of a batch size
 other than the one it was traced with, and its logits must match the PyTorch model's. Export
@@ -39,7 +40,7 @@ import numpy as np
 import torch
 
 from vidscale.atomic import atomic_write, atomic_write_text
-from vidscale.data.transforms import input_normalization
+from vidscale.data.inputs import ModelInput
 from vidscale.errors import InputError
 from vidscale.models.image import torchvision_resnet
 from vidscale.models.registry import ModelConfig, build_model, list_models
@@ -190,7 +191,7 @@ def _write_metadata(
     loaded: LoadedRun, out: Path, *, fmt: Format, shape: tuple[int, ...], opset: int | None
 ) -> None:
     spec = loaded.cfg.data.eval_clip
-    mean, std = input_normalization(spec.modality, spec.channels)
+    mean, std = ModelInput.of(spec, loaded.cfg.data).statistics()
     meta = {
         "format": fmt,
         "opset": opset,
@@ -304,7 +305,7 @@ def _write_trunk_metadata(
     loaded: LoadedRun, trunk: ResNet, out: Path, *, state: dict[str, torch.Tensor]
 ) -> None:
     spec = loaded.cfg.data.eval_clip
-    mean, std = input_normalization(spec.modality, spec.channels)
+    mean, std = ModelInput.of(spec, loaded.cfg.data).statistics()
     meta = {
         "format": "trunk",
         "contents": (

@@ -140,7 +140,7 @@ def run_probabilities(
     return view_probabilities(
         loaded.model,
         views,
-        model_input=ModelInput.of(spec),
+        model_input=ModelInput.of(spec, data),
         average=average,
         multi_label=data.eval_aggregate if data.multi_label else None,
     )

@@ -130,7 +130,7 @@ def predict_timeline(
             probs = view_probabilities(
                 loaded.model,
                 views if views.ndim == 5 else views[None],
-                model_input=ModelInput.of(spec),
+                model_input=ModelInput.of(spec, data),
                 multi_label=data.eval_aggregate if data.multi_label else None,
             )
             order = probs.argsort(descending=True, stable=True)[:topk].tolist()

@@ -3,6 +3,7 @@ data package (like each component's config), so that the loaders take it without
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
@@ -11,6 +12,7 @@ from vidscale.data.layouts import check_layout_name, layout
 from vidscale.data.layouts.generic import GENERIC
 from vidscale.data.read_health import UnreadableLimit
 from vidscale.data.sources import FlowSettings
+from vidscale.data.transforms import IMAGENET_RGB_MEAN, IMAGENET_RGB_STD
 
 ViewAggregate = Literal["mean", "max"]
 VIEW_AGGREGATES: tuple[str, ...] = get_args(ViewAggregate)
@@ -62,11 +64,19 @@ class DataConfig:
     flow: FlowSettings = field(default_factory=FlowSettings)
     multi_label: bool = False
     eval_aggregate: ViewAggregate = "mean"
+    # RGB normalisation, (x / 255 - mean) / std per channel, 0..1 scale, RGB order (frames are
+    # decoded RGB). ImageNet's by default (MMAction2, the TSM code); the PyTorchVideo and
+    # PySlowFast models were trained with 0.45 / 0.225, which their imports record. Flow input
+    # has its own (`transforms.input_normalization`) and ignores these.
+    mean: tuple[float, float, float] = IMAGENET_RGB_MEAN
+    std: tuple[float, float, float] = IMAGENET_RGB_STD
 
     def validate(self) -> None:
-        """ValueError naming the field for an unknown layout, a `multi_label` the layout
-        contradicts (videos read through it), or an unknown `eval_aggregate`."""
+        """ValueError naming the field for an unknown layout, a `mean`/`std` that is not 3
+        positive finite numbers, a `multi_label` the layout contradicts (videos read through
+        it), or an unknown `eval_aggregate`."""
         check_layout_name(self.layout)
+        self._check_normalization()
         if self.eval_aggregate not in VIEW_AGGREGATES:
             raise ValueError(
                 f"data.eval_aggregate must be one of {list(VIEW_AGGREGATES)}, "
@@ -79,6 +89,15 @@ class DataConfig:
                 f"data.multi_label={str(self.multi_label).lower()} but data.layout="
                 f"{self.layout} has {has}: set data.multi_label={str(sets).lower()}"
             )
+
+    def _check_normalization(self) -> None:
+        for name in ("mean", "std"):
+            values = getattr(self, name)
+            if len(values) != 3 or not all(math.isfinite(v) and v > 0 for v in values):
+                raise ValueError(
+                    f"data.{name} must be 3 positive finite numbers (R, G, B on the 0..1 "
+                    f"scale), got {list(values)}"
+                )
 
     def unreadable_limit(self) -> UnreadableLimit:
         """The rule that stops training on a mostly unreadable dataset (`data.read_health`)."""

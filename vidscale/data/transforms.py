@@ -26,6 +26,10 @@ from torch.nn import functional as F
 
 IMAGENET_MEAN = (123.675, 116.28, 103.53)  # 0..255 scale
 IMAGENET_STD = (58.395, 57.12, 57.375)
+# The same statistics on the 0..1 scale, RGB order: the form a run's `data.mean`/`data.std`
+# take (torchvision's ImageNet normalisation; MMAction2's and the TSM code's).
+IMAGENET_RGB_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_RGB_STD = (0.229, 0.224, 0.225)
 
 
 def to_tensor(clip: np.ndarray | torch.Tensor) -> torch.Tensor:
@@ -331,16 +335,28 @@ def _crop(frames_TCHW: torch.Tensor, top: int, left: int, size: int) -> torch.Te
     return box.permute(1, 0, 2, 3).contiguous()
 
 
+def on_255(values: Sequence[float]) -> tuple[float, ...]:
+    """0..1-scale statistics on the 0..255 scale of uint8 pixels, rounded to 1e-9 so that a
+    decimal keeps its decimal value (0.224 x 255 is 57.12, not 57.120000000000005): ImageNet's
+    0..1 statistics give exactly `IMAGENET_MEAN`/`IMAGENET_STD`."""
+    return tuple(round(v * 255, 9) for v in values)
+
+
 def input_normalization(
-    modality: str, channels: int
+    modality: str,
+    channels: int,
+    *,
+    rgb_mean: Sequence[float] = IMAGENET_RGB_MEAN,
+    rgb_std: Sequence[float] = IMAGENET_RGB_STD,
 ) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """Mean and std (0..255 scale) an input is normalised with: ImageNet's for RGB; 127.5 for
-    every channel of stacked optical flow, so a quantised flow maps to its displacement over
-    the quantisation bound, in [-1, 1]."""
+    """Mean and std (0..255 scale) an input is normalised with: for RGB `rgb_mean`/`rgb_std`
+    (0..1 scale, RGB order; ImageNet's unless the run says otherwise, `DataConfig.mean`); 127.5
+    for every channel of stacked optical flow, so a quantised flow maps to its displacement
+    over the quantisation bound, in [-1, 1]."""
     if modality == "rgb":
         if channels != 3:
             raise ValueError(f"an RGB input has 3 channels, not {channels}")
-        return IMAGENET_MEAN, IMAGENET_STD
+        return on_255(rgb_mean), on_255(rgb_std)
     if modality == "flow":
         return (127.5,) * channels, (127.5,) * channels
     raise ValueError(f"unknown input modality {modality!r}")

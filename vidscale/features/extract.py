@@ -151,7 +151,7 @@ def _extract_rows(
     """Extract `rows` of the plan in order into `writer`; an unreadable video is recorded as
     skipped with its reason (a `DecodeError`), never fatal."""
     spec = loaded.cfg.data.eval_clip
-    model_input = ModelInput.of(spec)
+    model_input = ModelInput.of(spec, loaded.cfg.data)
     bar = progress(len(rows), enabled=show, desc="extract-features")
     bar.unit = "video"
     for row in rows:

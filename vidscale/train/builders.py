@@ -178,7 +178,7 @@ def build_model(cfg: RunConfig, env: DistEnv, fast: FastPath, *, fresh: bool = F
 
 def model_input(cfg: RunConfig) -> ModelInput:
     """The named input the run's model takes (its modality) and its normalisation."""
-    return ModelInput.of(cfg.data.train_clip)
+    return ModelInput.of(cfg.data.train_clip, cfg.data)
 
 
 def placement(env: DistEnv) -> Placement:

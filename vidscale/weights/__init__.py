@@ -56,8 +56,10 @@ def import_weights(
     """Import checkpoint `src` of format `fmt` as vidscale model `model` into run `out`.
 
     The classes are `classes_file`'s names, or `class_0..K-1` for `num_classes` K (default: the
-    checkpoint's class count); either must match the checkpoint's classifier. Anything that
-    does not fit is an `InputError` naming the flag or file.
+    checkpoint's class count); either must match the checkpoint's classifier. The run records
+    the source's clips and input normalisation (`data.mean`/`data.std`, `Source`), which
+    predict, eval, export, extract-features and fine-tuning then use. Anything that does not
+    fit is an `InputError` naming the flag or file.
     """
     if fmt not in FORMATS:
         raise InputError(f"--format {fmt}: known formats: {', '.join(FORMATS)}")
@@ -78,7 +80,12 @@ def import_weights(
         raise InputError(f"{src}: {err}") from None
     cfg = RunConfig(model=model_cfg)
     data = dataclasses.replace(
-        cfg.data, train_clip=source.train_clip, eval_clip=source.eval_clip, classes="classes.txt"
+        cfg.data,
+        train_clip=source.train_clip,
+        eval_clip=source.eval_clip,
+        classes="classes.txt",
+        mean=source.mean,  # the normalisation the model was trained with, for every use
+        std=source.std,
     )
     cfg = dataclasses.replace(cfg, data=data)
     record = {"format": fmt, "file": str(Path(src).resolve()), "configs": ",".join(source.configs)}

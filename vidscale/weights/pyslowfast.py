@@ -21,9 +21,10 @@ Files:
   optimizer's blobs (`*_momentum`, `lr`, `model_iter`) are skipped, as PySlowFast's loader
   skips them. Reading it rebuilds NumPy arrays only (`vidscale.weights.c2_pickle`).
 
-Input: PySlowFast normalises RGB on the 0..1 scale with mean 0.45 and std 0.225 per channel
-(`_C.DATA.MEAN`, `_C.DATA.STD`); vidscale normalises with ImageNet's statistics, so the
-imported model sees slightly different values than it was trained on (not corrected here).
+Input: PySlowFast normalises RGB (its decoders give RGB) on the 0..1 scale with mean 0.45 and
+std 0.225 per channel (`slowfast/config/defaults.py`: `_C.DATA.MEAN`, `_C.DATA.STD`, which no
+config here overrides); every source here says so (`DATA_MEAN`, `DATA_STD`), and the imported
+run records them as its `data.mean`/`data.std`, so it is fed the input the model was trained on.
 
 Clips (the configs' `DATA` and `TEST`): 32 frames at stride 2, training crops of 224 from a
 short side jittered in [256, 320], 10 clips x 3 crops of 256 for evaluation. PySlowFast's head
@@ -46,7 +47,7 @@ from vidscale.models.resnet import ARCHS
 from vidscale.weights import c2_pickle
 from vidscale.weights.pth import load_pth
 from vidscale.weights.rename import model_state, rename_onto, vidscale_parts
-from vidscale.weights.source import Source
+from vidscale.weights.source import Source, normalised_as
 
 FORMAT = "pyslowfast"
 
@@ -71,6 +72,8 @@ SLOWFAST_EVAL = ClipSpec(
     flip=False,
 )
 DROPOUT = 0.5  # MODEL.DROPOUT_RATE of every config here
+DATA_MEAN = (0.45, 0.45, 0.45)  # _C.DATA.MEAN, RGB on the 0..1 scale
+DATA_STD = (0.225, 0.225, 0.225)  # _C.DATA.STD
 
 SOURCES: dict[str, Source] = {
     "slowfast_resnet50_4x16": Source(
@@ -86,6 +89,7 @@ SOURCES: dict[str, Source] = {
         SLOWFAST_EVAL,
     ),
 }
+SOURCES = normalised_as(SOURCES, mean=DATA_MEAN, std=DATA_STD)
 
 _NON_LOCAL = (
     "PySlowFast's non-local blocks (I3D_NLN_8x8_R50) scale the softmax affinities by "

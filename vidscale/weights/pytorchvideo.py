@@ -19,9 +19,13 @@ outputs agree); at the 256-pixel crops of the zoo's evaluation it averages 4 ove
 windows of the 8x8 res5 map, which vidscale's global average weights differently.
 
 Input: PyTorchVideo's hub transform normalises RGB on the 0..1 scale with mean 0.45 and std
-0.225 per channel; vidscale normalises with ImageNet's statistics, a slightly different input
-than the model was trained on (not corrected here). Clips: the PySlowFast config the
-checkpoint was trained with (`pyslowfast.SLOWFAST_TRAIN`, `SLOWFAST_EVAL`).
+0.225 per channel (its tutorial `website/docs/tutorial_torchhub_inference.md`: mean [0.45,
+0.45, 0.45] and std [0.225, 0.225, 0.225], applied by `NormalizeVideo` after `x / 255.0`),
+PySlowFast's `_C.DATA.MEAN` and `_C.DATA.STD` (`pyslowfast.DATA_MEAN`, `DATA_STD`); every source
+here says so, and the imported run records them as its `data.mean`/`data.std`.
+
+Clips: the PySlowFast config the checkpoint was trained with (`pyslowfast.SLOWFAST_TRAIN`,
+`SLOWFAST_EVAL`).
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from vidscale.errors import InputError
 from vidscale.weights import pyslowfast
 from vidscale.weights.pth import load_pth
 from vidscale.weights.rename import model_state, rename_onto, vidscale_parts
-from vidscale.weights.source import Source
+from vidscale.weights.source import Source, normalised_as
 
 FORMAT = "pytorchvideo"
 
@@ -53,6 +57,7 @@ SOURCES: dict[str, Source] = {
         pyslowfast.SLOWFAST_EVAL,
     ),
 }
+SOURCES = normalised_as(SOURCES, mean=pyslowfast.DATA_MEAN, std=pyslowfast.DATA_STD)
 
 REFUSED: dict[str, str] = dict(pyslowfast.REFUSED)
 

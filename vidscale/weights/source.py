@@ -1,13 +1,15 @@
 """What every checkpoint format provides to `vidscale.weights.import_weights`.
 
 A format is a module with the members of `CheckpointFormat`: its name, the vidscale models it
-covers (each with the clips and head dropout of the source's configs, a `Source`), how to read
+covers (each with the clips, head dropout and input normalisation of the source's configs, a
+`Source`), how to read
 its file into named tensors, how to rename them onto a vidscale model's state_dict, and the
 class count its classifier has. `vidscale.weights.FORMATS` lists the registered ones.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,17 +18,33 @@ from typing import Protocol
 from torch import Tensor
 
 from vidscale.data.clip import ClipSpec
+from vidscale.data.transforms import IMAGENET_RGB_MEAN, IMAGENET_RGB_STD
 
 
 @dataclass(frozen=True)
 class Source:
-    """What a source model is in vidscale: its configs (zoo names), the head's dropout and the
-    clips of its configs' pipelines."""
+    """What a source model is in vidscale: its configs (zoo names), the head's dropout, the
+    clips of its configs' pipelines and the RGB normalisation it was trained with (`mean`,
+    `std`: 0..1 scale, RGB order, the run's `data.mean`/`data.std`; ImageNet's unless the
+    format says otherwise, `normalised_as`)."""
 
     configs: tuple[str, ...]
     dropout: float
     train_clip: ClipSpec
     eval_clip: ClipSpec
+    mean: tuple[float, float, float] = IMAGENET_RGB_MEAN
+    std: tuple[float, float, float] = IMAGENET_RGB_STD
+
+
+def normalised_as(
+    sources: Mapping[str, Source],
+    *,
+    mean: tuple[float, float, float],
+    std: tuple[float, float, float],
+) -> dict[str, Source]:
+    """`sources` with the input normalisation `mean`/`std` (0..1 scale, RGB order): a format
+    whose every model was trained on the same normalisation states it once."""
+    return {name: dataclasses.replace(s, mean=mean, std=std) for name, s in sources.items()}
 
 
 class CheckpointFormat(Protocol):

@@ -9,7 +9,9 @@ under `dataset_meta`. MMAction2 builds the model from that config with
 
 Only the networks `import-weights` covers are exported, and only as MMAction2's configs build
 them: an RGB input of 3 channels and the default TSM shift, no temporal pooling. Any other run
-is refused, saying why (`check_exportable`).
+is refused, saying why (`check_exportable`). A run normalised otherwise than MMAction2's
+configs (ImageNet's statistics) is exported with its statistics in the sidecar's
+`data_preprocessor`, which the config must then be given (`sidecar`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from typing import Any
 from torch import Tensor
 
 from vidscale.config import RunConfig
-from vidscale.data.transforms import input_normalization
+from vidscale.data.inputs import ModelInput
+from vidscale.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from vidscale.errors import InputError
 from vidscale.models.registry import ModelConfig
 from vidscale.weights.mmaction2 import FORMAT, SOURCES, key_table, refusal
@@ -81,11 +84,22 @@ def mmaction2_checkpoint(
 
 
 def sidecar(cfg: RunConfig, *, classes: list[str], checkpoint: Path, out: Path) -> dict[str, Any]:
-    """`FILE.json`: what the file is and how MMAction2 loads it."""
+    """`FILE.json`: what the file is and how MMAction2 loads it.
+
+    `data_preprocessor` is the mean and std (0..255, RGB) MMAction2's `ActionDataPreprocessor`
+    must normalise with: the run's (`data.mean`/`data.std` x 255). MMAction2's configs set
+    ImageNet's; for a run normalised otherwise (a PyTorchVideo or PySlowFast import) `usage`
+    says to override them, since the weights expect the run's input."""
     source = SOURCES[cfg.model.name]
     spec = cfg.data.eval_clip
-    mean, std = input_normalization(spec.modality, spec.channels)
+    mean, std = ModelInput.of(spec, cfg.data).statistics()
     config = config_path(source)
+    settings = f"model.cls_head.num_classes={len(classes)}"
+    if (mean, std) != (IMAGENET_MEAN, IMAGENET_STD):
+        settings += (
+            f", model.data_preprocessor.mean={list(mean)} and "
+            f"model.data_preprocessor.std={list(std)}"
+        )
     return {
         "format": FORMAT,
         "contents": "MMAction2 1.x checkpoint: state_dict (MMAction2's keys) and meta",
@@ -96,9 +110,10 @@ def sidecar(cfg: RunConfig, *, classes: list[str], checkpoint: Path, out: Path) 
         "num_classes": len(classes),
         "classes": classes,
         "normalize": {"scale": "0..255", "mean": list(mean), "std": list(std)},
+        "data_preprocessor": {"mean": list(mean), "std": list(std)},
         "views": {"frames": spec.frames, "clips": spec.num_clips, "crops": spec.num_crops},
         "usage": (
-            f"build MMAction2's {config} with model.cls_head.num_classes={len(classes)}, then "
+            f"build MMAction2's {config} with {settings}, then "
             f"mmengine.runner.load_checkpoint(model, '{out.name}', strict=True)"
         ),
     }
