@@ -58,8 +58,8 @@ def import_weights(
     The classes are `classes_file`'s names, or `class_0..K-1` for `num_classes` K (default: the
     checkpoint's class count); either must match the checkpoint's classifier. The run records
     the source's clips and input normalisation (`data.mean`/`data.std`, `Source`), which
-    predict, eval, export, extract-features and fine-tuning then use. Anything that does not
-    fit is an `InputError` naming the flag or file.
+    predict, eval, export and extract-features then use. Anything that does not fit is an
+    `InputError` naming the flag or file.
     """
     if fmt not in FORMATS:
         raise InputError(f"--format {fmt}: known formats: {', '.join(FORMATS)}")
