@@ -204,7 +204,7 @@ def pytorchvideo_python() -> Path:
 PTV_PEER_SCRIPT = Path(__file__).with_name("pytorchvideo_peer.py")
 # PyTorchVideo models the proofs build (pytorchvideo_peer.py's requests): SlowFast 8x8 is the
 # hub's slowfast_r50; 4x16 is its builder, create_slowfast, with PySlowFast's 4x16 fusion
-# (kernel 5, stride α = 8).
+# (kernel 5, stride α = 8); Slow 8x8 and I3D 8x8 are the hub's slow_r50 and i3d_r50.
 PTV_REQUESTS = (
     {"name": "slowfast_resnet50_8x8", "hub": "slowfast_r50", "alpha": 4},
     {
@@ -217,6 +217,8 @@ PTV_REQUESTS = (
             "slowfast_fusion_conv_stride": [8, 1, 1],
         },
     },
+    {"name": "slow_resnet50_8x8", "hub": "slow_r50", "alpha": 0},
+    {"name": "i3d_resnet50_8x8", "hub": "i3d_r50", "alpha": 0},
 )
 PTV_CLASSES = 7
 

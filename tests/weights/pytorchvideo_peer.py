@@ -56,13 +56,18 @@ def build(req: dict[str, Any], clip: torch.Tensor) -> nn.Module:
     kwargs = dict(req.get("kwargs", {}))
     if req["alpha"]:
         kwargs["head_pool_kernel_sizes"] = ((t // req["alpha"], h, w), (t, h, w))
-    else:  # i3d_r50 halves time after res2 (its stage1 pool), slow_r50 keeps it
-        kwargs["head_pool_kernel_size"] = (t // 2 if req["hub"] == "i3d_r50" else t, h, w)
     if req["hub"].startswith("create_"):  # a builder of pytorchvideo.models, not a hub entry
         create = getattr(importlib.import_module("pytorchvideo.models"), req["hub"])
         return create(model_num_class=req["num_classes"], **kwargs)
     builder = getattr(hub, req["hub"])
-    return builder(pretrained=False, model_num_class=req["num_classes"], **kwargs)
+    model = builder(pretrained=False, model_num_class=req["num_classes"], **kwargs)
+    if not req["alpha"]:
+        # slow_r50 fixes head_pool_kernel_size itself, so the pool is replaced after the build,
+        # as create_res_basic_head makes it (stride 1, no padding). i3d_r50 halves time after
+        # res2 (its stage1_pool); slow_r50 keeps it.
+        frames = t // 2 if req["hub"] == "i3d_r50" else t
+        model.blocks[-1].pool = nn.AvgPool3d((frames, h, w), stride=(1, 1, 1), padding=(0, 0, 0))
+    return model
 
 
 def calibrate(model: nn.Module, inputs: Any) -> None:

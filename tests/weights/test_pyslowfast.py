@@ -1,9 +1,11 @@
 """`vidscale import-weights --format pyslowfast`: PySlowFast's files give PyTorchVideo's logits.
 
 PySlowFast is not on PyPI; PyTorchVideo's `create_slowfast` builds the same network (module
-for module, `vidscale.weights.pytorchvideo`). So the proof (`test_logits_equal_pyslowfasts`,
-slow, needs the PyTorchVideo peer of conftest.py) takes PyTorchVideo's random SlowFast 8x8 and
-4x16, writes their tensors under PySlowFast's names, as its `save_checkpoint` writes a `.pyth`,
+for module, `vidscale.weights.pytorchvideo`), and its `create_resnet` (hub `slow_r50`,
+`i3d_r50`) PySlowFast's one-pathway `ResNet` for `MODEL.ARCH` slow and i3d. So the proof
+(`test_logits_equal_pyslowfasts`, slow, needs the PyTorchVideo peer of conftest.py) takes
+PyTorchVideo's random SlowFast 8x8 and 4x16, Slow 8x8 and I3D 8x8, writes their tensors
+under PySlowFast's names, as its `save_checkpoint` writes a `.pyth`,
 and under the Caffe2 names of its zoo's `.pkl` files, both renamed by `ptv_to_pyslowfast` and
 `pyslowfast_to_caffe2` below: tables written here from PySlowFast's code
 (`slowfast/models/video_model_builder.py`, `resnet_helper.py`, `stem_helper.py`, `head_helper.py`,
@@ -28,30 +30,54 @@ from vidscale.models.registry import list_models
 from vidscale.weights.pyslowfast import SOURCES, check_model
 
 RTOL = 1e-10
-MODELS = ("slowfast_resnet50_8x8", "slowfast_resnet50_4x16")
+MODELS = (
+    "slowfast_resnet50_8x8",
+    "slowfast_resnet50_4x16",
+    "slow_resnet50_8x8",
+    "i3d_resnet50_8x8",
+)
 # res2..res4's block counts in a ResNet-50: a stage's last block names the Caffe2 lateral.
 LAST_BLOCK = {2: 2, 3: 3, 4: 5}
 
+# Inside a bottleneck: PyTorchVideo's `ResBlock`/`BottleneckBlock` -> PySlowFast's `ResBlock`
+# (`branch1`, `branch1_bn`) and `BottleneckTransform` (`a`, `a_bn`, ... `c_bn`).
+_BRANCHES = (
+    (r"\.branch1_conv\.", ".branch1."),
+    (r"\.branch1_norm\.", ".branch1_bn."),
+    (r"\.branch2\.conv_([abc])\.", r".branch2.\1."),
+    (r"\.branch2\.norm_([abc])\.", r".branch2.\1_bn."),
+)
 _PTV_TO_PYSLOWFAST = (
     (r"^blocks\.0\.multipathway_blocks\.(\d)\.conv\.", r"s1.pathway\1_stem.conv."),
     (r"^blocks\.0\.multipathway_blocks\.(\d)\.norm\.", r"s1.pathway\1_stem.bn."),
     (r"^blocks\.(\d)\.multipathway_fusion\.conv_fast_to_slow\.", r"s<\1>_fuse.conv_f2s."),
     (r"^blocks\.(\d)\.multipathway_fusion\.norm\.", r"s<\1>_fuse.bn."),
     (r"^blocks\.(\d)\.multipathway_blocks\.(\d)\.res_blocks\.(\d+)\.", r"s<\1>.pathway\2_res\3."),
-    (r"\.branch1_conv\.", ".branch1."),
-    (r"\.branch1_norm\.", ".branch1_bn."),
-    (r"\.branch2\.conv_([abc])\.", r".branch2.\1."),
-    (r"\.branch2\.norm_([abc])\.", r".branch2.\1_bn."),
+    *_BRANCHES,
     (r"^blocks\.6\.proj\.", "head.projection."),
 )
+# `create_resnet` (slow_r50, i3d_r50) is PySlowFast's one-pathway `ResNet`: stem `s1.pathway0_stem`,
+# stages `s2..s5` of blocks `pathway0_res{i}`, `head.projection`. i3d_r50's 2x1x1 pool after res2
+# is its block 2 (PySlowFast's parameterless `pathway0_pool`), so res3..res5 are blocks 3..5.
+_PTV_RESNET_TO_PYSLOWFAST = (
+    (r"^blocks\.0\.conv\.", "s1.pathway0_stem.conv."),
+    (r"^blocks\.0\.norm\.", "s1.pathway0_stem.bn."),
+    (r"^blocks\.(\d)\.res_blocks\.(\d+)\.", r"s<\1>.pathway0_res\2."),
+    *_BRANCHES,
+    (r"^blocks\.\d\.proj\.", "head.projection."),
+)
+POOL_AFTER_RES2 = ("i3d_resnet50_8x8",)
 
 
-def ptv_to_pyslowfast(key: str) -> str:
-    """PyTorchVideo's SlowFast key -> PySlowFast's: block i of `create_slowfast` (0 the stems
-    and first fusion, 1..4 res2..res5) is PySlowFast's stage `s{i+1}`."""
-    for pattern, replacement in _PTV_TO_PYSLOWFAST:
+def ptv_to_pyslowfast(key: str, model: str) -> str:
+    """PyTorchVideo's key of `model` -> PySlowFast's: block i of `create_slowfast` (0 the stems
+    and first fusion, 1..4 res2..res5) or of `create_resnet` (0 the stem, then res2..res5) is
+    PySlowFast's stage `s{i+1}`, or `s{i}` behind i3d_r50's pool (block 2)."""
+    multi = model.startswith("slowfast_")
+    for pattern, replacement in _PTV_TO_PYSLOWFAST if multi else _PTV_RESNET_TO_PYSLOWFAST:
         key = re.sub(pattern, replacement, key)
-    return re.sub(r"s<(\d)>", lambda m: f"s{int(m[1]) + 1}", key)
+    pooled = model in POOL_AFTER_RES2
+    return re.sub(r"s<(\d)>", lambda m: f"s{int(m[1]) + 1 - (pooled and int(m[1]) > 2)}", key)
 
 
 _BN_BLOB = {"weight": "s", "bias": "b", "running_mean": "rm", "running_var": "riv"}
@@ -92,9 +118,9 @@ def import_cli(
     )  # fmt: skip
 
 
-def pyslowfast_state(ptv_file: Path) -> dict[str, torch.Tensor]:
+def pyslowfast_state(ptv_file: Path, model: str) -> dict[str, torch.Tensor]:
     state = torch.load(ptv_file, weights_only=True)["model_state"]
-    return {ptv_to_pyslowfast(k): v for k, v in state.items()}
+    return {ptv_to_pyslowfast(k, model): v for k, v in state.items()}
 
 
 def write_pyth(path: Path, state: dict[str, torch.Tensor]) -> Path:
@@ -158,7 +184,7 @@ def test_logits_equal_pyslowfasts(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    state = pyslowfast_state(pytorchvideo_outputs / f"{name}.pyth")
+    state = pyslowfast_state(pytorchvideo_outputs / f"{name}.pyth", name)
     write = write_pyth if suffix == ".pyth" else write_pkl
     src = write(tmp_path / f"{name}{suffix}", state)
     code, _, err = import_cli(capsys, src, name, tmp_path / "run")
@@ -173,11 +199,29 @@ def test_logits_equal_pyslowfasts(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("name", MODELS)
+def test_one_swapped_key_is_caught(
+    name: str, pytorchvideo_outputs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two res3 blocks' conv b (same shapes) exchanged: the import fits, the logits do not."""
+    state = pyslowfast_state(pytorchvideo_outputs / f"{name}.pyth", name)
+    a, b = (f"s3.pathway0_res{i}.branch2.b.weight" for i in (1, 2))
+    state[a], state[b] = state[b], state[a]
+    code, _, err = import_cli(
+        capsys, write_pyth(tmp_path / "swapped.pyth", state), name, tmp_path / "run"
+    )
+    assert code == 0, err
+    clip = torch.load(pytorchvideo_outputs / "clip_float64.pt", weights_only=True)
+    theirs = torch.load(pytorchvideo_outputs / f"{name}_logits.pt", weights_only=True)
+    assert relative_diff(logits_of(tmp_path / "run", clip), theirs) > 1e-3
+
+
+@pytest.mark.slow
 def test_one_missing_caffe2_blob_is_named(
     pytorchvideo_outputs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     name = "slowfast_resnet50_8x8"
-    state = pyslowfast_state(pytorchvideo_outputs / f"{name}.pyth")
+    state = pyslowfast_state(pytorchvideo_outputs / f"{name}.pyth", name)
     gone = "t_res3_3_branch2c_bn_subsample_w"
     src = write_pkl(tmp_path / "broken.pkl", state, drop=gone)
     code, _, err = import_cli(capsys, src, name, tmp_path / "run")

@@ -1,8 +1,9 @@
 """`vidscale import-weights --format pytorchvideo`: PyTorchVideo's own models give the same logits.
 
 The proof (`test_logits_equal_pytorchvideos`, slow, needs the peer environment of conftest.py):
-PyTorchVideo 0.1.5 builds the hub's `slowfast_r50` (and, for 4x16, its builder
-`create_slowfast` with a 5x1x1 lateral at stride 8) with random weights and BN statistics and
+PyTorchVideo 0.1.5 builds the hub's `slowfast_r50`, `slow_r50` and `i3d_r50` (and, for
+SlowFast 4x16, its builder `create_slowfast` with a 5x1x1 lateral at stride 8), each with
+its head pool sized to the test clip, with random weights and BN statistics and
 saves it as the hub publishes a checkpoint (`model_state`); vidscale imports the file into a
 run, loads the run as `vidscale predict` does, and both run the same random clip in float64
 eval mode: the logits agree to 1e-10 relative. `test_one_swapped_key_is_caught` swaps two
@@ -144,15 +145,24 @@ def test_logits_equal_pytorchvideos(
     assert diff <= RTOL
 
 
+# Where res3 is in each hub model's state: create_slowfast's Slow pathway, create_resnet's
+# blocks.2, or blocks.3 behind i3d_r50's pool after res2.
+RES3 = {
+    "slowfast_resnet50_8x8": "blocks.2.multipathway_blocks.0",
+    "slow_resnet50_8x8": "blocks.2",
+    "i3d_resnet50_8x8": "blocks.3",
+}
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("name", list(RES3))
 def test_one_swapped_key_is_caught(
-    pytorchvideo_outputs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    name: str, pytorchvideo_outputs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Two res3 blocks' conv_b (same shapes) exchanged: the import fits, the logits do not."""
-    name = "slowfast_resnet50_8x8"
     ckpt = torch.load(pytorchvideo_outputs / f"{name}.pyth", weights_only=True)
     state = ckpt["model_state"]
-    a, b = (f"blocks.2.multipathway_blocks.0.res_blocks.{i}.branch2.conv_b.weight" for i in (1, 2))
+    a, b = (f"{RES3[name]}.res_blocks.{i}.branch2.conv_b.weight" for i in (1, 2))
     state[a], state[b] = state[b], state[a]
     torch.save(ckpt, tmp_path / "swapped.pyth")
     code, _, err = import_cli(capsys, tmp_path / "swapped.pyth", name, tmp_path / "run")

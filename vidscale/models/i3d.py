@@ -15,6 +15,12 @@ pools differ.
   its outer two, with MMAction2's stem for 32x2 clips. Same frames per stage as I3D 3x1x1;
   28,043,472 parameters (400 classes), 35,397,840 with the 5 non-local blocks, every tensor
   of the shape MMAction2's `ResNet3d` + `I3DHead` give it.
+- I3D 8x8 R50 of PySlowFast (`I3D_8X8`: its `ResNet` with `MODEL.ARCH: i3d`, config
+  `Kinetics/c2/I3D_8x8_R50`) and PyTorchVideo (hub `i3d_r50`): the reference I3D's kernels for
+  8-frame clips: conv1 5x7x7 at temporal stride 1, pool1 1x3x3 (no temporal pool in the stem)
+  and a 2x1x1 max pool after res2 (PySlowFast's `_POOL1["i3d"]`, which acts there): 8 frames
+  through res2, 4 from res3 on. The same 28,043,472 parameters (400 classes) and tensor shapes
+  as `I3D_REFERENCE`.
 
 Shape legend:
     N   clips in the batch          T   frames per clip (read from the input at every call)
@@ -23,6 +29,8 @@ Shape legend:
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from torch import Tensor, nn
 
@@ -65,6 +73,10 @@ I3D_REFERENCE = TemporalSpec(
     kernels=((3,), (3, 1), (3, 1), (1, 3)),
     inflate="first",
 )
+# PySlowFast's `_TEMPORAL_KERNEL_BASIS["i3d"]` ([[5]], [[3]], [[3, 1]], [[3, 1]], [[1, 3]]: conv1,
+# res2..res5) with conv1 at temporal stride 1 and `_POOL1["i3d"]` ([2, 1, 1], a max pool after
+# res2); PyTorchVideo's `i3d_r50` (stem 5x7x7, `stage1_pool` 2x1x1) is the same network.
+I3D_8X8 = replace(I3D_REFERENCE, conv1=(5, 1), pool1=(1, 1))
 # MMAction2's `I3DHead(init_std=0.01)` and the reference code's FC_INIT_STD 0.01.
 REFERENCE_FC_STD = 0.01
 

@@ -18,6 +18,7 @@ from torch import nn
 from vidscale.models.i3d import (
     I3D_3X1X1,
     I3D_3X3X3,
+    I3D_8X8,
     I3D_REFERENCE,
     REFERENCE_FC_STD,
     VolumeClassifier,
@@ -28,6 +29,7 @@ from vidscale.models.nonlocal_block import NonLocalMode, NonLocalSpec
 from vidscale.models.pretrained import load_pretrained
 from vidscale.models.resnet import ResNet, TemporalSpec, temporal_resolutions
 from vidscale.models.slowfast import (
+    SLOW_TEMPORAL,
     SLOWFAST_4X16,
     SLOWFAST_4X16_MMACTION2,
     SLOWFAST_8X8,
@@ -299,6 +301,24 @@ def i3d_nl_embedded_gaussian_resnet50_ref(cfg: ModelConfig) -> nn.Module:
     default form and MMAction2's `...-r50-nl-embedded-gaussian_8xb8-32x2x1`; the same parameters
     and tensors (the pairwise function has none of its own)."""
     return _volume_model(cfg, I3D_REFERENCE, "embedded_gaussian", fc_std=REFERENCE_FC_STD)
+
+
+@register_model(frames=8)
+def i3d_resnet50_8x8(cfg: ModelConfig) -> nn.Module:
+    """I3D 8x8 R50 of PySlowFast (config `Kinetics/c2/I3D_8x8_R50`, `MODEL.ARCH: i3d`) and
+    PyTorchVideo (hub `i3d_r50`), for 8 frames at stride 8 (`I3D_8X8`): `i3d_resnet50_ref`'s
+    kernels with conv1 5x7x7 at temporal stride 1 and a 2x1x1 max pool after res2 only;
+    28,043,472 parameters (400 classes), fc N(0, 0.01) as PySlowFast's `FC_INIT_STD`."""
+    return _volume_model(cfg, I3D_8X8, fc_std=REFERENCE_FC_STD)
+
+
+@register_model(frames=8)
+def slow_resnet50_8x8(cfg: ModelConfig) -> nn.Module:
+    """Slow-only 8x8 R50 (SlowFast §4.1, Table 3's Slow-only): SlowFast's Slow pathway alone
+    (`SLOW_TEMPORAL`: conv1 1x7x7, 3x1x1 first convs in res4 and res5 only, no temporal stride
+    or pool), as PySlowFast builds it (config `Kinetics/c2/SLOW_8x8_R50`, `MODEL.ARCH: slow`)
+    and PyTorchVideo (hub `slow_r50`); 32,454,096 parameters (400 classes), fc N(0, 0.01)."""
+    return _volume_model(cfg, SLOW_TEMPORAL, fc_std=REFERENCE_FC_STD)
 
 
 def _slowfast(cfg: ModelConfig, spec: SlowFastSpec) -> nn.Module:

@@ -5,7 +5,12 @@ PySlowFast (github facebookresearch/SlowFast) is the reference implementation vi
 temporal kernels (`_TEMPORAL_KERNEL_BASIS["slowfast"]`), `FuseFastToSlow` laterals (conv, BN,
 ReLU, concatenated after the Slow features) and head (dropout, `projection`), BN at eps 1e-5.
 Covered: `slowfast_resnet50_4x16` and `slowfast_resnet50_8x8` (configs
-`Kinetics/SLOWFAST_4x16_R50`, `Kinetics/SLOWFAST_8x8_R50` and their `c2/` twins).
+`Kinetics/SLOWFAST_4x16_R50`, `Kinetics/SLOWFAST_8x8_R50` and their `c2/` twins), and its
+one-pathway `ResNet` for `MODEL.ARCH` slow and i3d as `slow_resnet50_8x8` and
+`i3d_resnet50_8x8` (`Kinetics/SLOW_8x8_R50`, `Kinetics/I3D_8x8_R50`, and `c2/`): the Slow
+pathway alone, and `_TEMPORAL_KERNEL_BASIS["i3d"]` with a 2x1x1 max pool after res2
+(`_POOL1["i3d"]`, a module without tensors), their keys `s1.pathway0_stem.*`,
+`s{2..5}.pathway0_res{i}.*`, `head.projection.*`.
 
 Files:
 
@@ -26,7 +31,8 @@ std 0.225 per channel (`slowfast/config/defaults.py`: `_C.DATA.MEAN`, `_C.DATA.S
 config here overrides); every source here says so (`DATA_MEAN`, `DATA_STD`), and the imported
 run records them as its `data.mean`/`data.std`, so it is fed the input the model was trained on.
 
-Clips (the configs' `DATA` and `TEST`): 32 frames at stride 2, training crops of 224 from a
+Clips (the configs' `DATA` and `TEST`): 32 frames at stride 2 (Slow and I3D: 8 at stride 8,
+`EIGHT_BY_EIGHT_TRAIN`, `EIGHT_BY_EIGHT_EVAL`), training crops of 224 from a
 short side jittered in [256, 320], 10 clips x 3 crops of 256 for evaluation. PySlowFast's head
 pools 7x7 windows (its training crop / 32) at stride 1 and, in evaluation, averages the
 softmax of each window; at 224-pixel crops that is one window, vidscale's global pool, and the
@@ -36,6 +42,7 @@ outputs agree; at 256 the res5 map is 8x8 and PySlowFast averages 4 overlapping 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -71,6 +78,9 @@ SLOWFAST_EVAL = ClipSpec(
     num_crops=3,
     flip=False,
 )
+# SLOW_8x8_R50 and I3D_8x8_R50: NUM_FRAMES 8 at SAMPLING_RATE 8, the same crops and views.
+EIGHT_BY_EIGHT_TRAIN = replace(SLOWFAST_TRAIN, frames=8, stride=8)
+EIGHT_BY_EIGHT_EVAL = replace(SLOWFAST_EVAL, frames=8, stride=8)
 DROPOUT = 0.5  # MODEL.DROPOUT_RATE of every config here
 DATA_MEAN = (0.45, 0.45, 0.45)  # _C.DATA.MEAN, RGB on the 0..1 scale
 DATA_STD = (0.225, 0.225, 0.225)  # _C.DATA.STD
@@ -88,12 +98,29 @@ SOURCES: dict[str, Source] = {
         SLOWFAST_TRAIN,
         SLOWFAST_EVAL,
     ),
+    "slow_resnet50_8x8": Source(
+        ("Kinetics/SLOW_8x8_R50", "Kinetics/c2/SLOW_8x8_R50"),
+        DROPOUT,
+        EIGHT_BY_EIGHT_TRAIN,
+        EIGHT_BY_EIGHT_EVAL,
+    ),
+    "i3d_resnet50_8x8": Source(
+        ("Kinetics/I3D_8x8_R50", "Kinetics/c2/I3D_8x8_R50"),
+        DROPOUT,
+        EIGHT_BY_EIGHT_TRAIN,
+        EIGHT_BY_EIGHT_EVAL,
+    ),
 }
 SOURCES = normalised_as(SOURCES, mean=DATA_MEAN, std=DATA_STD)
 
+# PySlowFast's `nonlocal_helper.Nonlocal` differs from vidscale's (MMAction2's) block in three
+# ways, one of them in what is computed rather than in a constant: a max-pool of the input
+# before φ and g does not equal a max-pool of their outputs (a 1x1 conv does not commute with
+# a max).
 _NON_LOCAL = (
     "PySlowFast's non-local blocks (I3D_NLN_8x8_R50) scale the softmax affinities by "
-    "1/sqrt(C) and give conv_out a bias; vidscale's (MMAction2's) do neither"
+    "1/sqrt(C), give conv_out a bias and max-pool the input before phi and g; vidscale's "
+    "(MMAction2's) do none of these, pooling phi's and g's outputs"
 )
 _MMACTION2_SLOWFAST = (
     "MMAction2's SlowFast variant (laterals without BN, strided Slow frames); "
@@ -103,7 +130,7 @@ REFUSED: dict[str, str] = {
     "i3d_nl_resnet50_ref": _NON_LOCAL,
     "i3d_nl_embedded_gaussian_resnet50_ref": _NON_LOCAL,
     "i3d_resnet50_ref": "its stem strides time by 2 (MMAction2's 32x2 clips); "
-    "PySlowFast's I3D_8x8_R50 does not",
+    "PySlowFast's I3D_8x8_R50 does not: use i3d_resnet50_8x8",
     "slowfast_resnet50_4x16_mmaction2": _MMACTION2_SLOWFAST.format("4x16"),
     "slowfast_resnet50_8x8_mmaction2": _MMACTION2_SLOWFAST.format("8x8"),
 }

@@ -13,6 +13,14 @@ res4 and res5 only; Fast: everywhere) and the spatial stride on `conv_b`, shortc
 `blocks.6` (dropout 0.5, `proj` with bias). The hub's input transform (`PackPathway`) picks the
 Slow frames by `linspace(0, T - 1, T // 4)`, as vidscale does.
 
+Its `hub/resnet.py` publishes `SLOW_8x8_R50.pyth` for `slow_r50` and `I3D_8x8_R50.pyth` for
+`i3d_r50`, both `create_resnet` (PySlowFast's one-pathway `ResNet`): `slow_r50` is the SlowFast
+Slow pathway alone, vidscale's `slow_resnet50_8x8`; `i3d_r50` has a 5x7x7 stem at temporal
+stride 1, `conv_a` kernels 3x1x1 cycling (3), (3, 1), (3, 1), (1, 3) over res2..res5 and a
+2x1x1 `stage1_pool` after res2, vidscale's `i3d_resnet50_8x8`. Their keys: stem `blocks.0`,
+res2..res5 `blocks.1..4` (`i3d_r50`: 1, 3, 4, 5, its pool being block 2), head `blocks.5`
+(`i3d_r50`: 6).
+
 The head pools each pathway with a fixed `AvgPool3d` of (frames, 7, 7) at stride 1, then
 projects and averages what is left: at 224-pixel crops that is vidscale's global pool (the
 outputs agree); at the 256-pixel crops of the zoo's evaluation it averages 4 overlapping 7x7
@@ -25,7 +33,7 @@ PySlowFast's `_C.DATA.MEAN` and `_C.DATA.STD` (`pyslowfast.DATA_MEAN`, `DATA_STD
 here says so, and the imported run records them as its `data.mean`/`data.std`.
 
 Clips: the PySlowFast config the checkpoint was trained with (`pyslowfast.SLOWFAST_TRAIN`,
-`SLOWFAST_EVAL`).
+`SLOWFAST_EVAL`; Slow and I3D `EIGHT_BY_EIGHT_TRAIN`, `EIGHT_BY_EIGHT_EVAL`).
 """
 
 from __future__ import annotations
@@ -56,6 +64,18 @@ SOURCES: dict[str, Source] = {
         pyslowfast.SLOWFAST_TRAIN,
         pyslowfast.SLOWFAST_EVAL,
     ),
+    "slow_resnet50_8x8": Source(
+        ("slow_r50", "SLOW_8x8_R50"),
+        pyslowfast.DROPOUT,
+        pyslowfast.EIGHT_BY_EIGHT_TRAIN,
+        pyslowfast.EIGHT_BY_EIGHT_EVAL,
+    ),
+    "i3d_resnet50_8x8": Source(
+        ("i3d_r50", "I3D_8x8_R50"),
+        pyslowfast.DROPOUT,
+        pyslowfast.EIGHT_BY_EIGHT_TRAIN,
+        pyslowfast.EIGHT_BY_EIGHT_EVAL,
+    ),
 }
 SOURCES = normalised_as(SOURCES, mean=pyslowfast.DATA_MEAN, std=pyslowfast.DATA_STD)
 
@@ -84,25 +104,30 @@ _BLOCK = {
     "downsample.1": "branch1_norm",
 }
 # `create_slowfast`'s blocks: 0 stems + fusion, 1..4 res2..res5 (+ fusion), 5 pooling, 6 head;
-# `create_resnet`'s: 0 stem, 1..4 res2..res5, 5 head.
+# `create_resnet`'s: 0 stem, 1..4 res2..res5, 5 head, except that a `stage1_pool` (`i3d_r50`'s
+# 2x1x1 max pool after res2) is block 2 and moves res3..res5 and the head up one.
 _HEAD_BLOCK = {True: 6, False: 5}
+_STAGE1_POOL = frozenset({"i3d_resnet50_8x8"})
 
 
 def vidscale_to_pytorchvideo(key: str, *, model: str) -> str:
     """The PyTorchVideo name of vidscale model `model`'s key (KeyError if none): SlowFast's
-    pathways are `multipathway_blocks.{0,1}` inside each of `blocks.0..4`."""
+    pathways are `multipathway_blocks.{0,1}` inside each of `blocks.0..4`; a one-pathway
+    ResNet's stages are `blocks.1..4`, or 1, 3, 4, 5 behind `i3d_r50`'s pool."""
     p = vidscale_parts(key)
     multi = model.startswith("slowfast_")
     path = f".multipathway_blocks.{p.pathway}" if multi else ""
+    shift = int(model in _STAGE1_POOL)
     if p.place == "stem":
         module = "conv" if p.module == "conv" else "norm"
         return f"blocks.0{path}.{module}.{p.param}"
     if p.place == "block":
-        return f"blocks.{p.stage}{path}.res_blocks.{p.block}.{_BLOCK[p.module]}.{p.param}"
+        stage = p.stage + shift * (p.stage > 1)
+        return f"blocks.{stage}{path}.res_blocks.{p.block}.{_BLOCK[p.module]}.{p.param}"
     if p.place == "lateral":
         module = "conv_fast_to_slow" if p.module == "conv" else "norm"
         return f"blocks.{p.stage}.multipathway_fusion.{module}.{p.param}"
-    return f"blocks.{_HEAD_BLOCK[multi]}.proj.{p.param}"
+    return f"blocks.{_HEAD_BLOCK[multi] + shift}.proj.{p.param}"
 
 
 def convert(
