@@ -23,6 +23,17 @@ os.environ["VIDSCALE_FAST_PATH_CACHE"] = str(_CACHE_DIR / "fast_path.json")
 
 
 @pytest.fixture(scope="session")
+def netns_ok() -> None:
+    """Skip unless two network namespaces and a veth can be made here (root, iproute2; tried
+    once per session), saying why."""
+    from vidscale.netlab.link import unavailable
+
+    reason = unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
 def tiny_demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny demo dataset shared by the training tests (real H.264 files, made once per session)."""
     root = tmp_path_factory.mktemp("tiny_demo")

@@ -1,4 +1,5 @@
-"""Two namespaces need root and iproute2: the tests that make them skip, saying why, without."""
+"""Two namespaces need root and iproute2: the tests that make them take `netns_ok`
+(tests/conftest.py), which skips, saying why, without."""
 
 from __future__ import annotations
 
@@ -6,15 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from vidscale.netlab.link import PREFIX, namespaces, unavailable
-
-
-@pytest.fixture(scope="session")
-def netns_ok() -> None:
-    """Skip unless two namespaces and a veth can be made here (tried once per session)."""
-    reason = unavailable()
-    if reason is not None:
-        pytest.skip(reason)
+from vidscale.netlab.link import PREFIX, namespaces
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vidscale.cli import bench_gpu_cmds
+from vidscale.cli import bench_gpu_cmds, bench_network_cmd
 from vidscale.cli.args import (
     FAST_PATH_SETTINGS,
     _above,
@@ -120,6 +120,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     _add_bench_models(bench_sub)
     _add_bench_flow(bench_sub)
     _add_bench_scaling(bench_sub)
+    bench_network_cmd.add_parser(bench_sub)
     _add_bench_multigrid(bench_sub)
     bench_gpu_cmds.add_parsers(bench_sub)
 

@@ -93,8 +93,9 @@ def agent_command(
     port: int = RENDEZVOUS_PORT,
     run_id: str = "vidscale",
     max_restarts: int = 0,
+    module: str = "vidscale",
 ) -> list[str]:
-    """The command that starts node `node`'s torchrun agent for `python -m vidscale ARGS`."""
+    """The command that starts node `node`'s torchrun agent for `python -m MODULE ARGS`."""
     host = "true" if node == 0 else "false"
     return [
         *link.exec_prefix(node),
@@ -106,7 +107,7 @@ def agent_command(
         # resolves to loopback, the same in both namespaces.
         *("--local-addr", link.addresses[node]),
         *("--max-restarts", str(max_restarts), "--monitor-interval", "0.5"),
-        *("-m", "vidscale", *args),
+        *("-m", module, *args),
     ]
 
 
@@ -121,8 +122,9 @@ def start(
     max_restarts: int = 0,
     port: int = RENDEZVOUS_PORT,
     env: dict[str, str] | None = None,
+    module: str = "vidscale",
 ) -> TwoNodeJob:
-    """Start `python -m vidscale ARGS` on both nodes, node N's agent (and so its workers)
+    """Start `python -m MODULE ARGS` (vidscale's command line by default) on both nodes, node N's agent (and so its workers)
     pinned to core `cores[N]` (None: unpinned), its output in `log_dir/node{N}.log`."""
     log_dir.mkdir(parents=True, exist_ok=True)
     run_id = uuid.uuid4().hex[:12]
@@ -139,7 +141,14 @@ def start(
         handle: IO[bytes] = log.open("wb")
         core = None if cores is None else cores[node]
         cmd = agent_command(
-            link, node, args, nproc=nproc, port=port, run_id=run_id, max_restarts=max_restarts
+            link,
+            node,
+            args,
+            nproc=nproc,
+            port=port,
+            run_id=run_id,
+            max_restarts=max_restarts,
+            module=module,
         )
         procs.append(
             subprocess.Popen(

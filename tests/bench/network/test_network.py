@@ -1,0 +1,72 @@
+"""`vidscale bench network`: a real two-node run across a shaped link, in miniature (as root), and
+its one-line refusals."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vidscale.bench.network.config import NetworkConfig
+from vidscale.errors import ConfigError
+
+TINY = ["--models", "tsm_resnet18", "--frames", "2", "--size", "32", "--batch", "1"]
+
+
+def test_bad_rates_and_an_epoch_k_off_the_grid_are_refused() -> None:
+    with pytest.raises(ConfigError, match="--rates"):
+        NetworkConfig(rates=("fast",)).check()
+    with pytest.raises(ConfigError, match="--epoch-k"):
+        NetworkConfig(aavg_k=4, epoch_k=6).check()
+    passes = NetworkConfig(aavg_k=4, epoch_k=16).passes()
+    assert [p.strategies for p in passes] == [("ddp", "aavg"), ("aavg",)]
+    assert passes[1].aavg_k == passes[1].steps == 16
+
+
+def run_bench(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "vidscale", "bench", "network", *TINY, *args]
+    cmd += ["--out-json", str(tmp_path / "net.json"), "--plot", str(tmp_path / "net.png")]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+
+
+@pytest.mark.slow
+def test_two_nodes_across_a_shaped_link_are_measured_and_predicted(
+    netns_ok: None, tmp_path: Path
+) -> None:
+    done = run_bench(tmp_path, "--rates", "200mbit", "--hooks", "none,powersgd", "--epoch-k", "8")
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads((tmp_path / "net.json").read_text())
+    rows = result["rows"]
+    assert {r["variant"] for r in rows} == {"ddp", "ddp+powersgd", "aavg k=4", "aavg k=8"}
+    (link,) = result["links"]
+    assert link["shaped_bits_per_s"] == 200e6
+    assert 0.5 * 200e6 < link["allreduce_bytes_per_s"] * 8 < 1.05 * 200e6  # the shaper's cap
+    by_variant = {r["variant"]: r for r in rows}
+    # The link is the bottleneck: plain DDP moves every gradient, PowerSGD and AAVG far fewer.
+    assert (
+        by_variant["ddp"]["comm_bytes_per_step"]
+        > 20 * by_variant["ddp+powersgd"]["comm_bytes_per_step"]
+    )
+    assert (
+        by_variant["aavg k=8"]["comm_bytes_per_step"]
+        < by_variant["aavg k=4"]["comm_bytes_per_step"]
+    )
+    for row in rows:
+        assert row["predicted_step_s"] > 0 and row["error"] == pytest.approx(
+            row["predicted_step_s"] / row["step_s"] - 1
+        )
+    assert "largest planner error" in done.stdout
+    assert (tmp_path / "net.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_without_namespaces_it_says_why_in_one_line(tmp_path: Path) -> None:
+    from vidscale.netlab.link import unavailable
+
+    if unavailable() is None:
+        pytest.skip("namespaces can be made here: the refusal is for machines where they cannot")
+    done = run_bench(tmp_path, "--rates", "1gbit")
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "bench network:" in done.stderr

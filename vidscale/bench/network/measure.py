@@ -1,0 +1,160 @@
+"""`vidscale bench network`: scaling from one node to two across a real link, at several rates
+(TSM paper §3c "Networking Efficiency", Fig. 3c; AAVG paper §1: communication-bound clusters).
+
+One process per node, one core each. First one process measures every model alone (`bench
+scaling --nproc 1`, pinned to core 0): the baseline of every efficiency, and the planner's one
+input about compute. Then, for each rate, two namespaces joined by a veth shaped to it
+(`vidscale.netlab`) run `bench scaling` as a two-node torchrun job (node N on core N) for DDP
+with each hook and AAVG at `--aavg-k`, and again for AAVG at `--epoch-k`, each pass reading the
+baseline (`--baseline`), so that every row has its speed-up and efficiency. Each rate's link is
+also measured: one TCP stream's throughput, and gloo's all-reduce across it
+(`distributed.link_probe`: a small one's time, large ones' bandwidth), the link's two numbers
+in the paper's Eq. 1 for the planner. Each model's hooks' own compute is measured on one
+process (`hook_cost`).
+
+Every row then gets the planner's prediction (`planner.link_model.predict_step`) from the
+one-process step, the hooks' one-process compute, the link's all-reduce latency and bandwidth
+and the model alone, and its error against
+the measured two-node step (`report.build`). Needs root; without it, one line says why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from vidscale.bench.network.config import NetworkConfig
+from vidscale.bench.network.report import LinkMeasurement, NetworkResult, build, plot_network
+from vidscale.bench.results import write_result
+from vidscale.bench.scaling.measure import ScalingRunFailed, as_argv
+from vidscale.bench.scaling.result import ScalingResult, ScalingRun
+from vidscale.errors import ConfigError
+from vidscale.netlab import nodes
+from vidscale.netlab.link import Rate, TwoNodeLink, unavailable
+from vidscale.netlab.probe import throughput_bits
+
+PASS_TIMEOUT_S = 1800.0
+
+
+def run(
+    cfg: NetworkConfig, *, out_json: Path, plot: Path | None, progress: bool = True
+) -> NetworkResult:
+    """Measure `cfg` (see the module docstring), write the JSON (and the plot); the result.
+    `ConfigError` for a bad request or a machine without namespaces, `ScalingRunFailed` when
+    a measurement's processes fail."""
+    cfg.check()
+    reason = unavailable()
+    if reason is not None:
+        raise ConfigError(f"bench network: {reason}")
+    with tempfile.TemporaryDirectory(prefix="vidscale-network-") as tmp:
+        work = Path(tmp)
+        baseline = ScalingResult.read(_one_process(cfg, work, progress=progress))
+        hooks = {m: _hook_compute(cfg, baseline, m, work) for m in cfg.models}
+        measured = [_at_rate(cfg, Rate.parse(t), work, progress=progress) for t in cfg.rates]
+    result = build(cfg, baseline, measured, hooks)
+    write_result(out_json, result.to_dict())
+    if plot is not None:
+        plot_network(result, plot)
+    return result
+
+
+def _pinned(core: int) -> None:
+    os.sched_setaffinity(0, {core})
+
+
+def _one_process(cfg: NetworkConfig, work: Path, *, progress: bool) -> Path:
+    """The one-process rows (and the fast-path decisions), on core 0 with one thread."""
+    out = work / "one_process.json"
+    scaling = cfg.scaling()
+    cmd = [sys.executable, "-m", "vidscale", "bench", "scaling", *as_argv(scaling)]
+    cmd += ["--nproc", "1", "--out-json", str(out), "--plot", str(work / "one_process.png")]
+    if progress:
+        print("bench network: one process, the baseline", flush=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(cmd, env=env, preexec_fn=lambda: _pinned(0), check=False)
+    if done.returncode or not out.is_file():
+        raise ScalingRunFailed(f"the one-process baseline exited with {done.returncode}")
+    return out
+
+
+def _hook_compute(
+    cfg: NetworkConfig, baseline: ScalingResult, model: str, work: Path
+) -> dict[str, float]:
+    """Each hook's compute per step for `model` on one process (`hook_cost`), on core 0."""
+    hooks = [h for h in cfg.hooks if h != "none"]
+    if not hooks:
+        return {}
+    out = work / f"hooks_{model}.json"
+    bf16 = any(
+        s == f"{model}=bf16" or s == f"{model}=bf16+cl" for s in baseline.settings.fast_settings
+    )
+    cmd = [sys.executable, "-m", "vidscale.bench.network.hook_cost", "--out", str(out)]
+    cmd += ["--bucket-cap-mb", str(cfg.bucket_cap_mb), *(["--bf16"] if bf16 else [])]
+    cmd += [model, str(cfg.frames), str(cfg.size), str(cfg.batch), str(cfg.num_classes), *hooks]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(cmd, env=env, preexec_fn=lambda: _pinned(0), check=False)
+    if done.returncode or not out.is_file():
+        raise ScalingRunFailed(f"the hook cost of {model} exited with {done.returncode}")
+    costs: dict[str, float] = json.loads(out.read_text())["hook_compute_s"]
+    return costs
+
+
+def _probe(link: TwoNodeLink, rate: Rate, work: Path) -> LinkMeasurement:
+    """The link at `rate`: a TCP stream, and gloo's all-reduce across it."""
+    out = work / f"probe_{rate.label}.json"
+    job = nodes.start(
+        link,
+        ["--out", str(out)],
+        log_dir=work / f"probe_{rate.label}_logs",
+        module="vidscale.distributed.link_probe",
+    )
+    try:
+        codes = job.wait(600)
+    finally:
+        job.stop()
+    if codes != [0, 0] or not out.is_file():
+        raise ScalingRunFailed(f"the all-reduce probe at {rate.label} exited {codes}")
+    found = json.loads(out.read_text())
+    return LinkMeasurement(
+        rate=rate.label,
+        shaped_bits_per_s=rate.bits_per_s,
+        tcp_bits_per_s=throughput_bits(link),
+        latency_s=found["latency_s"],
+        allreduce_bytes_per_s=found["bytes_per_s"],
+    )
+
+
+def _at_rate(
+    cfg: NetworkConfig, rate: Rate, work: Path, *, progress: bool
+) -> tuple[LinkMeasurement, list[ScalingRun]]:
+    """The link at `rate` measured, and every two-node run of every pass across it."""
+    runs: list[ScalingRun] = []
+    with TwoNodeLink() as link:
+        link.shape(rate)
+        probe = _probe(link, rate, work)
+        if progress:
+            print(f"bench network: link {probe.describe()}", flush=True)
+        for index, scaling in enumerate(cfg.passes()):
+            out = work / f"{rate.label}_{index}.json"
+            args = [
+                "bench",
+                "scaling",
+                *as_argv(scaling),
+                "--baseline",
+                str(work / "one_process.json"),
+            ]
+            args += ["--out-json", str(out), "--plot", str(work / f"{rate.label}_{index}.png")]
+            job = nodes.start(link, args, log_dir=work / f"{rate.label}_{index}_logs")
+            try:
+                codes = job.wait(PASS_TIMEOUT_S)
+            finally:
+                job.stop()
+            if codes != [0, 0] or not out.is_file():
+                tail = "\n".join(job.output(0).splitlines()[-30:])
+                raise ScalingRunFailed(f"the two-node run at {rate.label} exited {codes}:\n{tail}")
+            runs += [r for r in ScalingResult.read(out).runs if r.procs == 2]
+    return probe, runs

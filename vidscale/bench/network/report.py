@@ -1,0 +1,244 @@
+"""`bench network`'s result: the links as measured, one row per (rate, model, variant) with the
+measured two-node step next to the planner's prediction, the table and the plot (Fig. 3c of
+the TSM paper in miniature: scaling efficiency against link rate, a line per model and
+variant)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from vidscale.bench.network.config import NetworkConfig
+from vidscale.bench.results import plain
+from vidscale.bench.scaling.result import ScalingResult, ScalingRun
+from vidscale.fastpath.hardware import describe
+from vidscale.planner.layer_costs import ModelCosts, model_costs
+from vidscale.planner.link_model import LinkVariant, predict_step
+
+
+@dataclass(frozen=True)
+class LinkMeasurement:
+    """One rate's link: the `tc` rate (None: unshaped), one TCP stream's throughput, and gloo's
+    all-reduce across it (`distributed.link_probe`): a small one's time (`latency_s`, the
+    per-message cost) and the bandwidth of large ones (`allreduce_bytes_per_s`, bytes each node
+    sends per second)."""
+
+    rate: str
+    shaped_bits_per_s: float | None
+    tcp_bits_per_s: float
+    latency_s: float
+    allreduce_bytes_per_s: float
+
+    @property
+    def bytes_per_s(self) -> float:
+        """The rate the planner is given: gloo's all-reduce bandwidth across the link (below the
+        `tc` rate by the headers the shaper counts; on an unshaped veth, bound by the one core
+        that copies and reduces)."""
+        return self.allreduce_bytes_per_s
+
+    def describe(self) -> str:
+        return (
+            f"{self.rate}: TCP stream {self.tcp_bits_per_s / 1e6:.0f} Mbit/s; gloo all-reduce "
+            f"{self.allreduce_bytes_per_s * 8 / 1e6:.0f} Mbit/s, {self.latency_s * 1e3:.2f} ms "
+            "per small one"
+        )
+
+
+@dataclass(frozen=True)
+class NetworkRow:
+    """One two-node run (measured) and the planner's step for it (predicted)."""
+
+    rate: str
+    model: str
+    variant: str
+    link_bytes_per_s: float
+    one_process_step_s: float
+    step_s: float
+    compute_s: float
+    comm_exposed_s: float
+    data_wait_s: float
+    efficiency: float | None
+    comm_bytes_per_step: float
+    predicted_step_s: float
+    predicted_bytes_per_step: float
+
+    @property
+    def error(self) -> float:
+        """The prediction's relative error: predicted / measured - 1."""
+        return self.predicted_step_s / self.step_s - 1.0
+
+    @property
+    def predicted_efficiency(self) -> float:
+        return self.one_process_step_s / self.predicted_step_s
+
+
+@dataclass(frozen=True)
+class NetworkResult:
+    settings: NetworkConfig
+    host: dict[str, Any]
+    links: list[LinkMeasurement]
+    one_process: dict[str, float]  # model -> its one-process step (s)
+    hook_compute: dict[str, dict[str, float]]  # model -> hook -> its compute per step (s)
+    rows: list[NetworkRow]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "benchmark": "network",
+            "settings": plain(dataclasses.asdict(self.settings)),
+            "host": self.host,
+            "links": [dataclasses.asdict(link) for link in self.links],
+            "one_process_step_s": self.one_process,
+            "hook_compute_s": self.hook_compute,
+            "rows": [
+                {
+                    **dataclasses.asdict(r),
+                    "error": r.error,
+                    "predicted_efficiency": r.predicted_efficiency,
+                }
+                for r in self.rows
+            ],
+        }
+
+
+def _variant(run: ScalingRun) -> LinkVariant:
+    return LinkVariant(strategy=run.strategy, hook=run.hook, k=run.k)
+
+
+@cache
+def _model_facts(
+    name: str, frames: int, size: int, classes: int
+) -> tuple[ModelCosts, tuple[tuple[int, ...], ...], float, float]:
+    """The model's layer costs, gradient shapes, AAVG's averaged bytes (parameters, SGD's
+    momentum, BatchNorm's mean and variance, fp32) and DDP's broadcast buffer bytes."""
+    from vidscale.models.registry import ModelConfig, build_model
+
+    costs = model_costs(name, frames=frames, size=size, num_classes=classes)
+    with torch.device("meta"):
+        model = build_model(ModelConfig(name=name, num_classes=classes, frames=frames))
+    shapes = tuple(tuple(p.shape) for p in model.parameters() if p.requires_grad)
+    params = sum(math.prod(s) for s in shapes)
+    stats = 0
+    for m in model.modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.running_mean is not None:
+            stats += 2 * m.running_mean.numel()  # the mean and the variance
+    buffers = sum(b.numel() * b.element_size() for b in model.buffers())
+    return costs, shapes, 4.0 * (2 * params + stats), float(buffers)
+
+
+def build(
+    cfg: NetworkConfig,
+    baseline: ScalingResult,
+    measured: list[tuple[LinkMeasurement, list[ScalingRun]]],
+    hook_compute: dict[str, dict[str, float]],
+) -> NetworkResult:
+    """Every measured two-node run with its prediction (see `measure`); `hook_compute`: each
+    model's hooks' compute per step on one process (`hook_cost`)."""
+    alone = {r.model: r.step_s for r in baseline.runs if r.procs == 1}
+    rows = []
+    for link, runs in measured:
+        for run in runs:
+            costs, shapes, averaged, buffers = _model_facts(
+                run.model, cfg.frames, cfg.size, cfg.num_classes
+            )
+            variant = _variant(run)
+            ddp = run.strategy == "ddp"
+            predicted = predict_step(
+                costs,
+                variant,
+                one_process_s=alone[run.model],
+                procs=2,
+                link_bytes_per_s=link.bytes_per_s,
+                bucket_mb=cfg.bucket_cap_mb,
+                averaged_bytes=averaged,
+                param_shapes=list(shapes),
+                per_step_bytes=buffers if ddp else 0.0,
+                per_step_messages=2 if ddp else 1,
+                message_s=link.latency_s,
+                powersgd_compute_s=hook_compute.get(run.model, {}).get("powersgd", 0.0),
+            )
+            rows.append(
+                NetworkRow(
+                    rate=link.rate,
+                    model=run.model,
+                    variant=run.variant,
+                    link_bytes_per_s=link.bytes_per_s,
+                    one_process_step_s=alone[run.model],
+                    step_s=run.step_s,
+                    compute_s=run.compute_s,
+                    comm_exposed_s=run.comm_exposed_s,
+                    data_wait_s=run.data_wait_s,
+                    efficiency=run.efficiency,
+                    comm_bytes_per_step=run.comm_bytes_per_step,
+                    predicted_step_s=predicted.step_s,
+                    predicted_bytes_per_step=predicted.bytes_per_step,
+                )
+            )
+    links = [link for link, _ in measured]
+    return NetworkResult(cfg, describe(torch.device("cpu")), links, alone, hook_compute, rows)
+
+
+def format_table(result: NetworkResult) -> str:
+    """One line per row: rate, model, variant, measured step and its split, efficiency,
+    predicted step and the error."""
+    head = (
+        f"{'link':>9} {'model':<20} {'variant':<14} {'step s':>7} {'compute':>7} "
+        f"{'comm':>7} {'eff':>5} {'MB/step':>8} {'pred s':>7} {'error':>7}"
+    )
+    lines = [head, "-" * len(head)]
+    for r in result.rows:
+        eff = "-" if r.efficiency is None else f"{r.efficiency:.2f}"
+        lines.append(
+            f"{r.rate:>9} {r.model:<20} {r.variant:<14} {r.step_s:7.3f} {r.compute_s:7.3f} "
+            f"{r.comm_exposed_s:7.3f} {eff:>5} {r.comm_bytes_per_step / 1e6:8.1f} "
+            f"{r.predicted_step_s:7.3f} {r.error:+7.1%}"
+        )
+    worst = max((abs(r.error) for r in result.rows), default=0.0)
+    lines.append(f"largest planner error: {worst:.1%} over {len(result.rows)} rows")
+    return "\n".join(lines)
+
+
+def plot_network(result: NetworkResult, path: Path) -> None:
+    """Scaling efficiency (two nodes over one) against link rate, one line per model and
+    variant, measured solid and predicted dashed (TSM paper Fig. 3c in miniature)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rates = {link.rate: link.bytes_per_s * 8 / 1e9 for link in result.links}
+    fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=110)
+    keys = sorted({(r.model, r.variant) for r in result.rows})
+    for index, (model, variant) in enumerate(keys):
+        mine = sorted(
+            (r for r in result.rows if (r.model, r.variant) == (model, variant)),
+            key=lambda r: rates[r.rate],
+        )
+        xs = [rates[r.rate] for r in mine]
+        color = f"C{index % 10}"
+        ax.plot(
+            xs, [r.efficiency or 0.0 for r in mine], "o-", color=color, label=f"{model} {variant}"
+        )
+        ax.plot(xs, [r.predicted_efficiency for r in mine], "--", color=color, alpha=0.6)
+    ax.set_xscale("log")
+    ax.set_xlabel("link rate each way (Gbit/s; the unshaped veth at its measured TCP rate)")
+    ax.set_ylabel("scaling efficiency, 2 nodes")
+    ax.set_ylim(0, 1.05)
+    ax.grid(alpha=0.3)
+    s = result.settings
+    ax.set_title(
+        f"Two nodes over a shaped link (TSM paper Fig. 3c in miniature)\n{s.batch} clips of "
+        f"{s.frames}x{s.size}² per process, 1 core per node; dashed: planner",
+        fontsize=9,
+    )
+    ax.legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
