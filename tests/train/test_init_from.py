@@ -13,7 +13,12 @@ from vidscale.models.registry import ModelConfig, build_model
 from vidscale.models.transfer import TransferReport
 from vidscale.recipes.registry import get_recipe
 from vidscale.train.checkpoint import save_checkpoint
-from vidscale.train.init_from import checkpoint_file, describe, initialise_from
+from vidscale.train.init_from import (
+    checkpoint_file,
+    describe,
+    initialise_from,
+    normalisation_warning,
+)
 from vidscale.train.metrics import MetricsLog
 
 RGB_CLASSES = 5
@@ -193,3 +198,14 @@ def test_describe_groups_what_was_done_alike() -> None:
         "trunk.conv1.weight cross-modality: mean over 3 input channels, repeated to 20; "
         f"2 tensors {inflated}; trunk.fc.* replaced (101 -> 51 classes)"
     )
+
+
+def test_a_source_normalised_otherwise_is_warned_about(
+    rgb_run: tuple[Path, dict[str, dict[str, Tensor]]], tmp_path: Path
+) -> None:
+    run, _ = rgb_run  # ImageNet statistics, as every vidscale recipe
+    imagenet = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    assert normalisation_warning(run, mean=imagenet[0], std=imagenet[1]) is None
+    note = normalisation_warning(run, mean=(0.45,) * 3, std=(0.225,) * 3)
+    assert note is not None and "data.mean and data.std" in note and "0.485" in note
+    assert normalisation_warning(tmp_path / "missing", mean=(0.45,) * 3, std=(0.225,) * 3) is None

@@ -34,7 +34,7 @@ from vidscale.fastpath.probe import (
 )
 from vidscale.fastpath.settings import FastPath, apply_to_model, resolve_fast_path
 from vidscale.models.registry import build_model as build_registered_model
-from vidscale.train.init_from import describe, initialise_from
+from vidscale.train.init_from import describe, initialise_from, normalisation_warning
 
 
 def load_splits(cfg: RunConfig) -> DataSplits:
@@ -173,6 +173,12 @@ def build_model(cfg: RunConfig, env: DistEnv, fast: FastPath, *, fresh: bool = F
             raise ConfigError(f"model.init_from: {err}") from err
         if env.is_main:
             print(f"vidscale: {describe(report)}", flush=True)
+            rgb = cfg.data.train_clip.modality != "flow"
+            note = rgb and normalisation_warning(
+                cfg.model.init_from, mean=cfg.data.mean, std=cfg.data.std
+            )
+            if note:
+                print(f"vidscale: {note}", flush=True)
     return apply_to_model(model.to(env.device), fast)
 
 

@@ -69,6 +69,27 @@ def initialise_from(
     return replace(report, source=str(path))
 
 
+def normalisation_warning(
+    ref: str | Path, *, mean: tuple[float, ...], std: tuple[float, ...]
+) -> str | None:
+    """A warning when run `ref` was trained on RGB input normalised otherwise than `mean`/`std`
+    (an imported PyTorchVideo or PySlowFast run: 0.45 / 0.225): fine-tuning then starts from
+    weights that expect other input. None when they agree, or `ref` has no readable config."""
+    from vidscale.train.run_ref import run_config
+
+    try:
+        source = run_config(locate(Path(ref))[0]).data
+    except (FileNotFoundError, InputError):
+        return None
+    if tuple(source.mean) == tuple(mean) and tuple(source.std) == tuple(std):
+        return None
+    return (
+        f"warning: model.init_from {ref} was trained on input normalised with mean "
+        f"{list(source.mean)}, std {list(source.std)}; this run normalises with mean {list(mean)}, "
+        f"std {list(std)} (set data.mean and data.std to keep the source's)"
+    )
+
+
 def describe(report: TransferReport) -> str:
     """One line for the run's log: where the weights came from and what became of them."""
     parts = [f"{len(report.copied)} tensors copied"]
