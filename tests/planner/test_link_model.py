@@ -67,7 +67,9 @@ def test_a_fast_link_hides_ddp_behind_backward_and_a_slow_one_does_not() -> None
     grads = model_costs("tsm_resnet18", frames=2, size=32, num_classes=10).params * 4
     # At 10 MB/s the all-reduces outlast backward by far: about all of them is exposed.
     assert slow.comm_s == pytest.approx(grads / (10 * MB) - 2 / 3, rel=0.1)
-    assert _predict(LinkVariant("ddp", "bf16"), 10 * MB).comm_s < 0.6 * slow.comm_s  # half the bytes
+    assert (
+        _predict(LinkVariant("ddp", "bf16"), 10 * MB).comm_s < 0.6 * slow.comm_s
+    )  # half the bytes
 
 
 def test_aavg_pays_one_averaging_every_k_steps() -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from vidscale.cli.args import _at_least, _check_parent, _name_list
 from vidscale.cli.output import add_json_flag, print_json_file, progress_to_stderr
+from vidscale.errors import InputError
 
 
 def cmd_bench_network(args: argparse.Namespace) -> int:
@@ -19,6 +20,8 @@ def cmd_bench_network(args: argparse.Namespace) -> int:
 
     _check_parent("--out-json", args.out_json)
     _check_parent("--plot", args.plot)
+    if args.replan is not None:
+        return _replan(args)
     cfg = NetworkConfig(
         rates=args.rates,
         models=args.models,
@@ -38,6 +41,24 @@ def cmd_bench_network(args: argparse.Namespace) -> int:
     except ScalingRunFailed as err:  # not bad input: a measurement failed (its output above)
         print(f"vidscale: error: bench network: {err}", file=sys.stderr)
         return 1
+    if args.json:
+        print_json_file(args.out_json)
+    else:
+        print(format_table(result))
+        print(f"wrote {args.out_json}, {args.plot}")
+    return 0
+
+
+def _replan(args: argparse.Namespace) -> int:
+    """`--replan FILE`: FILE's measurements with the planner's predictions made again."""
+    from vidscale.bench.network.report import format_table, plot_network, read_result, replan
+    from vidscale.bench.results import write_result
+
+    if not args.replan.is_file():
+        raise InputError(f"--replan: {args.replan} is not a file")
+    result = replan(read_result(args.replan))
+    write_result(args.out_json, result.to_dict())
+    plot_network(result, args.plot)
     if args.json:
         print_json_file(args.out_json)
     else:
@@ -78,6 +99,13 @@ def add_parser(bench_sub: argparse._SubParsersAction) -> None:
         "--epoch-k", type=_at_least(0), default=16, help="AAVG's 'an epoch' in steps (0: skip)"
     )
     p.add_argument("--fast-path", choices=["auto", "fp32"], default="auto")
+    p.add_argument(
+        "--replan",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="measure nothing: FILE's rows predicted again by the planner as it is now",
+    )
     p.add_argument("--out-json", type=Path, default=Path("bench_network.json"))
     p.add_argument("--plot", type=Path, default=Path("bench_network.png"))
     add_json_flag(p)

@@ -15,14 +15,16 @@ layers' parameters and MACs, `layer_costs`). For each variant:
   hook halves the bytes.
 - `ddp+powersgd`: the same schedule with each bucket's compressed size (rank-r factors P and Q
   of every matrix-shaped gradient, the rest sent whole: torch's PowerSGD hook), two all-reduces
-  per bucket, plus `powersgd_compute_s`, the hook's own work per step where measured.
+  per bucket.
+- Every hook's own work per step (`hook_compute_s`, measured on one process) adds to the step.
 - `aavg k=K`: no communication for K - 1 steps, then one blocking all-reduce of the parameters,
   the optimizer's state and BatchNorm's statistics (`averaging.average_replicas`): the step is
   the compute plus that all-reduce over K, plus the per-step agreement.
 
-On this machine's CPUs the link is the bottleneck the model is about; what it leaves out (the
-CPU time gloo itself spends, which competes with backward on a one-core node) shows in the
-errors `bench network` reports.
+On a node whose one core both computes and communicates, the part of the all-reduce that
+hides behind backward is not free: gloo copies and reduces every byte on that core
+(`cpu_s_per_byte`, measured where the link does not limit: on an unshaped veth the all-reduce
+is bound by that core), so the hidden share of the bytes adds its CPU time to the step.
 """
 
 from __future__ import annotations
@@ -90,6 +92,40 @@ def powersgd_bytes(
     return total
 
 
+def _ddp_schedule(
+    costs: ModelCosts,
+    variant: LinkVariant,
+    ring: Callable[[float], float],
+    *,
+    backward_s: float,
+    bucket_mb: float,
+    param_shapes: Sequence[tuple[int, ...]],
+) -> tuple[float, float, float]:
+    """DDP's buckets run one after another as backward fills them: (the seconds left after
+    backward, the share of the all-reduces' time hidden behind it, the bytes sent)."""
+    wire = 2.0 if variant.hook in ("bf16", "fp16") else 4.0
+    arrivals = gradient_arrivals(costs, backward_s=backward_s, bytes_per_param=wire)
+    buckets = ddp_buckets(arrivals, cap_bytes=bucket_mb * MIB, first_cap_bytes=bucket_mb * MIB)
+    cost = ring
+    sent = sum(nbytes for _, nbytes in buckets)
+    if variant.hook == "powersgd":
+        ratio = powersgd_bytes(param_shapes, rank=variant.powersgd_rank) / (
+            sum(math.prod(s) for s in param_shapes) * 4
+        )
+        sent *= ratio
+
+        def cost(nbytes: float) -> float:  # P and Q: two all-reduces of the compressed bucket
+            return 2 * ring(nbytes * ratio / 2)
+
+    end = total = 0.0
+    for ready, nbytes in buckets:
+        end = max(end, ready) + cost(nbytes)
+        total += cost(nbytes)
+    exposed = max(0.0, end - backward_s)
+    hidden = max(0.0, (total - exposed) / total) if total > 0 else 0.0
+    return exposed, hidden, sent
+
+
 def predict_step(
     costs: ModelCosts,
     variant: LinkVariant,
@@ -103,14 +139,17 @@ def predict_step(
     per_step_bytes: float = 0.0,
     per_step_messages: int = 1,
     message_s: float = DEFAULT_MESSAGE_S,
-    powersgd_compute_s: float = 0.0,
+    hook_compute_s: float = 0.0,
+    cpu_s_per_byte: float = 0.0,
 ) -> LinkPrediction:
     """The step of `variant` on `procs` single-process nodes (see the module docstring).
 
     `averaged_bytes`: what one AAVG averaging all-reduces; `param_shapes`: the gradients'
     shapes (PowerSGD's compression); `per_step_bytes`/`per_step_messages`: the small
     collectives every step runs whatever the strategy (DDP's buffer broadcast, the loop's
-    agreement).
+    agreement); `hook_compute_s`: the hook's own work per step on one process;
+    `cpu_s_per_byte`: the core time the collective library spends per byte all-reduced (0: a
+    device that communicates without the cores that compute, as a GPU's does).
     """
 
     def ring(nbytes: float) -> float:
@@ -125,26 +164,11 @@ def predict_step(
         k = max(1, variant.k)
         comm = fixed + ring(averaged_bytes) / k
         return LinkPrediction(one_process_s, comm, averaged_bytes / k + per_step_bytes)
-    wire = 2.0 if variant.hook in ("bf16", "fp16") else 4.0
-    arrivals = gradient_arrivals(
-        costs, backward_s=one_process_s * BACKWARD_FRACTION, bytes_per_param=wire
-    )
-    buckets = ddp_buckets(arrivals, cap_bytes=bucket_mb * MIB, first_cap_bytes=bucket_mb * MIB)
-    cost: Callable[[float], float] = ring
-    sent = sum(nbytes for _, nbytes in buckets)
-    if variant.hook == "powersgd":
-        ratio = powersgd_bytes(param_shapes, rank=variant.powersgd_rank) / (
-            sum(math.prod(s) for s in param_shapes) * 4
-        )
-        sent *= ratio
-
-        def cost(nbytes: float) -> float:  # P and Q: two all-reduces of the compressed bucket
-            return 2 * ring(nbytes * ratio / 2)
-
-    end = 0.0
-    for ready, nbytes in buckets:
-        end = max(end, ready) + cost(nbytes)
     backward_s = one_process_s * BACKWARD_FRACTION
-    exposed = max(0.0, end - backward_s)
-    extra = powersgd_compute_s if variant.hook == "powersgd" else 0.0
-    return LinkPrediction(one_process_s, exposed + fixed + extra, sent + per_step_bytes)
+    exposed, hidden, sent = _ddp_schedule(
+        costs, variant, ring, backward_s=backward_s, bucket_mb=bucket_mb, param_shapes=param_shapes
+    )
+    # What hides behind backward still takes the core's time where the same core computes.
+    shared_core = hidden * sent * cpu_s_per_byte
+    comm = exposed + fixed + hook_compute_s + shared_core
+    return LinkPrediction(one_process_s, comm, sent + per_step_bytes)

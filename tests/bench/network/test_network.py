@@ -61,6 +61,26 @@ def test_two_nodes_across_a_shaped_link_are_measured_and_predicted(
     assert "largest planner error" in done.stdout
     assert (tmp_path / "net.png").read_bytes()[:4] == b"\x89PNG"
 
+    # --replan: the same measurements predicted again, here by the same planner.
+    again = tmp_path / "again"
+    again.mkdir()
+    cmd = [
+        sys.executable,
+        "-m",
+        "vidscale",
+        "bench",
+        "network",
+        "--replan",
+        str(tmp_path / "net.json"),
+    ]
+    cmd += ["--out-json", str(again / "net.json"), "--plot", str(again / "net.png")]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=300)
+    replanned = json.loads((again / "net.json").read_text())
+    assert [r["predicted_step_s"] for r in replanned["rows"]] == pytest.approx(
+        [r["predicted_step_s"] for r in rows]
+    )
+    assert [r["step_s"] for r in replanned["rows"]] == [r["step_s"] for r in rows]
+
 
 def test_without_namespaces_it_says_why_in_one_line(tmp_path: Path) -> None:
     from vidscale.netlab.link import unavailable

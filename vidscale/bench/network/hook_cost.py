@@ -2,10 +2,11 @@
 input for the hooks whose work is not communication (PowerSGD's matrix products and
 orthogonalisation, the bf16 hook's casts).
 
-    python -m vidscale.bench.network.hook_cost --out FILE [--bf16] MODEL FRAMES SIZE BATCH CLASSES HOOK...
+    python -m vidscale.bench.network.hook_cost --out FILE [--setting S] MODEL FRAMES SIZE BATCH CLASSES HOOK...
 
-The model under DistributedDataParallel in a one-rank group (`distributed.one_rank`), wrapped as
-training wraps it, trains the same random batch (`step.FixedBatchStep`) for `WARMUP + STEPS`
+The model with the fast path's setting the two-node runs use (`--setting`: bf16 autocast,
+channels-last weights, whose gradients PowerSGD must reshape), under DistributedDataParallel
+in a one-rank group (`distributed.one_rank`), wrapped as training wraps it, trains the same random batch (`step.FixedBatchStep`) for `WARMUP + STEPS`
 steps once plainly and once per hook (`attach_comm_hook`; PowerSGD compressing from its second
 step, as `bench scaling` runs it). The all-reduces of a one-rank group move nothing, so each
 hook's median step minus the plain median step is what the hook computes per step. Written as
@@ -15,7 +16,6 @@ JSON {"plain_step_s": s, "hook_compute_s": {hook: s}}.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import statistics
 import sys
@@ -26,6 +26,7 @@ import torch
 
 from vidscale.distributed.comm_hooks import CommConfig, attach_comm_hook
 from vidscale.distributed.one_rank import one_rank_ddp
+from vidscale.fastpath.settings import Candidate, apply_to_model, resolve_fast_path
 from vidscale.models.registry import ModelConfig, build_model
 from vidscale.step.fixed_batch import FixedBatchStep
 
@@ -35,18 +36,23 @@ WARMUP = 3
 
 def _median_step(args: argparse.Namespace, hook: str) -> float:
     torch.manual_seed(0)
-    model = build_model(ModelConfig(name=args.model, num_classes=args.classes, frames=args.frames))
+    fast = resolve_fast_path(
+        torch.device("cpu"),
+        enabled=True,
+        amp="auto",
+        channels_last="auto",
+        compile=False,
+        auto=Candidate.from_label(args.setting),
+    )
+    config = ModelConfig(name=args.model, num_classes=args.classes, frames=args.frames)
+    model = apply_to_model(build_model(config), fast)  # as the two-node runs train it
     clips = torch.randn(args.batch, 3, args.frames, args.size, args.size)
     labels = torch.randint(0, args.classes, (args.batch,))
-
-    def autocast() -> contextlib.AbstractContextManager[object]:
-        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16)
-
     with one_rank_ddp(model, bucket_cap_mb=args.bucket_cap_mb) as ddp:
         if hook != "none":
             comm = CommConfig(hook=hook, bucket_cap_mb=args.bucket_cap_mb, powersgd_start_step=2)  # type: ignore[arg-type]
             attach_comm_hook(ddp, comm)
-        step = FixedBatchStep(ddp, clips, labels, autocast=autocast)
+        step = FixedBatchStep(ddp, clips, labels, autocast=fast.autocast())
         times = []
         for index in range(WARMUP + STEPS):
             start = time.perf_counter()
@@ -59,7 +65,7 @@ def _median_step(args: argparse.Namespace, hook: str) -> float:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--bf16", action="store_true", help="autocast, as the fast path chose")
+    parser.add_argument("--setting", default="fp32", help="the fast path's: fp32, bf16+cl, ...")
     parser.add_argument("--bucket-cap-mb", type=float, default=25.0)
     parser.add_argument("model")
     parser.add_argument("frames", type=int)

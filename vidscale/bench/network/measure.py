@@ -89,11 +89,12 @@ def _hook_compute(
     if not hooks:
         return {}
     out = work / f"hooks_{model}.json"
-    bf16 = any(
-        s == f"{model}=bf16" or s == f"{model}=bf16+cl" for s in baseline.settings.fast_settings
+    setting = next(
+        (s.partition("=")[2] for s in baseline.settings.fast_settings if s.startswith(f"{model}=")),
+        "fp32",
     )
     cmd = [sys.executable, "-m", "vidscale.bench.network.hook_cost", "--out", str(out)]
-    cmd += ["--bucket-cap-mb", str(cfg.bucket_cap_mb), *(["--bf16"] if bf16 else [])]
+    cmd += ["--bucket-cap-mb", str(cfg.bucket_cap_mb), "--setting", setting]
     cmd += [model, str(cfg.frames), str(cfg.size), str(cfg.batch), str(cfg.num_classes), *hooks]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(cmd, env=env, preexec_fn=lambda: _pinned(0), check=False)

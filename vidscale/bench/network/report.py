@@ -6,6 +6,7 @@ variant)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from dataclasses import dataclass
 from functools import cache
@@ -18,9 +19,10 @@ from torch import nn
 from vidscale.bench.network.config import NetworkConfig
 from vidscale.bench.results import plain
 from vidscale.bench.scaling.result import ScalingResult, ScalingRun
+from vidscale.errors import InputError
 from vidscale.fastpath.hardware import describe
 from vidscale.planner.layer_costs import ModelCosts, model_costs
-from vidscale.planner.link_model import LinkVariant, predict_step
+from vidscale.planner.link_model import LinkPrediction, LinkVariant, predict_step
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,9 @@ class NetworkRow:
     rate: str
     model: str
     variant: str
+    strategy: str
+    hook: str
+    k: int
     link_bytes_per_s: float
     one_process_step_s: float
     step_s: float
@@ -107,10 +112,6 @@ class NetworkResult:
         }
 
 
-def _variant(run: ScalingRun) -> LinkVariant:
-    return LinkVariant(strategy=run.strategy, hook=run.hook, k=run.k)
-
-
 @cache
 def _model_facts(
     name: str, frames: int, size: int, classes: int
@@ -132,6 +133,43 @@ def _model_facts(
     return costs, shapes, 4.0 * (2 * params + stats), float(buffers)
 
 
+def predict_for(
+    cfg: NetworkConfig,
+    model: str,
+    variant: LinkVariant,
+    link: LinkMeasurement,
+    *,
+    one_process_s: float,
+    hook_compute: dict[str, float],
+    cpu_s_per_byte: float,
+) -> LinkPrediction:
+    """The planner's two-node step of `model` with `variant` across `link` (see `measure`)."""
+    costs, shapes, averaged, buffers = _model_facts(model, cfg.frames, cfg.size, cfg.num_classes)
+    ddp = variant.strategy == "ddp"
+    return predict_step(
+        costs,
+        variant,
+        one_process_s=one_process_s,
+        procs=2,
+        link_bytes_per_s=link.bytes_per_s,
+        bucket_mb=cfg.bucket_cap_mb,
+        averaged_bytes=averaged,
+        param_shapes=list(shapes),
+        per_step_bytes=buffers if ddp else 0.0,
+        per_step_messages=2 if ddp else 1,
+        message_s=link.latency_s,
+        hook_compute_s=hook_compute.get(variant.hook, 0.0) if ddp else 0.0,
+        cpu_s_per_byte=cpu_s_per_byte,
+    )
+
+
+def cpu_s_per_byte(links: list[LinkMeasurement]) -> float:
+    """The core time gloo spends per byte all-reduced: the inverse of the all-reduce bandwidth
+    on the unshaped link, where one core per node, not the link, bounds it (0 without one)."""
+    unshaped = [link for link in links if link.shaped_bits_per_s is None]
+    return 1.0 / unshaped[0].allreduce_bytes_per_s if unshaped else 0.0
+
+
 def build(
     cfg: NetworkConfig,
     baseline: ScalingResult,
@@ -141,33 +179,28 @@ def build(
     """Every measured two-node run with its prediction (see `measure`); `hook_compute`: each
     model's hooks' compute per step on one process (`hook_cost`)."""
     alone = {r.model: r.step_s for r in baseline.runs if r.procs == 1}
+    cpu = cpu_s_per_byte([link for link, _ in measured])
     rows = []
     for link, runs in measured:
         for run in runs:
-            costs, shapes, averaged, buffers = _model_facts(
-                run.model, cfg.frames, cfg.size, cfg.num_classes
-            )
-            variant = _variant(run)
-            ddp = run.strategy == "ddp"
-            predicted = predict_step(
-                costs,
+            variant = LinkVariant(strategy=run.strategy, hook=run.hook, k=run.k)
+            predicted = predict_for(
+                cfg,
+                run.model,
                 variant,
+                link,
                 one_process_s=alone[run.model],
-                procs=2,
-                link_bytes_per_s=link.bytes_per_s,
-                bucket_mb=cfg.bucket_cap_mb,
-                averaged_bytes=averaged,
-                param_shapes=list(shapes),
-                per_step_bytes=buffers if ddp else 0.0,
-                per_step_messages=2 if ddp else 1,
-                message_s=link.latency_s,
-                powersgd_compute_s=hook_compute.get(run.model, {}).get("powersgd", 0.0),
+                hook_compute=hook_compute.get(run.model, {}),
+                cpu_s_per_byte=cpu,
             )
             rows.append(
                 NetworkRow(
                     rate=link.rate,
                     model=run.model,
                     variant=run.variant,
+                    strategy=run.strategy,
+                    hook=run.hook,
+                    k=run.k,
                     link_bytes_per_s=link.bytes_per_s,
                     one_process_step_s=alone[run.model],
                     step_s=run.step_s,
@@ -182,6 +215,65 @@ def build(
             )
     links = [link for link, _ in measured]
     return NetworkResult(cfg, describe(torch.device("cpu")), links, alone, hook_compute, rows)
+
+
+def replan(result: NetworkResult) -> NetworkResult:
+    """`result` with every row's prediction made again by the planner as it is now (its
+    measurements kept): how a change to the model moves the errors, without measuring again."""
+    links = {link.rate: link for link in result.links}
+    cpu = cpu_s_per_byte(result.links)
+    rows = []
+    for row in result.rows:
+        predicted = predict_for(
+            result.settings,
+            row.model,
+            LinkVariant(strategy=row.strategy, hook=row.hook, k=row.k),
+            links[row.rate],
+            one_process_s=row.one_process_step_s,
+            hook_compute=result.hook_compute.get(row.model, {}),
+            cpu_s_per_byte=cpu,
+        )
+        rows.append(
+            dataclasses.replace(
+                row,
+                predicted_step_s=predicted.step_s,
+                predicted_bytes_per_step=predicted.bytes_per_step,
+            )
+        )
+    return dataclasses.replace(result, rows=rows)
+
+
+def _variant_fields(label: str) -> dict[str, Any]:
+    """strategy, hook and k from a row's variant label ("ddp+bf16", "aavg k=4"), for rows
+    written before they were recorded apart."""
+    strategy, _, rest = label.partition(" k=")
+    if rest:
+        return {"strategy": strategy, "hook": "none", "k": int(rest)}
+    strategy, _, hook = label.partition("+")
+    return {"strategy": strategy, "hook": hook or "none", "k": 0}
+
+
+def read_result(path: Path) -> NetworkResult:
+    """A `bench network` JSON read back; `InputError` naming the file when it is not one."""
+    try:
+        data = json.loads(Path(path).read_text())
+        settings = dict(data["settings"])
+        for key in ("rates", "models", "hooks"):
+            settings[key] = tuple(settings[key])
+        measured = {f.name for f in dataclasses.fields(NetworkRow)}
+        return NetworkResult(
+            settings=NetworkConfig(**settings),
+            host=data["host"],
+            links=[LinkMeasurement(**link) for link in data["links"]],
+            one_process=data["one_process_step_s"],
+            hook_compute=data["hook_compute_s"],
+            rows=[
+                NetworkRow(**_variant_fields(r["variant"]) | {k: r[k] for k in r if k in measured})
+                for r in data["rows"]
+            ],
+        )
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise InputError(f"{path}: not a `vidscale bench network` result ({err})") from None
 
 
 def format_table(result: NetworkResult) -> str:
@@ -205,39 +297,41 @@ def format_table(result: NetworkResult) -> str:
 
 
 def plot_network(result: NetworkResult, path: Path) -> None:
-    """Scaling efficiency (two nodes over one) against link rate, one line per model and
-    variant, measured solid and predicted dashed (TSM paper Fig. 3c in miniature)."""
+    """Scaling efficiency (two nodes over one) against link rate, a panel per model and a line
+    per variant, measured solid and predicted dashed (TSM paper Fig. 3c in miniature)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     rates = {link.rate: link.bytes_per_s * 8 / 1e9 for link in result.links}
-    fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=110)
-    keys = sorted({(r.model, r.variant) for r in result.rows})
-    for index, (model, variant) in enumerate(keys):
-        mine = sorted(
-            (r for r in result.rows if (r.model, r.variant) == (model, variant)),
-            key=lambda r: rates[r.rate],
-        )
-        xs = [rates[r.rate] for r in mine]
-        color = f"C{index % 10}"
-        ax.plot(
-            xs, [r.efficiency or 0.0 for r in mine], "o-", color=color, label=f"{model} {variant}"
-        )
-        ax.plot(xs, [r.predicted_efficiency for r in mine], "--", color=color, alpha=0.6)
-    ax.set_xscale("log")
-    ax.set_xlabel("link rate each way (Gbit/s; the unshaped veth at its measured TCP rate)")
-    ax.set_ylabel("scaling efficiency, 2 nodes")
-    ax.set_ylim(0, 1.05)
-    ax.grid(alpha=0.3)
+    models = list(dict.fromkeys(r.model for r in result.rows))
+    variants = list(dict.fromkeys(r.variant for r in result.rows))
+    fig, axes = plt.subplots(1, len(models), figsize=(4.6 * len(models), 4.4), dpi=110, sharey=True)
+    axes = axes if len(models) > 1 else [axes]
+    for ax, model in zip(axes, models, strict=True):
+        for index, variant in enumerate(variants):
+            mine = sorted(
+                (r for r in result.rows if (r.model, r.variant) == (model, variant)),
+                key=lambda r: rates[r.rate],
+            )
+            xs = [rates[r.rate] for r in mine]
+            color = f"C{index % 10}"
+            ax.plot(xs, [r.efficiency or 0.0 for r in mine], "o-", color=color, label=variant)
+            ax.plot(xs, [r.predicted_efficiency for r in mine], "--", color=color, alpha=0.6)
+        ax.set_xscale("log")
+        ax.set_title(model, fontsize=9)
+        ax.set_xlabel("gloo all-reduce rate across the link (Gbit/s)", fontsize=8)
+        ax.set_ylim(0, 1.1)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("scaling efficiency, 2 nodes")
+    axes[0].legend(fontsize=7)
     s = result.settings
-    ax.set_title(
-        f"Two nodes over a shaped link (TSM paper Fig. 3c in miniature)\n{s.batch} clips of "
-        f"{s.frames}x{s.size}² per process, 1 core per node; dashed: planner",
+    fig.suptitle(
+        f"Two nodes over a shaped link (TSM paper Fig. 3c in miniature): {s.batch} clips of "
+        f"{s.frames}x{s.size}² per process, 1 core per node; solid measured, dashed planner",
         fontsize=9,
     )
-    ax.legend(fontsize=6, ncol=2)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
