@@ -29,6 +29,8 @@ def netns_ok() -> None:
     from vidscale.netlab.link import unavailable
 
     reason = unavailable()
+    if reason is not None and os.environ.get("VIDSCALE_REQUIRE_NETNS") == "1":
+        pytest.fail(f"VIDSCALE_REQUIRE_NETNS=1 but {reason}")  # CI as root: must not skip unseen
     if reason is not None:
         pytest.skip(reason)
 
