@@ -208,8 +208,14 @@ class _SlowStart:
 
 
 def test_a_ctrl_c_during_the_childs_start_arrives_once_it_has_started() -> None:
-    child = _SlowStart()
-    with pytest.raises(KeyboardInterrupt):
-        start_holding_sigint(child)
-    assert child.started
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # Python's own handler, whatever this process inherited: a shell starts a background job
+    # with SIGINT ignored, and Python then installs none.
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        child = _SlowStart()
+        with pytest.raises(KeyboardInterrupt):
+            start_holding_sigint(child)
+        assert child.started
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, inherited)
