@@ -248,8 +248,10 @@ def _fresh_namespace(store: dist.Store, *, rank: int, world_size: int, timeout_s
 
 # Every default group this process has joined, kept until the process exits (see `shutdown`).
 _retired_groups: list[object] = []
-# How long the exit waits for gloo's threads to drop their references to a retired group.
-_RELEASE_WAIT_S = 5.0
+# How long the exit waits for gloo's threads to drop their references to a retired group: they
+# do within milliseconds of a collective's end; a group still held after a failure (its
+# traceback, a collective that never ended) is left as before rather than delay the exit.
+_RELEASE_WAIT_S = 0.5
 
 
 def _release_retired_groups() -> None:
