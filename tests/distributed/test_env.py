@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 import torch.distributed as dist
@@ -47,7 +48,9 @@ def release_at_exit(env: DistEnv, cycles: int) -> list[int]:
 
     powersgd_teardown_cycles(env, cycles)
     before = len(env_module._retired_groups)
-    env_module._release_retired_groups()
+    deadline = time.monotonic() + 20.0  # gloo lets go within milliseconds; a loaded machine
+    while env_module._retired_groups and time.monotonic() < deadline:
+        env_module._release_retired_groups()  # each call waits up to _RELEASE_WAIT_S
     return [before, len(env_module._retired_groups)]
 
 

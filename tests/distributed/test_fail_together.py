@@ -24,8 +24,9 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "tests" / "distributed" / "rank_script.py"
 FREEZE_SILENCE_S = 2.0  # rank_script.py's
 LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-# From the failing rank's raise to the other rank's exit: poll 0.2 s, plus a loaded machine.
-PROMPT_S = 5.0
+# From the failing rank's raise to the other rank's exit: poll 0.2 s, up to 2 s of the exit handler
+# waiting for gloo to let go of the group (`distributed.env._RELEASE_WAIT_S`), a loaded machine.
+PROMPT_S = 7.0
 
 
 def clean_env() -> dict[str, str]:

@@ -251,7 +251,7 @@ _retired_groups: list[object] = []
 # How long the exit waits for gloo's threads to drop their references to a retired group: they
 # do within milliseconds of a collective's end; a group still held after a failure (its
 # traceback, a collective that never ended) is left as before rather than delay the exit.
-_RELEASE_WAIT_S = 0.5
+_RELEASE_WAIT_S = 2.0
 
 
 def _release_retired_groups() -> None:
