@@ -51,10 +51,10 @@ from vidscale.data.clip import ClipSpec
 from vidscale.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 from vidscale.errors import InputError
 from vidscale.weights.pth import load_pth, state_dict_of
+from vidscale.weights.rename import rename_onto
 from vidscale.weights.source import Source
 
 FORMAT = "mmaction2"
-_SHOWN = 3  # keys named per kind of problem in an error
 PREPROCESSOR = "data_preprocessor."  # MMAction2's normalisation buffers, when saved
 
 _I3D_TRAIN = ClipSpec(frames=32, sampling="dense", stride=2, scales=(1.0, 0.8))
@@ -198,11 +198,6 @@ def key_table(target: Mapping[str, Tensor], *, model: str) -> dict[str, str]:
     return {vidscale_to_mmaction2(k, model=model): k for k in target}
 
 
-def _named(keys: list[str]) -> str:
-    shown = ", ".join(keys[:_SHOWN])
-    return shown + (f" (+{len(keys) - _SHOWN} more)" if len(keys) > _SHOWN else "")
-
-
 def convert(
     state: Mapping[str, Tensor], target: Mapping[str, Tensor], *, model: str
 ) -> dict[str, Tensor]:
@@ -215,25 +210,7 @@ def convert(
     table = key_table(target, model=model)
     check_preprocessor(state)
     given = {k: v for k, v in state.items() if not k.startswith(PREPROCESSOR)}
-    missing = [k for k in table if k not in given]
-    unexpected = [k for k in given if k not in table]
-    mismatched = [
-        f"{k} {tuple(given[k].shape)} vs {tuple(target[v].shape)}"
-        for k, v in table.items()
-        if k in given and given[k].shape != target[v].shape
-    ]
-    problems = [
-        f"{len(found)} {what}: {_named(found)}"
-        for what, found in (
-            ("missing", missing),
-            ("unexpected", unexpected),
-            ("of another shape (checkpoint vs model)", mismatched),
-        )
-        if found
-    ]
-    if problems:
-        raise InputError(f"not an MMAction2 {model} checkpoint: " + "; ".join(problems))
-    return {v: given[k].to(target[v].dtype) for k, v in table.items()}
+    return rename_onto(given, target, table, what=f"an MMAction2 {model}")
 
 
 def check_preprocessor(state: Mapping[str, Tensor]) -> None:

@@ -233,12 +233,12 @@ def convert(
     del model  # every covered model's keys follow from their parts
     if not _is_caffe2(state):
         table = {vidscale_to_pyslowfast(k): k for k in target}
-        return rename_onto(state, target, table, what=f"PySlowFast {FORMAT} .pyth")
+        return rename_onto(state, target, table, what=f"a PySlowFast {FORMAT} .pyth")
     names = {k: vidscale_to_caffe2(k) for k in target}
     c2_table = {c2: k for k, c2 in names.items() if c2 is not None}
     counts = {k: torch.zeros((), dtype=torch.long) for k, c2 in names.items() if c2 is None}
     given = {k: v for k, v in state.items() if k in c2_table or not _c2_bookkeeping(k)}
-    return rename_onto(given, target, c2_table, what="PySlowFast Caffe2 .pkl", defaults=counts)
+    return rename_onto(given, target, c2_table, what="a PySlowFast Caffe2 .pkl", defaults=counts)
 
 
 def read(path: Path) -> dict[str, Tensor]:

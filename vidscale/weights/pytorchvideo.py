@@ -137,7 +137,7 @@ def convert(
     shapes `target` gives; values kept, dtypes `target`'s. A file that does not fit is one
     `InputError` naming the first missing and unexpected keys and mismatched shapes."""
     table = {vidscale_to_pytorchvideo(k, model=model): k for k in target}
-    return rename_onto(state, target, table, what=f"PyTorchVideo {SOURCES[model].configs[0]}")
+    return rename_onto(state, target, table, what=f"a PyTorchVideo {SOURCES[model].configs[0]}")
 
 
 def read(path: Path) -> dict[str, Tensor]:

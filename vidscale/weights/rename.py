@@ -93,7 +93,7 @@ def rename_onto(
     """`given` renamed by `table` (given key -> `target` key) onto `target`'s keys, each tensor
     in `target`'s dtype. `defaults` fill target keys the table does not name (a file format
     that has no such tensors). Missing and unexpected keys and mismatched shapes are one
-    `InputError`, "not a `what` checkpoint: ...", naming the first few of each kind.
+    `InputError`, "not `what` checkpoint: ..." (`what` with its article), naming the first few of each kind.
     """
     missing = [k for k in table if k not in given]
     unexpected = [k for k in given if k not in table]
@@ -112,7 +112,7 @@ def rename_onto(
         if found
     ]
     if problems:
-        raise InputError(f"not a {what} checkpoint: " + "; ".join(problems))
+        raise InputError(f"not {what} checkpoint: " + "; ".join(problems))
     weights = {v: given[k].to(target[v].dtype) for k, v in table.items()}
     for key, value in (defaults or {}).items():
         weights.setdefault(key, value.to(target[key].dtype))

@@ -105,7 +105,7 @@ def convert(
     and shapes `target` gives; values kept, dtypes `target`'s. A file that does not fit is one
     `InputError` naming the first missing and unexpected keys and mismatched shapes."""
     table = {vidscale_to_tsm(k, model=model): k for k in target}
-    return rename_onto(state, target, table, what=f"TSM-code {model}")
+    return rename_onto(state, target, table, what=f"a TSM-code {model}")
 
 
 def read(path: Path) -> dict[str, Tensor]:
