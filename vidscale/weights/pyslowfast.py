@@ -54,7 +54,7 @@ from vidscale.models.resnet import ARCHS
 from vidscale.weights import c2_pickle
 from vidscale.weights.pth import load_pth
 from vidscale.weights.rename import model_state, rename_onto, vidscale_parts
-from vidscale.weights.source import Source, normalised_as
+from vidscale.weights.source import Source, normalised_as, source_of
 
 FORMAT = "pyslowfast"
 
@@ -138,12 +138,8 @@ REFUSED: dict[str, str] = {
 
 def check_model(name: str) -> Source:
     """The PySlowFast source of vidscale model `name`; any other is an `InputError` saying why."""
-    if name in SOURCES:
-        return SOURCES[name]
-    reason = REFUSED.get(name, "no conversion from PySlowFast is defined for it")
-    raise InputError(
-        f"--model {name}: not importable from {FORMAT} ({reason}); covered: {', '.join(SOURCES)}"
-    )
+    otherwise = "no conversion from PySlowFast is defined for it"
+    return source_of(name, fmt=FORMAT, sources=SOURCES, refused=REFUSED, otherwise=otherwise)
 
 
 # vidscale block module -> PySlowFast's (`resnet_helper.ResBlock`, `BottleneckTransform`).

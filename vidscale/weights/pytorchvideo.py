@@ -47,7 +47,7 @@ from vidscale.errors import InputError
 from vidscale.weights import pyslowfast
 from vidscale.weights.pth import load_pth
 from vidscale.weights.rename import model_state, rename_onto, vidscale_parts
-from vidscale.weights.source import Source, normalised_as
+from vidscale.weights.source import Source, normalised_as, source_of
 
 FORMAT = "pytorchvideo"
 
@@ -84,12 +84,8 @@ REFUSED: dict[str, str] = dict(pyslowfast.REFUSED)
 
 def check_model(name: str) -> Source:
     """The hub model of vidscale model `name`; any other is an `InputError` saying why."""
-    if name in SOURCES:
-        return SOURCES[name]
-    reason = REFUSED.get(name, "no conversion from PyTorchVideo is defined for it")
-    raise InputError(
-        f"--model {name}: not importable from {FORMAT} ({reason}); covered: {', '.join(SOURCES)}"
-    )
+    otherwise = "no conversion from PyTorchVideo is defined for it"
+    return source_of(name, fmt=FORMAT, sources=SOURCES, refused=REFUSED, otherwise=otherwise)
 
 
 # vidscale block module -> PyTorchVideo's (`models/resnet.py`: `ResBlock`, `BottleneckBlock`).

@@ -19,6 +19,7 @@ from torch import Tensor
 
 from vidscale.data.clip import ClipSpec
 from vidscale.data.transforms import IMAGENET_RGB_MEAN, IMAGENET_RGB_STD
+from vidscale.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,24 @@ def normalised_as(
     """`sources` with the input normalisation `mean`/`std` (0..1 scale, RGB order): a format
     whose every model was trained on the same normalisation states it once."""
     return {name: dataclasses.replace(s, mean=mean, std=std) for name, s in sources.items()}
+
+
+def source_of(
+    name: str,
+    *,
+    fmt: str,
+    sources: Mapping[str, Source],
+    refused: Mapping[str, str],
+    otherwise: str,
+) -> Source:
+    """`sources[name]`; any other model is an `InputError` naming the flag, the format, the
+    reason (`refused`'s, else `otherwise`) and the models covered."""
+    if name in sources:
+        return sources[name]
+    reason = refused.get(name, otherwise)
+    raise InputError(
+        f"--model {name}: not importable from {fmt} ({reason}); covered: {', '.join(sources)}"
+    )
 
 
 class CheckpointFormat(Protocol):

@@ -45,7 +45,7 @@ from vidscale.data.clip import ClipSpec
 from vidscale.errors import InputError
 from vidscale.weights.pth import load_pth, state_dict_of
 from vidscale.weights.rename import rename_onto, vidscale_parts
-from vidscale.weights.source import Source
+from vidscale.weights.source import Source, source_of
 
 FORMAT = "tsm"
 WRAPPER = "module."  # nn.DataParallel's prefix, on every key of a file `main.py` saves
@@ -77,12 +77,8 @@ REFUSED: dict[str, str] = {
 
 def check_model(name: str) -> Source:
     """The TSM-code source of vidscale model `name`; any other is an `InputError` saying why."""
-    if name in SOURCES:
-        return SOURCES[name]
-    reason = REFUSED.get(name, "no conversion from the TSM code's checkpoints is defined for it")
-    raise InputError(
-        f"--model {name}: not importable from {FORMAT} ({reason}); covered: {', '.join(SOURCES)}"
-    )
+    otherwise = "no conversion from the TSM code's checkpoints is defined for it"
+    return source_of(name, fmt=FORMAT, sources=SOURCES, refused=REFUSED, otherwise=otherwise)
 
 
 def vidscale_to_tsm(key: str, *, model: str) -> str:
