@@ -4,30 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
 import pytest
 
 from vidscale.errors import InputError
 from vidscale.netlab.link import PREFIX, Rate, TwoNodeLink, namespaces, sweep_stale
-
-# Sends for SECONDS through the link and prints the bits per second the receiver got.
-SENDER = """
-import socket, sys, time
-c = socket.create_connection((sys.argv[1], 5999)); buf = b"x" * (1 << 16); t = time.time()
-while time.time() - t < float(sys.argv[2]): c.sendall(buf)
-c.close()
-"""
-RECEIVER = """
-import socket, time
-s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("0.0.0.0", 5999)); s.listen(1); c, _ = s.accept(); n = 0; t = None
-while True:
-    b = c.recv(1 << 20)
-    if not b: break
-    t = t or time.time(); n += len(b)
-print(n * 8 / (time.time() - t))
-"""
+from vidscale.netlab.probe import throughput_bits
 
 
 def test_rates_parse_and_bad_ones_name_the_value() -> None:
@@ -41,27 +23,15 @@ def test_rates_parse_and_bad_ones_name_the_value() -> None:
             Rate.parse(bad)
 
 
-def throughput(link: TwoNodeLink, seconds: float = 2.0) -> float:
-    """Bits per second from node 0 to node 1, measured with a TCP stream."""
-    receiver = subprocess.Popen(
-        [*link.exec_prefix(1), sys.executable, "-c", RECEIVER], stdout=subprocess.PIPE, text=True
-    )
-    time.sleep(0.5)
-    sender = [*link.exec_prefix(0), sys.executable, "-c", SENDER]
-    subprocess.run([*sender, link.addresses[1], str(seconds)], check=True, timeout=30)
-    out, _ = receiver.communicate(timeout=30)
-    return float(out)
-
-
 @pytest.mark.slow
 def test_a_shaped_link_carries_its_rate_and_is_removed_after(netns_ok: None) -> None:
     with TwoNodeLink() as link:
         made = set(link.namespaces)
         assert made <= set(namespaces())
         link.shape(Rate.parse("100mbit"))
-        shaped = throughput(link)
+        shaped = throughput_bits(link)
         link.shape(Rate.parse("unshaped"))
-        unshaped = throughput(link)
+        unshaped = throughput_bits(link)
     # The token bucket caps the rate (a little over it while the first burst drains); without
     # it the veth carries several times as much, so the cap is the shaper's.
     assert 50e6 < shaped < 1.2 * 100e6, shaped

@@ -1,8 +1,6 @@
 """What a `TwoNodeLink` carries, measured with plain TCP between its namespaces: the throughput
-of one stream from node 0 to node 1, and the round trip of a small message.
-
-Each runs a short Python program in each namespace (the receiver or echo server on node 1, the
-sender on node 0); the numbers are the receiver's and the sender's clocks respectively.
+of one stream from node 0 to node 1, by a short Python program in each namespace (the receiver
+on node 1, whose clock it is; the sender on node 0).
 """
 
 from __future__ import annotations
@@ -30,25 +28,6 @@ while True:
     if not b: break
     t = t or time.time(); n += len(b)
 print(n * 8 / (time.time() - t))
-"""
-_ECHO = """
-import socket, sys
-s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("0.0.0.0", int(sys.argv[1]))); s.listen(1); c, _ = s.accept()
-c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-while True:
-    b = c.recv(64)
-    if not b: break
-    c.sendall(b)
-"""
-_PING = """
-import socket, sys, time
-c = socket.create_connection((sys.argv[1], int(sys.argv[2])))
-c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-times = []
-for _ in range(int(sys.argv[3])):
-    t = time.perf_counter(); c.sendall(b"x" * 8); c.recv(64); times.append(time.perf_counter() - t)
-times.sort(); print(times[len(times) // 2])
 """
 
 
@@ -80,9 +59,3 @@ def throughput_bits(link: TwoNodeLink, *, seconds: float = 2.0) -> float:
     """Bits per second one TCP stream carries from node 0 to node 1."""
     client = [_SENDER, link.addresses[1], str(PORT), str(seconds)]
     return float(_serve_and_run(link, _RECEIVER, client, timeout=seconds + 30))
-
-
-def round_trip_s(link: TwoNodeLink, *, count: int = 500) -> float:
-    """The median round trip of an 8-byte message (TCP_NODELAY) from node 0 to node 1."""
-    client = [_PING, link.addresses[1], str(PORT), str(count)]
-    return float(_serve_and_run(link, _ECHO, client, timeout=60))
