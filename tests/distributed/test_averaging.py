@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from tests.distributed.multiproc import run_ranks
-from vidscale.distributed.averaging import average_replicas
+from vidscale.distributed.averaging import FlatBuffers, average_replicas
 from vidscale.distributed.env import DistEnv
 
 
@@ -81,6 +81,46 @@ def test_without_the_customisation_bn_is_averaged_plainly_and_adam_state_kept() 
     assert torch.equal(r0["m"], torch.tensor([[1.0, 2.0]]))  # each rank keeps its own
     assert torch.equal(r1["m"], torch.tensor([[3.0, 2.0]]))
     assert torch.equal(r0["weight"], r1["weight"])
+
+
+def averaged_twice_with_kept_buffers(env: DistEnv) -> dict[str, object]:
+    """Two averagings through one `FlatBuffers`, the second of replicas that differ again."""
+    model, optimizer = replica(env)
+    buffers = FlatBuffers()
+    average_replicas(model, optimizer, buffers=buffers)
+    address = buffers.get(torch.float32, torch.device("cpu"), 1).data_ptr()
+    linear, _ = _layers(model)
+    with torch.no_grad():
+        linear.weight.add_(float(env.rank))  # the replicas part again, as after local steps
+    average_replicas(model, optimizer, buffers=buffers)
+    return {
+        "weight": linear.weight.detach().clone(),
+        "m": optimizer.state[linear.weight]["exp_avg"].clone(),
+        "same_buffer": buffers.get(torch.float32, torch.device("cpu"), 10).data_ptr() == address,
+    }
+
+
+def test_kept_buffers_are_reused_and_average_as_fresh_ones() -> None:
+    r0, r1 = run_ranks(averaged_twice_with_kept_buffers, 2)
+    # The first averaging's weight plus the mean of the ranks' offsets (0 and 1).
+    w = (
+        torch.randn(1, 2, generator=torch.Generator().manual_seed(0))
+        + torch.randn(1, 2, generator=torch.Generator().manual_seed(1))
+    ) / 2 + 0.5
+    torch.testing.assert_close(r0["weight"], w)
+    assert torch.equal(r0["weight"], r1["weight"])
+    assert torch.equal(r0["m"], torch.tensor([[2.0, 2.0]]))  # the mean of a mean is itself
+    assert r0["same_buffer"] and r1["same_buffer"]
+
+
+def test_flat_buffers_grow_to_the_largest_size_and_never_shrink() -> None:
+    buffers = FlatBuffers()
+    small = buffers.get(torch.float32, torch.device("cpu"), 4)
+    large = buffers.get(torch.float32, torch.device("cpu"), 8)
+    again = buffers.get(torch.float32, torch.device("cpu"), 4)
+    assert (small.numel(), large.numel(), again.numel()) == (4, 8, 4)
+    assert again.data_ptr() == large.data_ptr() != small.data_ptr()
+    assert buffers.get(torch.float64, torch.device("cpu"), 4).dtype == torch.float64
 
 
 def test_one_process_sends_nothing() -> None:

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from vidscale.distributed.aavg_config import AAVGConfig
-from vidscale.distributed.averaging import average_replicas
+from vidscale.distributed.averaging import FlatBuffers, average_replicas
 from vidscale.distributed.comm_hooks import Mark, mark, seconds_between
 from vidscale.distributed.env import DistEnv
 from vidscale.distributed.parallel import DataParallel, register_strategy
@@ -54,6 +54,7 @@ class AAVGStrategy(DataParallel):
         self._in_sync = True  # no local step since the last averaging
         # Averagings not yet taken: start and end marks, bytes sent, rounds.
         self._timed: list[tuple[Mark, Mark, int, int]] = []
+        self._buffers = FlatBuffers()  # the averaging's all-reduce buffer, kept between rounds
         # One process has nothing to average and no per-rank state.
         self.per_rank = env.distributed
 
@@ -143,6 +144,7 @@ class AAVGStrategy(DataParallel):
             optimizer,
             merge_optimizer_state=self.cfg.merge_optimizer_state,
             merge_bn=self.cfg.merge_bn,
+            buffers=self._buffers,
         )
         self._timed.append((start, mark(self.env.device), stats.bytes_sent, int(of_the_algorithm)))
         self._in_sync = True
