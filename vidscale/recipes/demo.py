@@ -101,7 +101,9 @@ def demo_tsm_r18_flow_8f_b32_e20() -> RunConfig:
 @register_recipe
 def demo_tsn_r18_flow_8f_b32_e20() -> RunConfig:
     """The demo's flow stream with TSN: the flow itself carries each segment's direction of
-    motion, so even an order-blind average of segments can tell the classes apart."""
+    motion, so even an order-blind average of segments can tell the moving and growing classes
+    apart. Brightening and darkening move nothing, and optical flow assumes constant brightness:
+    those two classes are the RGB stream's to tell."""
     return _demo("tsn_resnet18", "flow")
 
 

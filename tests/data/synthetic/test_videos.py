@@ -63,7 +63,13 @@ def test_ramp_and_vee_visit_the_same_values_at_segment_centres() -> None:
 
 
 def attributes(t: Trajectory) -> dict[str, np.ndarray]:
-    return {"x": t.x, "y": t.y, "angle": t.angle, "log_size": np.log(t.half_size)}
+    return {
+        "x": t.x,
+        "y": t.y,
+        "angle": t.angle,
+        "log_size": np.log(t.half_size),
+        "log_gain": np.log(t.gain),
+    }
 
 
 @pytest.mark.parametrize("label", range(8))
@@ -74,8 +80,8 @@ def test_only_the_class_attribute_keeps_its_direction(label: int) -> None:
         "moving_right": ("x", 1),
         "moving_up": ("y", -1),
         "moving_down": ("y", 1),
-        "rotating_clockwise": ("angle", 1),  # image y points down: +angle turns clockwise
-        "rotating_counterclockwise": ("angle", -1),
+        "brightening": ("log_gain", 1),
+        "darkening": ("log_gain", -1),
         "growing": ("log_size", 1),
         "shrinking": ("log_size", -1),
     }[name]
@@ -101,14 +107,14 @@ def test_no_attribute_tells_the_classes_apart_without_order() -> None:
         rng = np.random.default_rng(100 + label)
         trajs = [attributes(class_trajectory(label, 16, N, rng)) for _ in range(400)]
         stats = {}
-        for key in ("x", "y", "angle", "log_size"):
+        for key in ("x", "y", "angle", "log_size", "log_gain"):
             values = np.stack([t[key] for t in trajs])
             if key == "angle":  # an orientation is only defined modulo a turn
                 values = np.mod(values, 2 * math.pi)
             spread = np.ptp(np.stack([t[key] for t in trajs]), axis=1)
             stats[key] = (np.quantile(values, [0.1, 0.5, 0.9]), spread.mean())
         per_class.append(stats)
-    scale = {"x": N, "y": N, "angle": 2 * math.pi, "log_size": 1.0}
+    scale = {"x": N, "y": N, "angle": 2 * math.pi, "log_size": 1.0, "log_gain": 1.0}
     for stats in per_class[1:]:
         for key, (quantiles, spread) in stats.items():
             ref_quantiles, ref_spread = per_class[0][key]

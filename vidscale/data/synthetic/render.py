@@ -89,12 +89,14 @@ def paint_distractors(
 
 @dataclass(frozen=True)
 class Trajectory:
-    """Per-frame object state, in supersampled pixels and radians."""
+    """Per-frame object state, in supersampled pixels and radians; `gain` multiplies the
+    object's colours (its brightness)."""
 
     x: np.ndarray
     y: np.ndarray
     angle: np.ndarray
     half_size: np.ndarray
+    gain: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -125,11 +127,12 @@ def paint_object(
     v = (-s * dx + c * dy) / path.half_size[frame]
     mask = shape_mask(look.shape, u, v)
     stripe = np.floor((u + 1) * look.stripes) % 2 == 0
-    img[mask & stripe] = look.colour_a
-    img[mask & ~stripe] = look.colour_b
-    # An off-centre spot on every object (any class) makes the turning direction trackable.
+    gain = path.gain[frame]
+    img[mask & stripe] = look.colour_a * gain
+    img[mask & ~stripe] = look.colour_b * gain
+    # An off-centre spot on every object (any class) makes its orientation trackable.
     mu, mv = MARKERS[look.shape]
-    img[mask & ((u - mu) ** 2 + (v - mv) ** 2 <= MARKER_RADIUS**2)] = 255.0 - look.colour_b
+    img[mask & ((u - mu) ** 2 + (v - mv) ** 2 <= MARKER_RADIUS**2)] = (255.0 - look.colour_b) * gain
 
 
 def finish_frame(img: np.ndarray, rng: np.random.Generator, noise: float) -> np.ndarray:
