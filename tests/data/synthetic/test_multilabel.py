@@ -86,6 +86,7 @@ def test_each_object_moves_as_its_class_in_its_own_quadrant(labels: tuple[int, .
         direction = [-1, 1, -1, 1, 1, -1][obj.label]
         halves = np.sign(attribute[8] - attribute[0]), np.sign(attribute[15] - attribute[8])
         assert halves == (direction, direction), MULTI_LABEL_CLASSES[obj.label]
+        assert np.all(t.gain == 1.0)  # brightness is no class here, nor a nuisance
         corner = (int(t.x.mean() > n / 2), int(t.y.mean() > n / 2))
         low = np.array(corner) * (n - region)
         positions = np.stack([t.x, t.y], axis=1)  # (T, 2)

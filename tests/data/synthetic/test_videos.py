@@ -97,6 +97,20 @@ def test_only_the_class_attribute_keeps_its_direction(label: int) -> None:
                 assert abs(values[15] - values[0]) < 1.0, (name, key)
 
 
+def test_without_brightness_the_gain_stays_one_and_nothing_is_drawn_for_it() -> None:
+    label = CLASSES.index("growing")
+    plain = class_trajectory(label, 16, N, np.random.default_rng(3), brightness=False)
+    assert np.all(plain.gain == 1.0)
+    # Nothing is drawn for brightness: the generator is left elsewhere than by a trajectory with it.
+    rng = np.random.default_rng(3)
+    class_trajectory(label, 16, N, rng, brightness=False)
+    with_brightness = np.random.default_rng(3)
+    class_trajectory(label, 16, N, with_brightness)
+    assert rng.uniform() != with_brightness.uniform()
+    with pytest.raises(ValueError, match="brightening"):
+        class_trajectory(CLASSES.index("brightening"), 16, N, rng, brightness=False)
+
+
 def test_no_attribute_tells_the_classes_apart_without_order() -> None:
     # Per frame, and per video as a set of values, every attribute has the same distribution in
     # every class: pooled per-frame quantiles and per-video ranges agree across classes. (Over

@@ -110,22 +110,28 @@ def motion_profiles(num_frames: int) -> tuple[np.ndarray, np.ndarray]:
     return u / 2, np.abs(u) - 0.5
 
 
-def class_trajectory(label: int, num_frames: int, n: int, rng: np.random.Generator) -> Trajectory:
+def class_trajectory(
+    label: int, num_frames: int, n: int, rng: np.random.Generator, *, brightness: bool = True
+) -> Trajectory:
     """State of the object for class `label` in an n x n (supersampled) frame.
 
     Every attribute moves by a class-independent random extent around a random centre; only the
     profile (ramp with the class's sign for its attribute, vee with a random sign otherwise)
-    depends on the class.
+    depends on the class. `brightness=False` (a brightness class excluded) keeps the gain at 1
+    and draws nothing for it, as the multi-label demo's objects did before brightness existed.
     """
     attribute, direction = _CLASS_MOTION[CLASSES[label]]
+    if attribute == "log_gain" and not brightness:
+        raise ValueError(f"class {CLASSES[label]!r} needs brightness=True")
     ramp, vee = motion_profiles(num_frames)
     extents = {
         "x": rng.uniform(*TRANSLATION_RANGE) * n,
         "y": rng.uniform(*TRANSLATION_RANGE) * n,
         "angle": rng.uniform(*ROTATION_RANGE),
         "log_size": rng.uniform(*LOG_SIZE_RANGE),
-        "log_gain": rng.uniform(*LOG_GAIN_RANGE),
     }
+    if brightness:
+        extents["log_gain"] = rng.uniform(*LOG_GAIN_RANGE)
     vee_signs = rng.choice([-1.0, 1.0], size=len(extents))
     path = {
         name: extent * (direction * ramp if name == attribute else sign * vee)
@@ -142,7 +148,7 @@ def class_trajectory(label: int, num_frames: int, n: int, rng: np.random.Generat
         y=centre[1] + path["y"] + jitter[1],
         angle=rng.uniform(0, 2 * math.pi) + path["angle"],
         half_size=sizes,
-        gain=np.array([math.exp(v) for v in path["log_gain"]]),
+        gain=np.array([math.exp(v) for v in path.get("log_gain", np.zeros(num_frames))]),
     )
 
 
