@@ -3,9 +3,9 @@
 The classes are six of the single-label demo's eight (moving left/right, up/down, growing/
 shrinking; see `synthetic.videos`), and each object follows `synthetic.videos.class_trajectory`
 for its class, in its own quadrant of the frame: the class's attribute ramps in the class's
-direction while the other three (rotation among them) go out and back. A video's
-label set is its objects' classes: two or three distinct classes (in a two-class video two of
-the objects share a class, chosen at random).
+direction while the other three (rotation among them) go out and back. A video's label set is
+its objects' classes: two or three distinct classes (in a two-class video two of the objects
+share a class, chosen at random).
 
 The single-label demo's brightening/darkening pair is left out, and the objects here keep their
 brightness (`class_trajectory(..., brightness=False)`): the videos are the ones this demo's
