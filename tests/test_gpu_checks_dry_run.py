@@ -3,7 +3,10 @@ tiny shapes, so the script cannot rot between GPU runs.
 
 It runs in a copy of the repository, as on a GPU host: setup makes the copy's .venv offline from
 a Python that is itself a venv holding torch (this test's, as a CUDA image's python3 is), keeps
-that torch and installs the project beside it; every later step runs in that .venv."""
+that torch and installs the project beside it; every later step runs in that .venv. The run
+stands in for a bare CUDA image: the optional packages such an image may lack (scikit-learn,
+ONNX, wandb) cannot be imported in any of its processes, so collecting the CUDA tests and every
+step are shown not to need them."""
 
 from __future__ import annotations
 
@@ -17,6 +20,22 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
+# Optional packages a CUDA image may lack, made unimportable in the dry run's processes.
+ABSENT = ("sklearn", "onnx", "onnxruntime", "onnxscript", "wandb")
+ABSENT_SITECUSTOMIZE = f"""import sys
+
+
+class Absent:
+    \"\"\"Finds nothing for {ABSENT}: as on an image without them.\"\"\"
+
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {ABSENT!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}} (a bare image)", name=name)
+        return None
+
+
+sys.meta_path.insert(0, Absent())
+"""
 
 
 def copy_of_the_repository(dest: Path) -> Path:
@@ -35,9 +54,13 @@ def copy_of_the_repository(dest: Path) -> Path:
 @pytest.mark.slow
 def test_the_dry_run_takes_every_step_and_reports_every_figure(tmp_path: Path) -> None:
     repo, out = copy_of_the_repository(tmp_path / "repo"), tmp_path / "out"
+    absent = tmp_path / "absent"
+    absent.mkdir()
+    (absent / "sitecustomize.py").write_text(ABSENT_SITECUSTOMIZE)
     env = {
         **os.environ, "DRY_RUN": "1", "OUT": str(out), "TMPDIR": str(tmp_path),
         "PYTHON": sys.executable, "PIP_CONFIG_FILE": os.devnull,  # offline, no local mirrors
+        "PYTHONPATH": str(absent),
     }  # fmt: skip
     done = subprocess.run(
         ["bash", str(repo / "scripts" / "gpu_checks.sh")],
@@ -60,6 +83,13 @@ def test_the_dry_run_takes_every_step_and_reports_every_figure(tmp_path: Path) -
         env={**os.environ, "PYTHONPATH": ""},
     ).stdout.split()  # fmt: skip
     assert where == [torch.__file__, str(repo / "vidscale" / "__init__.py")]
+    # The stand-in really lacked them: the copy's Python cannot import one.
+    for name in ABSENT:
+        tried = subprocess.run(
+            [str(repo / ".venv" / "bin" / "python"), "-c", f"import {name}"],
+            capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(absent)},
+        )  # fmt: skip
+        assert tried.returncode != 0 and "a bare image" in tried.stderr, name
     # Its torchrun starts workers in the copy's venv, not in the host's Python.
     (tmp_path / "prefix.py").write_text("import av, sys; print(sys.prefix)")
     launched = subprocess.run(

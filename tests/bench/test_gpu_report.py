@@ -15,7 +15,7 @@ from vidscale.bench.compute.throughput import (
     ThroughputRow,
 )
 from vidscale.bench.data.shard_train import ShardTrainConfig, ShardTrainResult
-from vidscale.bench.gpu_report import GpuReport, collect, format_summary
+from vidscale.bench.gpu_report import GpuReport, collect, environment, format_summary
 from vidscale.bench.results import HostInfo
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
@@ -200,3 +200,11 @@ def test_a_step_json_missing_a_key_is_a_problem_naming_the_file_and_the_key(
     assert "no 'data_wait_fraction'" in problem and "\n" not in problem
     assert results.results.shards is None
     assert by_name(results)["data wait from shards"]["value"] is None
+
+
+def test_the_environment_names_torch_cuda_and_cudnn_in_the_summary(tmp_path: Path) -> None:
+    env = environment("cpu")
+    assert {"torch", "cuda", "cudnn"} <= env.keys()
+    work = work_dir(tmp_path, steps=ALL_OK)
+    summary = format_summary(collect(work, environment={**env, "cudnn": 91002}, dry_run=False))
+    assert f"torch {env['torch']}, CUDA {env['cuda']}, cuDNN 91002" in summary

@@ -7,7 +7,6 @@ import math
 import numpy as np
 import pytest
 import torch
-from sklearn.metrics import average_precision_score
 
 from tests.distributed.multiproc import run_ranks
 from vidscale.distributed.collectives import all_gather_object
@@ -32,6 +31,10 @@ def tied_scores_and_targets(
 
 @pytest.mark.parametrize("seed", range(20))
 def test_average_precision_equals_scikit_learn_with_many_ties(seed: int) -> None:
+    # Imported here: collecting this module (`pytest -m cuda` on an image without scikit-learn)
+    # must not need it.
+    from sklearn.metrics import average_precision_score
+
     n = [5, 17, 64, 301][seed % 4]
     scores, targets = tied_scores_and_targets(seed, n, 1, levels=[2, 3, 5, 11][seed % 4])
     scores, targets = scores[:, 0], targets[:, 0]
@@ -41,6 +44,8 @@ def test_average_precision_equals_scikit_learn_with_many_ties(seed: int) -> None
 
 
 def test_mean_average_precision_equals_scikit_learn_over_classes_with_a_positive() -> None:
+    from sklearn.metrics import average_precision_score
+
     scores, targets = tied_scores_and_targets(7, 50, 12)
     targets[:, [3, 8]] = False
     kept = [k for k in range(12) if k not in (3, 8)]

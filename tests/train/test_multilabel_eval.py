@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 import torch
-from sklearn.metrics import average_precision_score
 from torch import nn
 from torch.utils.data import DataLoader
 
@@ -66,6 +65,10 @@ def model(seed: int) -> nn.Module:
 def reference(how: str, weights: tuple[float, ...] = (1.0,)) -> tuple[float, float]:
     """Independently: each view's sigmoid, combined over views, fused over models by weight;
     mAP by scikit-learn over the classes with a positive; hit@1 by hand."""
+    # Imported here: collecting this module (`pytest -m cuda` on an image without scikit-learn)
+    # must not need it.
+    from sklearn.metrics import average_precision_score
+
     data = Videos()
     views = data.clips.flatten(0, 1).float() / 255
     fused = torch.zeros(VIDEOS, CLASSES)

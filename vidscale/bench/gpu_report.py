@@ -261,7 +261,8 @@ def format_summary(report: GpuReport) -> str:
     lines = [
         "# GPU acceptance run" + (" (dry run on the CPU)" if report.dry_run else ""),
         "",
-        f"Device: {env.get('device_name')}; torch {env.get('torch')}, CUDA {env.get('cuda')}",
+        f"Device: {env.get('device_name')}; torch {env.get('torch')}, CUDA {env.get('cuda')}, "
+        f"cuDNN {env.get('cudnn')}",
         "",
         "Result: " + ("**passed**" if report.passed else "**failed**"),
         *(f"- {p}" for p in report.problems),
@@ -332,7 +333,8 @@ def _partial(complete: bool) -> str:
 
 
 def environment(device: str) -> dict[str, Any]:
-    """The device's name and the torch / CUDA versions the run used."""
+    """The device's name and the torch / CUDA / cuDNN versions the run used (cuDNN None
+    without one): a wrong or slow bf16 3D convolution is the stack's, named by these."""
     import torch
 
     from vidscale.fastpath import hardware
@@ -343,6 +345,7 @@ def environment(device: str) -> dict[str, Any]:
         "device_name": hardware.device_name(dev),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         "cores": hardware.describe(dev)["cores"],
     }
 
