@@ -73,10 +73,11 @@ def test_the_dry_run_takes_every_step_and_reports_every_figure(tmp_path: Path) -
     ).stdout.split()  # fmt: skip
     assert where == [torch.__file__, str(repo / "vidscale" / "__init__.py")]
     # The stand-in really lacked them: the copy's Python cannot import one.
+    stand_in = {**os.environ, "PYTHONPATH": str(absent)}
     for name in ABSENT:
         tried = subprocess.run(
             [str(repo / ".venv" / "bin" / "python"), "-c", f"import {name}"],
-            capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(absent)},
+            capture_output=True, text=True, cwd=tmp_path, env=stand_in,
         )  # fmt: skip
         assert tried.returncode != 0 and "ModuleNotFoundError" in tried.stderr, name
     # Its torchrun starts workers in the copy's venv, not in the host's Python.

@@ -37,6 +37,7 @@ def damaged_copy(source: Path, out: Path, *, count: int, seed: int = 0) -> list[
     rng = np.random.default_rng(seed)
     chosen = [train[int(i)] for i in sorted(rng.choice(len(train), count, replace=False))]
     spec = ClipSpec(frames=4, crop_size=16, short_side=16)
+    still = []
     for i, path in enumerate(chosen):
         # Flipped bits can all land where the decoder does not look: damage again until the
         # file no longer decodes (one round nearly always suffices).
@@ -44,7 +45,8 @@ def damaged_copy(source: Path, out: Path, *, count: int, seed: int = 0) -> list[
             damage(path, KINDS[i % len(KINDS)], rng)
             if not readable(path, spec):
                 break
-    still = [p.name for p in chosen if readable(p, spec)]
+        else:
+            still.append(path.name)
     assert not still, f"damaged but still readable: {still}"
     return chosen
 

@@ -37,14 +37,12 @@ def relative_difference(name: str, frames: int, device: str, size: int) -> float
     return float((low - reference).norm() / reference.norm())
 
 
-@pytest.mark.parametrize(("name", "frames"), MODELS)
-def test_bf16_forward_matches_fp32_on_the_cpu(name: str, frames: int) -> None:
-    difference = relative_difference(name, frames, "cpu", size=64)
-    assert difference < TOLERANCE, f"{name}: bf16 off fp32 by {difference:.1%} ({stack()})"
+# The CPU at a small size on every run; CUDA at 224^2 in the GPU run (`-m cuda`).
+DEVICES = (("cpu", 64), pytest.param("cuda", 224, marks=pytest.mark.cuda))
 
 
-@pytest.mark.cuda
+@pytest.mark.parametrize(("device", "size"), DEVICES)
 @pytest.mark.parametrize(("name", "frames"), MODELS)
-def test_bf16_forward_matches_fp32_on_cuda(name: str, frames: int) -> None:
-    difference = relative_difference(name, frames, "cuda", size=224)
+def test_bf16_forward_matches_fp32(name: str, frames: int, device: str, size: int) -> None:
+    difference = relative_difference(name, frames, device, size=size)
     assert difference < TOLERANCE, f"{name}: bf16 off fp32 by {difference:.1%} ({stack()})"

@@ -93,7 +93,8 @@ def rename_onto(
     """`given` renamed by `table` (given key -> `target` key) onto `target`'s keys, each tensor
     in `target`'s dtype. `defaults` fill target keys the table does not name (a file format
     that has no such tensors). Missing and unexpected keys and mismatched shapes are one
-    `InputError`, "not `what` checkpoint: ..." (`what` with its article), naming the first few of each kind.
+    `InputError`, "not `what` checkpoint: ..." (`what` with its article), naming the first few
+    of each kind.
     """
     missing = [k for k in table if k not in given]
     unexpected = [k for k in given if k not in table]

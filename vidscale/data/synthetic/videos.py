@@ -143,12 +143,13 @@ def class_trajectory(
     # math.exp per frame: numpy's vectorised exp may differ in the last bit between the SIMD
     # body and the scalar tail of an array, which would make the bytes seed-unstable.
     sizes = np.array([half_size * math.exp(v) for v in path["log_size"]])
+    gains = [math.exp(v) for v in path["log_gain"]] if brightness else [1.0] * num_frames
     return Trajectory(
         x=centre[0] + path["x"] + jitter[0],
         y=centre[1] + path["y"] + jitter[1],
         angle=rng.uniform(0, 2 * math.pi) + path["angle"],
         half_size=sizes,
-        gain=np.array([math.exp(v) for v in path.get("log_gain", np.zeros(num_frames))]),
+        gain=np.array(gains),
     )
 
 
