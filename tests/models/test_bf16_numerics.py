@@ -4,8 +4,8 @@ A torch / cuDNN stack can compute bf16 3D convolutions wrongly (pytorch#163539: 
 or slowly (pytorch#166122); the GPU acceptance run (`scripts/gpu_checks.sh`, `-m cuda`) checks one
 bf16 forward of I3D and of SlowFast against fp32 so that a bad stack fails here, named by its
 versions, instead of passing for vidscale's accuracy or speed. The tolerance, 3% of the logits'
-L2 norm, is 5x the 0.4-0.6% these forwards differ by on the CPU; a miscomputed convolution is off
-by far more.
+L2 norm, is 5x the 0.4-0.6% these forwards differ by on the CPU, a miscomputed convolution far
+more (docs/benchmarks.md, "bf16 against fp32 for I3D and SlowFast on the CPU").
 """
 
 from __future__ import annotations
