@@ -24,7 +24,7 @@ def format_eval(result: dict[str, Any]) -> str:
     )
     lines.append(_videos_line(result["videos"], result["listed"], result["unreadable"]))
     lines.append(_views_line(result["views"], f"{result['views']['average']} averaged"))
-    return "\n".join(lines)
+    return "\n".join(lines + _damaged_lines(result.get("damaged", [])))
 
 
 def _format_multi_label_eval(result: dict[str, Any]) -> str:
@@ -42,7 +42,12 @@ def _format_multi_label_eval(result: dict[str, Any]) -> str:
     lines.append(_videos_line(result["videos"], result["listed"], result["unreadable"]))
     how = f"sigmoid scores, {result['views'].get('aggregate', 'mean')} over views"
     lines.append(_views_line(result["views"], how))
-    return "\n".join(lines)
+    return "\n".join(lines + _damaged_lines(result.get("damaged", [])))
+
+
+def _damaged_lines(damaged: list[dict[str, str]]) -> list[str]:
+    """One line per checkpoint left out of the mean because it does not load."""
+    return [f"damaged checkpoint, left out: {d['path']}: {d['reason']}" for d in damaged]
 
 
 def _views_line(v: dict[str, Any], how: str) -> str:

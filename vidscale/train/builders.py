@@ -34,6 +34,7 @@ from vidscale.fastpath.probe import (
 )
 from vidscale.fastpath.settings import FastPath, apply_to_model, resolve_fast_path
 from vidscale.models.registry import build_model as build_registered_model
+from vidscale.train.checkpoint import read_checkpoint
 from vidscale.train.init_from import describe, initialise_from, normalisation_warning
 
 
@@ -140,8 +141,9 @@ def decide_fast_path(
 def recorded_fast_path(cfg: RunConfig, env: DistEnv, checkpoint: Path) -> FastPath:
     """The fast path a run trained `checkpoint` with (its recorded decision; the hardware rule
     for a checkpoint from before decisions were recorded), explicit settings of `cfg` winning.
-    Reads only the record: the file is memory-mapped, its tensors are not loaded."""
-    state = torch.load(checkpoint, map_location="cpu", weights_only=True, mmap=True)
+    Reads only the record: the file is memory-mapped, its tensors are not loaded. A file that
+    does not load is an `UnreadableCheckpoint` naming it."""
+    state = read_checkpoint(checkpoint, mmap=True)
     t = cfg.train
     decision = settled(
         env.device,

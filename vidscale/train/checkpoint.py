@@ -30,25 +30,55 @@ def save_checkpoint(state: dict[str, Any], path: Path) -> None:
     atomic_write(path, lambda f: torch.save(state, f))
 
 
-def load_checkpoint(path: Path, *, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Load a checkpoint safely: tensors and plain containers only, never arbitrary objects."""
-    state: dict[str, Any] = torch.load(path, map_location=map_location, weights_only=True)
+def load_checkpoint(
+    path: Path, *, map_location: str | torch.device = "cpu", mmap: bool = False
+) -> dict[str, Any]:
+    """Load a checkpoint safely: tensors and plain containers only, never arbitrary objects.
+    `mmap` maps the file instead of reading its tensors (for a caller that reads a record)."""
+    state: dict[str, Any] = torch.load(
+        path, map_location=map_location, weights_only=True, mmap=mmap
+    )
+    return state
+
+
+class UnreadableCheckpoint(InputError):
+    """A checkpoint file that does not load (truncated, damaged, not a checkpoint, or a pickle
+    `weights_only` refuses); the message names the file. `path` and `reason` for a caller
+    that skips it and lists it."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"{path}: not a readable checkpoint ({reason})")
+        self.path, self.reason = Path(path), reason
+
+
+def read_checkpoint(
+    path: Path, *, map_location: str | torch.device = "cpu", mmap: bool = False
+) -> dict[str, Any]:
+    """`load_checkpoint` for a file a user names: any failure is an `UnreadableCheckpoint`.
+
+    `torch.load` reports damage as whichever of KeyError, EOFError, UnpicklingError or
+    RuntimeError the bytes happen to trigger, so every exception is taken as damage.
+    """
+    try:
+        state = load_checkpoint(path, map_location=map_location, mmap=mmap)
+    except Exception as err:
+        raise UnreadableCheckpoint(path, first_line(err)) from err
+    if not isinstance(state, dict):  # a pickle of a bare tensor or list loads, but is no state
+        raise UnreadableCheckpoint(path, f"holds a {type(state).__name__}, not a checkpoint")
     return state
 
 
 def load_weights(path: Path, model: nn.Module, *, map_location: str | torch.device = "cpu") -> None:
     """Load checkpoint `path`'s weights into `model`.
 
-    A file that is not a checkpoint, or one of another model, is a `ValueError` naming it:
-    `torch.load` reports damage as whichever of KeyError, EOFError, UnpicklingError or
-    RuntimeError the bytes happen to trigger, and a wrong model as a multi-line RuntimeError.
+    A file that is not a checkpoint is an `UnreadableCheckpoint` naming it (`read_checkpoint`),
+    one of another model an `InputError` naming it (torch says so in a multi-line RuntimeError).
     """
+    state = read_checkpoint(path, map_location=map_location)
+    if "model" not in state:
+        raise UnreadableCheckpoint(path, "no model weights in it")
     try:
-        state = load_checkpoint(path, map_location=map_location)["model"]
-    except Exception as err:
-        raise InputError(f"{path}: not a readable checkpoint ({first_line(err)})") from err
-    try:
-        model.load_state_dict(state)
+        model.load_state_dict(state["model"])
     except RuntimeError as err:
         raise InputError(
             f"{path}: its weights do not fit this run's model ({first_line(err)})"

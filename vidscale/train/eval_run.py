@@ -13,15 +13,25 @@ aggregated by its `data.eval_aggregate`, and the report adds the mAP's mean and 
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from vidscale.config import ConfigError, RunConfig, apply_overrides, load_config
 from vidscale.data.clip import ClipSpec
 from vidscale.distributed.env import init_distributed
+from vidscale.errors import InputError
 from vidscale.train import builders
-from vidscale.train.checkpoint import epoch_checkpoints, load_weights
+from vidscale.train.average_precision import ViewAggregation
+from vidscale.train.checkpoint import (
+    UnreadableCheckpoint,
+    epoch_checkpoints,
+    load_weights,
+    read_checkpoint,
+)
 from vidscale.train.evaluate import Average, EvalResult, Stream, evaluate
 
 
@@ -101,6 +111,9 @@ def evaluate_run(
     mAP) mean and std over them.
 
     `views` replaces the run's evaluation views (default: the run's `data.eval_clip` as saved).
+    A checkpoint that does not load (truncated, damaged, refused by `weights_only`) is left out
+    of the mean and listed in the report's `damaged`; when none loads, an `InputError` names
+    them all.
     """
     if last < 1:
         raise ValueError(f"last must be >= 1, got {last}")
@@ -111,35 +124,100 @@ def evaluate_run(
     checkpoints = epoch_checkpoints(run_dir)[-last:]
     if not checkpoints:
         raise FileNotFoundError(f"no epoch checkpoints in {run_dir / 'checkpoints'}")
+    intact, damaged = split_damaged(checkpoints)
     env = init_distributed(cfg.train.device)
     cfg, splits = builders.load_data(cfg)
     builders.set_threads(cfg, env)
-    fast = builders.recorded_fast_path(cfg, env, checkpoints[-1])  # as the run trained
+    fast = builders.recorded_fast_path(cfg, env, intact[-1])  # as the run trained
     model = builders.build_model(cfg, env, fast)
     loader = builders.build_eval_loader(cfg, env, splits.val)
-    stream = Stream(model, builders.model_input(cfg))
-    autocast = fast.autocast()
     chosen = views or Views(
         num_clips=cfg.data.eval_clip.num_clips, num_crops=cfg.data.eval_clip.num_crops
     )
-    results: list[EvalResult] = []
-    for path in checkpoints:
-        load_weights(path, model, map_location=env.device)
-        results.append(
-            evaluate(
-                stream,
-                loader,
-                device=env.device,
-                autocast=autocast,
-                average=chosen.average,
-                views_per_forward=chosen.views_per_forward,
-                multi_label=cfg.data.eval_aggregate if cfg.data.multi_label else None,
-            )
-        )
-    report = summarize(checkpoints, results, cfg.data.eval_clip, chosen)
+    scored, unloaded = score_checkpoints(
+        intact,
+        Stream(model, builders.model_input(cfg)),
+        loader,
+        device=env.device,
+        autocast=fast.autocast(),
+        views=chosen,
+        multi_label=cfg.data.eval_aggregate if cfg.data.multi_label else None,
+    )
+    damaged += unloaded
+    if not scored:
+        raise none_readable(damaged)
+    report = summarize(
+        [path for path, _ in scored], [r for _, r in scored], cfg.data.eval_clip, chosen
+    )
+    report["damaged"] = damaged_rows(damaged)
     if cfg.data.multi_label:  # how the views' sigmoid scores were combined, not `average`
         report["views"]["aggregate"] = cfg.data.eval_aggregate
     return report
+
+
+def score_checkpoints(
+    paths: list[Path],
+    stream: Stream,
+    loader: Iterable[dict[str, Any]],
+    *,
+    device: torch.device,
+    autocast: Callable[[], Any],
+    views: Views,
+    multi_label: ViewAggregation | None,
+) -> tuple[list[tuple[Path, EvalResult]], list[UnreadableCheckpoint]]:
+    """Each checkpoint's weights loaded into `stream`'s model and evaluated: ([(path, result)],
+    the errors of those whose weights did not load), in the order of `paths`."""
+    scored: list[tuple[Path, EvalResult]] = []
+    damaged: list[UnreadableCheckpoint] = []
+    for path in paths:
+        try:
+            load_weights(path, stream.model, map_location=device)
+        except UnreadableCheckpoint as err:  # its record read, its tensors did not
+            damaged.append(err)
+            continue
+        result = evaluate(
+            stream,
+            loader,
+            device=device,
+            autocast=autocast,
+            average=views.average,
+            views_per_forward=views.views_per_forward,
+            multi_label=multi_label,
+        )
+        scored.append((path, result))
+    return scored, damaged
+
+
+def split_damaged(checkpoints: list[Path]) -> tuple[list[Path], list[UnreadableCheckpoint]]:
+    """(the checkpoints that load, the errors of those that do not), in the given order; only
+    each file's record is read (memory-mapped). None loading is `none_readable`'s error."""
+    intact: list[Path] = []
+    damaged: list[UnreadableCheckpoint] = []
+    for path in checkpoints:
+        try:
+            read_checkpoint(path, mmap=True)
+        except UnreadableCheckpoint as err:
+            damaged.append(err)
+        else:
+            intact.append(path)
+    if not intact:
+        raise none_readable(damaged)
+    return intact, damaged
+
+
+def none_readable(damaged: list[UnreadableCheckpoint]) -> InputError:
+    """The one-line error when no checkpoint asked for loads: the file's own error for one,
+    every file and its reason for several."""
+    if len(damaged) == 1:
+        return damaged[0]
+    listed = "; ".join(f"{err.path} ({err.reason})" for err in damaged)
+    return InputError(f"none of the {len(damaged)} checkpoints loads: {listed}")
+
+
+def damaged_rows(damaged: list[UnreadableCheckpoint]) -> list[dict[str, str]]:
+    """The report's `damaged`: the checkpoints left out of the mean, as {"path", "reason"}."""
+    rows = [{"path": str(err.path), "reason": err.reason} for err in damaged]
+    return sorted(rows, key=lambda row: row["path"])
 
 
 def summarize(
