@@ -95,7 +95,7 @@ def test_a_long_probe_says_how_far_it_is(monkeypatch: pytest.MonkeyPatch) -> Non
     probe_isolated(
         TinyClipNet, [FP32, FP32_CL], device=CPU, shape=SHAPE, settings=QUICK, progress=lines.append
     )
-    turns = 2 * (QUICK.warmup + QUICK.repeats)
+    turns = 2 * (1 + QUICK.warmup + QUICK.repeats)  # a gradient check, then the rounds
     first = f"fast path: probe turn 1 of at most {turns} (fp32), "
     assert len(lines) == turns and lines[0].startswith(first)
     assert lines[-1].startswith(f"fast path: probe turn {turns} of at most {turns} (")

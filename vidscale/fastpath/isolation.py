@@ -75,7 +75,8 @@ class ProbeFailed(InputError):
 @dataclass(frozen=True)
 class IsolatedProbe:
     """Per-round seconds of the candidates timed in every round (`probe`'s samples), what
-    happened to each one left out (label -> e.g. "hung: its turn did not end in 150 s"), and
+    happened to each one left out (label -> e.g. "hung: its turn did not end in 150 s", or
+    why its gradients are not fp32's: `trials.wrong_candidates`), and
     why each one ruled out by its first rounds was not timed on (`Timed.dropped`)."""
 
     samples: dict[str, list[float]]
@@ -136,10 +137,11 @@ def probe_isolated(
                 ranks,
             ),
             limits,
-            _Progress(progress, turns=len(remaining) * (settings.warmup + settings.repeats)),
+            # a gradient check, then the warm-up and timed rounds, per candidate
+            _Progress(progress, turns=len(remaining) * (1 + settings.warmup + settings.repeats)),
         )
         if not isinstance(outcome, _Failure):
-            return IsolatedProbe(outcome.samples, failed, outcome.dropped)
+            return IsolatedProbe(outcome.samples, failed | outcome.wrong, outcome.dropped)
         if outcome.label in ("", remaining[0].label):
             where = f" at {outcome.label}" if outcome.label else ""
             raise ProbeFailed(f"the fast-path probe failed{where} ({outcome.what})")
@@ -292,7 +294,7 @@ def _child_main(sender: Connection, job: _Job) -> None:
             ranks=job.ranks,
             on_turn=lambda label: sender.send(("turn", label)),
         )
-        message = ("samples", (timed.samples, timed.dropped))
+        message = ("samples", (timed.samples, timed.dropped, timed.wrong))
     except Exception as err:  # reported to the parent, which names the candidate
         message = ("raised", f"{type(err).__name__}: {err}")
     sender.send(message)

@@ -17,6 +17,12 @@ per device and per shape:
   slower than fp32 cost a round or two, not five. The run's weights, optimizer and random
   streams are exactly those of a run without the probe (another process; in-process, the copy
   is built and fed under a forked RNG).
+- **Gradients** (`fastpath.gradients`): before any timing, one forward and backward of each
+  candidate from the same weights on the same batch is compared with fp32's, and a candidate
+  whose gradients are not fp32's (not finite, or norms off by more than bf16's rounding
+  explains) is left out with the first wrong parameter named: a probe that only timed took
+  bf16 for I3D where torch's bf16 kernels gave garbage, and every step of the run was skipped.
+  The reference candidate's being wrong is a `ProbeFailed` naming it.
 - **Rule** (`rule.choose`, a pure function of the samples): per round, a candidate's
   speedup over another is the other's time over its own; it beats the other when the median of
   these per-round ratios exceeds 1 by more than their noise (interquartile range over median,
@@ -56,6 +62,7 @@ from torch import nn
 from vidscale.distributed.collectives import all_gather_object, broadcast_object, world_size
 from vidscale.fastpath import hardware
 from vidscale.fastpath.cache import cache_key, read_cached, write_cached
+from vidscale.fastpath.gradients import CHECK_VERSION
 from vidscale.fastpath.isolation import (
     LIMITS,
     HangLimits,
@@ -482,7 +489,8 @@ def probe_key(
         "candidates": ",".join(c.label for c in candidates),
         "probe": f"w{settings.warmup}r{settings.repeats}s{settings.settle}"
         + ("" if settings.drop_hopeless else " all"),
-        "rule": f"{RULE}/{MIN_GAIN}/{SIGN_TEST_ALPHA}",  # another rule measures again
+        # another rule, or another gradient check, measures again
+        "rule": f"{RULE}/{MIN_GAIN}/{SIGN_TEST_ALPHA}/{CHECK_VERSION}",
         **run,
     }
     return cache_key(fields)

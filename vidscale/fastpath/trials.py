@@ -1,6 +1,7 @@
 """The fast path's probe, timed in this process: a few training steps of each candidate setting.
 
-`probe` gives per-round seconds per candidate (interleaved, `fastpath.timing.time_round_robin`) for
+`probe` first leaves out every candidate whose gradients are not fp32's (`fastpath.gradients`),
+then gives per-round seconds per candidate (interleaved, `fastpath.timing.time_round_robin`) for
 `rule.choose`, and stops timing a candidate as soon as its rounds so far rule it out
 (`rule.hopeless`); `fastpath.probe.decide` runs it in a child process
 (`fastpath.isolation`), so that a setting that hangs or crashes cannot take the run with it.
@@ -15,9 +16,11 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from vidscale.errors import InputError
 from vidscale.fastpath import hardware
+from vidscale.fastpath.gradients import gradients, wrong_gradient
 from vidscale.fastpath.rule import hopeless
-from vidscale.fastpath.settings import Candidate, FastPath, apply_to_model
+from vidscale.fastpath.settings import FP32, Candidate, FastPath, apply_to_model
 from vidscale.fastpath.timing import time_round_robin
 from vidscale.step.fixed_batch import FixedBatchStep
 
@@ -57,11 +60,50 @@ class ProbeShape:
 
 @dataclass(frozen=True)
 class Timed:
-    """A probe's per-round seconds of the candidates timed in every round (rounds aligned), and
-    why each other candidate was not timed on (label -> `rule.hopeless`'s reason)."""
+    """A probe's per-round seconds of the candidates timed in every round (rounds aligned),
+    why each other candidate was not timed on (label -> `rule.hopeless`'s reason), and why
+    each candidate left out before timing was (label -> `gradients.wrong_gradient`'s reason)."""
 
     samples: dict[str, list[float]]
     dropped: dict[str, str] = field(default_factory=dict)
+    wrong: dict[str, str] = field(default_factory=dict)
+
+
+class WrongGradients(InputError):
+    """The reference candidate (the setting the run asked for, or the least change) gives
+    gradients that are not fp32's on this device at the run's shape: it would not train."""
+
+
+def wrong_candidates(
+    base: nn.Module,
+    models: Mapping[bool, nn.Module],
+    settings_to_time: Sequence[Candidate],
+    clips: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    on_turn: Callable[[str], None] | None = None,
+) -> dict[str, str]:
+    """label -> why its gradients are not fp32's, for each candidate whose are not: one
+    forward and backward each, from the weights of `base` (fp32, default layout, the
+    reference), `models` holding its copy in each layout. `on_turn(label)` is told before each
+    candidate's pass (the reference's own is the first candidate's), so that a setting that
+    hangs or crashes here is named as in its timed turns (`isolation`)."""
+    tell = on_turn or (lambda _: None)
+    tell(settings_to_time[0].label)
+    fp32 = FastPath(clips.device, False, False, compile=False)
+    reference = gradients(base, clips, labels, autocast=fp32.autocast())
+    wrong = {}
+    for i, c in enumerate(settings_to_time):
+        if c == FP32:
+            continue
+        if i:
+            tell(c.label)
+        fast = FastPath(clips.device, c.bf16, c.channels_last, compile=False)
+        got = gradients(models[c.channels_last], clips, labels, autocast=fast.autocast())
+        problem = wrong_gradient(reference, got)
+        if problem is not None:
+            wrong[c.label] = f"its gradients are not fp32's: {problem}"
+    return wrong
 
 
 def _step(
@@ -82,7 +124,9 @@ def probe(
     on_turn: Callable[[str], None] | None = None,
 ) -> Timed:
     """Seconds per training step (`step.fixed_batch.FixedBatchStep`, the trainer's step on one
-    process) of each candidate, per timed round.
+    process) of each candidate whose gradients are fp32's (`wrong_candidates`; the others are
+    left out, `Timed.wrong`), per timed round. Raises `WrongGradients` when the first
+    candidate's are not: the setting asked for, or the reference, would not train.
 
     With `settings.drop_hopeless`, a candidate is timed no more once its rounds so far rule it
     out of `choose` over the `settings.repeats` x `ranks` rounds its samples will be pooled
@@ -104,11 +148,17 @@ def probe(
             cl: apply_to_model(copy.deepcopy(base), FastPath(device, False, cl, False))
             for cl in layouts
         }
-        del base
         clips = torch.randn(shape.clips, device=device)
         labels = torch.randint(shape.num_classes, (shape.batch,), device=device)
+        wrong = wrong_candidates(base, models, settings_to_time, clips, labels, on_turn=on_turn)
+        del base
+        first = settings_to_time[0].label
+        if first in wrong:
+            raise WrongGradients(f"{first} would not train here: {wrong[first]}")
         calls = {
-            c.label: _step(c, models[c.channels_last], clips, labels) for c in settings_to_time
+            c.label: _step(c, models[c.channels_last], clips, labels)
+            for c in settings_to_time
+            if c.label not in wrong
         }
         dropped: dict[str, str] = {}
 
@@ -129,4 +179,4 @@ def probe(
     if device.type == "cuda":
         torch.cuda.empty_cache()  # the probe's copies are not the run's: hand the memory back
     kept = {label: seconds for label, seconds in samples.items() if label not in dropped}
-    return Timed(kept, dropped)
+    return Timed(kept, dropped, wrong)
