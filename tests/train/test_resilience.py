@@ -209,6 +209,82 @@ def test_divergence_stops_naming_the_step_and_the_last_good_checkpoint(
     assert load_checkpoint(last)["progress"]["step"] == 2
 
 
+def nan_gradient(model: torch.nn.Module, name: str) -> None:
+    """Every backward gives parameter `name` a NaN gradient while the loss stays finite: what a
+    wrong bf16 kernel did to I3D's weight gradients (docs/benchmarks.md)."""
+    dict(model.named_parameters())[name].register_hook(lambda g: g * float("nan"))
+
+
+BROKEN = "trunk.layer2.0.conv1.weight"
+
+
+def test_a_run_none_of_whose_steps_applied_stops_naming_the_first_non_finite_parameter(
+    tiny_demo: Path, tmp_path: Path
+) -> None:
+    cfg = config(tiny_demo, "optim.simulate_world_size=0", "train.max_bad_steps=2")
+    run = tmp_path / "run"
+    trainer = loop.Trainer(cfg, run, init_distributed("cpu"))
+    nan_gradient(trainer.model, BROKEN)
+    line = (
+        r"^no step since this start applied an update: steps 1-3 not finite \(3 in a row > "
+        rf"train.max_bad_steps=2; first the gradient of {BROKEN}\); last good checkpoint: "
+    )
+    with pytest.raises(Diverged, match=line) as raised:
+        trainer.run()
+    assert "\n" not in str(raised.value)
+    assert [r["nonfinite"] for r in records(run, "bad_step")] == [f"the gradient of {BROKEN}"] * 3
+
+
+def test_a_bf16_run_that_never_applied_names_its_arithmetic(
+    tiny_demo: Path, tmp_path: Path
+) -> None:
+    cfg = config(tiny_demo, "optim.simulate_world_size=0", "train.max_bad_steps=0")
+    cfg = apply_overrides(cfg, ["train.amp=bf16", "train.channels_last=off"])
+    trainer = loop.Trainer(cfg, tmp_path / "run", init_distributed("cpu"))
+    nan_gradient(trainer.model, BROKEN)
+    with pytest.raises(Diverged, match="computed in bf16 autocast: --set train.amp=off trains"):
+        trainer.run()
+
+
+def test_a_run_that_trained_before_says_only_which_steps(tiny_demo: Path, tmp_path: Path) -> None:
+    cfg = config(tiny_demo, "optim.simulate_world_size=0", "train.max_bad_steps=1")
+    trainer = loop.Trainer(cfg, tmp_path / "run", init_distributed("cpu"))
+    nan_at(trainer.model, {2, 3})
+    with pytest.raises(Diverged, match=r"^steps 2-3 not finite .*; first the loss\); last") as e:
+        trainer.run()
+    assert "no step since" not in str(e.value)
+
+
+def nan_gradient_on_rank_one(env: Any, root: str, run: str) -> str:
+    """A 2-process AAVG run (no gradient synchronisation) whose rank 1 alone gets a NaN
+    gradient in every step; every rank's `Diverged` line."""
+    cfg = config(Path(root), "optim.simulate_world_size=0", "train.max_bad_steps=1")
+    cfg = apply_overrides(cfg, ["dist.strategy=aavg", "aavg.k=2"])
+    trainer = loop.Trainer(cfg, Path(run), env)
+    if env.rank == 1:
+        nan_gradient(trainer.model, BROKEN)
+    try:
+        trainer.run()
+    except Diverged as err:
+        return str(err)
+    return "trained"
+
+
+@pytest.mark.slow
+def test_every_rank_names_the_parameter_another_rank_saw_first(
+    tiny_demo: Path, tmp_path: Path
+) -> None:
+    from tests.distributed.multiproc import run_ranks
+
+    lines = run_ranks(nan_gradient_on_rank_one, 2, str(tiny_demo), str(tmp_path / "run"))
+    assert lines[0] == lines[1]
+    assert lines[0].startswith("no step since this start applied an update: steps 1-2 not")
+    assert f"first the gradient of {BROKEN} on rank 1)" in lines[0]
+    assert [r["nonfinite"] for r in records(tmp_path / "run", "bad_step")] == [
+        "something on another rank"
+    ] * 2
+
+
 def test_non_finite_weights_are_never_checkpointed(tiny_demo: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
     trainer = loop.Trainer(config(tiny_demo), run, init_distributed("cpu"))

@@ -16,7 +16,9 @@ from vidscale.train.metrics import read_metrics
 from vidscale.train.run_log import RunLog
 
 
-def step_result(loss: float, *, finite: bool = True, hits: int = 3) -> StepResult:
+def step_result(
+    loss: float, *, finite: bool = True, hits: int = 3, nonfinite: str = ""
+) -> StepResult:
     agreed = StepAgreement(loss=loss, hits=hits, clips=8, finite=finite, stop=False)
     return StepResult(
         loss=loss,
@@ -29,6 +31,7 @@ def step_result(loss: float, *, finite: bool = True, hits: int = 3) -> StepResul
         seconds=1.0,
         clips=8,
         skipped=[("bad.mp4", "no video stream")],
+        nonfinite=nonfinite,
     )
 
 
@@ -75,6 +78,30 @@ def test_a_skipped_step_is_recorded_and_left_out_of_the_epoch_loss(tmp_path: Pat
     stats = log.totals.stats()
     assert stats["train_loss"] == pytest.approx(2.0)  # (1 + 3) / 2 finite steps
     assert stats["train_top1"] == pytest.approx(100 * 6 / 16)
+    assert stats["skipped_steps"] == 1
+
+
+def test_skipped_steps_show_in_the_step_line_the_progress_bar_the_epoch_and_the_summary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = RunLog(init_distributed("cpu"), log_every=1, show_progress=False)
+    log.open(tmp_path, resumed_at=None)
+    good = step_result(1.0)
+    assert "skipped" not in log.progress_fields(good)
+    bad = step_result(float("nan"), finite=False, nonfinite="the gradient of conv.weight")
+    run_steps(log, [good, bad, bad], traffic=Traffic())
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [
+        "vidscale: step 2: the gradient of conv.weight not finite; skipped (1 skipped so far)",
+        "vidscale: step 3: the gradient of conv.weight not finite; skipped (2 skipped so far)",
+    ]
+    assert log.progress_fields(good)["skipped"] == "2"
+    log.epoch_done(None, step=3, epochs_done=1, epochs=2, lr=0.1)
+    epoch_line = capsys.readouterr().out
+    assert "train loss 1.0000 top1 37.5 | 2 steps skipped (not finite) | " in epoch_line
+    summary = log.finish(model="m", world_size=1, global_batch=8, epochs=1, num_classes=2, extra={})
+    assert (summary["skipped_steps"], summary["applied_steps"]) == (2, 1)
+    assert summary["bad_steps"] == [2, 3]
 
 
 def test_the_epoch_record_starts_the_next_epochs_totals_afresh(tmp_path: Path) -> None:
@@ -91,6 +118,7 @@ def test_the_epoch_record_starts_the_next_epochs_totals_afresh(tmp_path: Path) -
     assert (epoch["val_top1"], epoch["val_count"], epoch["val_unreadable"]) == (50.0, 8, 1)
     assert log.totals.steps == 0  # the next epoch starts afresh
     assert log.counters.val_history == [50.0] and log.counters.val_videos == 8
+    log.close(completed=False)  # the TensorBoard writer's thread ends here, not after the test
 
 
 def test_finish_writes_the_summary_from_the_counters(tmp_path: Path) -> None:

@@ -62,3 +62,21 @@ def gradient_norm(model: nn.Module, *, max_norm: float) -> float:
     if max_norm > 0 and math.isfinite(value):
         torch.nn.utils.clip_grads_with_norm_(grads, max_norm, norm)
     return value
+
+
+# What wrappers put before a parameter's name: DDP's module, torch.compile's original module.
+_WRAPPER_PREFIXES = ("module.", "_orig_mod.")
+
+
+def first_nonfinite(model: nn.Module, *, loss: float) -> str:
+    """What was first not finite on this rank in a step: "the loss", else the first parameter
+    (in model order, as the unwrapped model names it) whose gradient is not, "" when nothing
+    is. Read before the gradients are cleared; called only for a step that was not finite."""
+    if not math.isfinite(loss):
+        return "the loss"
+    for name, p in model.named_parameters():
+        if p.grad is not None and not bool(torch.isfinite(p.grad).all()):
+            while name.startswith(_WRAPPER_PREFIXES):
+                name = name.split(".", 1)[1]
+            return f"the gradient of {name}"
+    return ""

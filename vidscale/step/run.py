@@ -21,7 +21,7 @@ from torch import nn
 
 from vidscale.config import RunConfig
 from vidscale.distributed.env import DistEnv
-from vidscale.step.agreement import StepAgreement, agree_step, gradient_norm
+from vidscale.step.agreement import StepAgreement, agree_step, first_nonfinite, gradient_norm
 from vidscale.step.objective import CROSS_ENTROPY, Objective
 
 
@@ -94,6 +94,14 @@ class StepResult:
     seconds: float  # the step's wall time on this rank
     clips: int  # over all ranks
     skipped: list[tuple[str, str]]  # (path, reason) of the videos the loader could not read
+    # What was first not finite on this rank ("the loss", "the gradient of NAME"); "" when this
+    # rank's step was finite (another rank's may not have been: `agreed.finite`).
+    nonfinite: str = ""
+
+    @property
+    def applied(self) -> bool:
+        """Whether the optimizer's update was applied (the step was finite on every rank)."""
+        return self.agreed.finite
 
 
 def seed_step(cfg: RunConfig, env: DistEnv, step: int) -> None:
@@ -141,17 +149,19 @@ def train_step(
         count += part.count
         skipped.extend(batch["skipped"])
     grad_norm = gradient_norm(ctx.model, max_norm=ctx.clip_grad_norm)
+    finite = math.isfinite(loss) and math.isfinite(grad_norm)
     agreed = agree_step(
         loss=loss,
         hits=hits,
         clips=count,
-        finite=math.isfinite(loss) and math.isfinite(grad_norm),
+        finite=finite,
         stop=ctx.stop_requested(),  # read late: a signal during this step stops after it
         world_size=ctx.world_size,
         device=ctx.device,
     )
     if agreed.finite:
         ctx.optimizer.step()
+    nonfinite = "" if finite else first_nonfinite(ctx.model, loss=loss)
     ctx.optimizer.zero_grad(set_to_none=True)
     return StepResult(
         loss=loss,
@@ -164,4 +174,5 @@ def train_step(
         seconds=time.perf_counter() - start,
         clips=clips * ctx.world_size,
         skipped=skipped,
+        nonfinite=nonfinite,
     )

@@ -85,7 +85,7 @@ class Trainer:
         self.run_log = RunLog(
             env, log_every=cfg.train.log_every, show_progress=cfg.train.progress, loggers=loggers
         )
-        self.guard = DivergenceGuard(cfg.train.max_bad_steps)
+        self.guard = DivergenceGuard.of_run(cfg.train.max_bad_steps, bf16=self.fast.bf16)
         self.bn_snapshot = BatchNormSnapshot(self.model)
         self.watchdog = Watchdog.for_run(cfg, run_dir, env, self.train_data.loader, self.val_loader)
         self.checkpointer = self._build_checkpointer()
@@ -211,11 +211,7 @@ class Trainer:
         while p.step_in_epoch < phase.steps_per_epoch:
             result = self.step(batches, phase)
             bar.update(1)
-            bar.set_postfix(
-                loss=f"{result.agreed.loss:.3f}",
-                lr=f"{result.lr:.3g}",
-                clips_s=f"{result.clips / result.seconds:.1f}",
-            )
+            bar.set_postfix(self.run_log.progress_fields(result))
             if result.agreed.stop:
                 bar.close()
                 self.checkpointer.stop()
@@ -240,11 +236,10 @@ class Trainer:
             )
         p.step += 1
         p.step_in_epoch += 1
-        finite = result.agreed.finite
-        if not finite:
+        if not result.applied:
             self.bn_snapshot.restore()  # the skipped forward passes must not count either
             self.run_log.skipped_step(result, step=p.step, epoch=p.epoch)
-        self.guard.record(step=p.step, finite=finite, last_good=self.checkpointer.last_good)
+        self.guard.record(result, step=p.step, last_good=self.checkpointer.last_good)
         self.run_log.step_done(result)
         epoch_end = p.step_in_epoch == phase.steps_per_epoch
         self.strategy.after_step(step_in_epoch=p.step_in_epoch, epoch_end=epoch_end)

@@ -10,7 +10,9 @@
   any rank saw a non-finite loss or gradient norm, and whether any rank was asked to stop.
 - **Divergence guard.** A non-finite step is skipped on every rank: no optimizer update, and the
   BatchNorm statistics its forward passes changed are put back. More than `max_bad_steps` in a
-  row stop the run, naming the step and the last good checkpoint.
+  row stop the run, naming the steps, what was first not finite (the loss, or the first
+  parameter whose gradient was) and the last good checkpoint; when no step since the start
+  applied an update, the line says so, and names bf16 autocast where the run used it.
 """
 
 from __future__ import annotations
@@ -22,12 +24,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
 
-from vidscale.distributed.collectives import all_reduce_sum
+from vidscale.distributed.collectives import all_gather_object, all_reduce_sum
 
 # EX_TEMPFAIL of sysexits.h ("temporary failure; the user is invited to retry"): torchrun
 # restarts a worker group that exits non-zero while it has restarts left, and a SLURM batch
@@ -110,23 +112,60 @@ class BatchNormSnapshot:
             torch._foreach_copy_(self.buffers, self.saved)
 
 
+BF16_HINT = "; they were computed in bf16 autocast: --set train.amp=off trains in fp32"
+
+
+class _Step(Protocol):
+    @property
+    def applied(self) -> bool: ...
+    @property
+    def nonfinite(self) -> str: ...
+
+
 @dataclass
 class DivergenceGuard:
-    """Counts non-finite steps in a row; too many stop the run."""
+    """Counts non-finite steps in a row; too many stop the run, naming what was first not
+    finite. A run none of whose steps since it started applied an update says so: its
+    arithmetic, not its data, is the likely cause (`hint`: what to try, e.g. `BF16_HINT`)."""
 
     max_bad_steps: int
     consecutive: int = 0
+    hint: str = ""
+    applied: int = 0  # steps of this start that applied an update (not checkpointed)
+    first_nonfinite: str = ""  # of the current run of bad steps, as this rank saw it
 
-    def record(self, *, step: int, finite: bool, last_good: str) -> None:
-        """`step` (1-based) was finite or skipped; raise `Diverged` past the limit."""
-        self.consecutive = 0 if finite else self.consecutive + 1
+    @classmethod
+    def of_run(cls, max_bad_steps: int, *, bf16: bool) -> DivergenceGuard:
+        """The guard of a run that trains in bf16 autocast or not (what its hint names)."""
+        return cls(max_bad_steps, hint=BF16_HINT if bf16 else "")
+
+    def record(self, result: _Step, *, step: int, last_good: str) -> None:
+        """`step` (1-based) applied its update or was skipped; raise `Diverged` past the
+        limit."""
+        if result.applied:
+            self.consecutive, self.first_nonfinite = 0, ""
+            self.applied += 1
+            return
+        self.consecutive += 1
+        if self.consecutive == 1:
+            self.first_nonfinite = result.nonfinite
         if self.consecutive > self.max_bad_steps:
             first = step - self.consecutive + 1
-            raise Diverged(
-                f"loss or gradient norm not finite at steps {first}-{step} "
-                f"({self.consecutive} in a row > train.max_bad_steps={self.max_bad_steps}); "
-                f"last good checkpoint: {last_good}"
-            )
+            steps = f"steps {first}-{step} not finite ({self.consecutive} in a row > "
+            steps += f"train.max_bad_steps={self.max_bad_steps}; first {self._first_seen()})"
+            if self.applied == 0:
+                steps = f"no step since this start applied an update: {steps}{self.hint}"
+            raise Diverged(f"{steps}; last good checkpoint: {last_good}")
+
+    def _first_seen(self) -> str:
+        """What the lowest rank that saw something named first, e.g. "the gradient of
+        conv.weight on rank 1" (a collective: every rank gives up at the same step)."""
+        seen = all_gather_object(self.first_nonfinite)
+        named = [(rank, what) for rank, what in enumerate(seen) if what]
+        if not named:
+            return "unknown"
+        rank, what = named[0]
+        return what if len(seen) == 1 else f"{what} on rank {rank}"
 
     def state_dict(self) -> dict[str, int]:
         return {"bad_steps_in_a_row": self.consecutive}

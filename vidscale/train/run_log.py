@@ -133,10 +133,25 @@ class RunLog:
 
     # -- steps -------------------------------------------------------------------------------
     def skipped_step(self, result: StepResult, *, step: int, epoch: int) -> None:
-        """A step not finite on some rank: counted, recorded and said."""
+        """A step not finite on some rank: counted, recorded and said, with what was first not
+        finite on rank 0."""
         self.counters.bad_steps.append(step)
-        self.write("bad_step", step=step, epoch=epoch, loss=result.loss)
-        self.say(f"step {step}: loss or gradient not finite; skipped")
+        what = result.nonfinite or "something on another rank"
+        self.write("bad_step", step=step, epoch=epoch, loss=result.loss, nonfinite=what)
+        skipped = len(self.counters.bad_steps)
+        self.say(f"step {step}: {what} not finite; skipped ({skipped} skipped so far)")
+
+    def progress_fields(self, result: StepResult) -> dict[str, str]:
+        """The progress bar's fields after a step: loss, LR, speed, and the steps skipped so
+        far (non-finite: no update applied), once there are any."""
+        fields = {
+            "loss": f"{result.agreed.loss:.3f}",
+            "lr": f"{result.lr:.3g}",
+            "clips_s": f"{result.clips / result.seconds:.1f}",
+        }
+        if self.counters.bad_steps:
+            fields["skipped"] = str(len(self.counters.bad_steps))
+        return fields
 
     def step_done(self, result: StepResult) -> None:
         """A step (applied or skipped) into the epoch's totals and the run's counters."""
@@ -232,6 +247,8 @@ class RunLog:
             )
             if val is not None:
                 msg += f" | {validation_line(val)}"
+            if stats["skipped_steps"]:
+                msg += f" | {stats['skipped_steps']:.0f} steps skipped (not finite)"
             msg += f" | {stats['epoch_seconds']:.1f}s, data wait {100 * wait:.1f}%"
             if epochs_done < epochs:  # at this epoch's pace
                 msg += f", about {duration((epochs - epochs_done) * stats['epoch_seconds'])} left"

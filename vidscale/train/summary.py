@@ -136,7 +136,11 @@ class MergedCounters:
             "comm_rounds": main.comm_rounds,
             "comm_bytes_per_step": main.comm_bytes / main.steps if main.steps else 0.0,
             "skipped": [{"path": p, "reason": r} for p, r in sorted(self.skipped.items())],
+            # Steps not finite on some rank, skipped everywhere (no update), and how many of
+            # the run's steps applied their update.
             "bad_steps": main.bad_steps,
+            "skipped_steps": len(main.bad_steps),
+            "applied_steps": main.steps - len(main.bad_steps),
             "val_videos": main.val_videos,
             "val_unreadable": [{"path": p, "reason": r} for p, r in main.val_unreadable],
             **_map_fields(main),
@@ -172,6 +176,7 @@ class EpochTotals:
     comm_bytes: int = 0  # this rank's data-parallel communication (`Traffic`)
     comm_seconds: float = 0.0
     comm_rounds: int = 0
+    skipped: int = 0  # steps not finite on some rank: no update applied
 
     def add(
         self, *, loss: float, hits: int, clips: int, finite: bool, wait: float, seconds: float
@@ -181,6 +186,8 @@ class EpochTotals:
             self.steps += 1
             self.hits += hits
             self.clips += clips
+        else:
+            self.skipped += 1
         self.wait_seconds += wait
         self.step_seconds += seconds
 
@@ -198,6 +205,7 @@ class EpochTotals:
             "comm_bytes": self.comm_bytes,
             "comm_seconds": self.comm_seconds,
             "comm_rounds": self.comm_rounds,
+            "skipped_steps": self.skipped,
         }
 
     def as_dict(self) -> dict[str, Any]:
