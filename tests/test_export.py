@@ -18,6 +18,7 @@ def test_torchscript_round_trip_of_a_tsm_run(tmp_path: Path) -> None:
     run = make_run(tmp_path)
     result = export(run, fmt="torchscript", out=tmp_path / "out" / "model.pt")
     assert result.max_abs_diff is not None and result.max_abs_diff <= ATOL
+    assert result.precision == "fp32" and "in fp32" in result.check
     model = torch.jit.load(str(result.path))
     clips = torch.randn(3, 3, FRAMES, SIZE, SIZE)
     assert model(clips).shape == (3, len(CLASSES))

@@ -152,6 +152,7 @@ def test_predict_names_the_class_the_checkpoint_favours(tmp_path: Path, video: P
     assert sum(p for _, p in top) == pytest.approx(1.0, abs=1e-5)  # all 3 classes listed
     out = predictions_as_dict(video, top[:1])
     assert json.loads(json.dumps(out))["predictions"][0]["label"] == "clapping"
+    assert out["precision"] == "fp32"
 
 
 def test_multi_view_prediction_and_class_list_from_the_dataset(tmp_path: Path, video: Path) -> None:

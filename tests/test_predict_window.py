@@ -79,6 +79,7 @@ def test_a_long_video_is_predicted_in_bounded_memory(tmp_path: Path) -> None:
     assert peaks[10] <= peaks[1] + MARGIN_MB, peaks
     long = timelines[10]
     assert long["duration"] == pytest.approx(600.0) and len(long["windows"]) == 30
+    assert long["precision"] == "fp32"  # the default of every score
     assert long["windows"][0]["start"] == 0 and long["windows"][-1]["end"] == pytest.approx(600)
     starts = [w["start"] for w in long["windows"]]
     assert starts == [20.0 * k for k in range(30)]

@@ -15,7 +15,9 @@ every exporter used here records it. TorchScript uses `torch.jit.trace`. ONNX at
 `torch.export`-based exporter (`dynamo=True`, needing `onnx` and `onnxscript`); it cannot write
 older opsets for this model (its down-conversion fails and it keeps 18), so opsets 11-17, which
 older runtimes need, use the TorchScript-based exporter. The ONNX check runs the file in
-onnxruntime when it is installed (the `onnx` extra) and is reported as skipped otherwise.
+onnxruntime when it is installed (the `onnx` extra) and is reported as skipped otherwise. The
+check compares fp32 logits (`train.precision`'s rule: no autocast on either side), and the
+result says so (`precision`).
 
 `trunk` hands an ImageNet run's weights to the video models (`export_trunk`): FILE is the run's
 2D ResNet as a torchvision-format state_dict (`conv1.weight`, `bn1.*`, `layer1.0.conv1.weight`,
@@ -64,6 +66,8 @@ class ExportResult:
     format: Format
     max_abs_diff: float | None  # None: the exported file could not be run here
     check: str  # what was compared, or why the comparison was skipped
+    # the arithmetic of the logits compared (`train.precision`); None: tensors compared as saved
+    precision: str | None = None
 
 
 def export(
@@ -98,6 +102,8 @@ def export(
     probe_clip = torch.randn(batch + 1, *shape, generator=gen)  # another batch size
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    # fp32 on both sides (no autocast; the file is traced from the fp32 model): the scoring
+    # rule's default, so the check compares the logits `eval` and `predict` compute.
     with torch.no_grad():
         expected = loaded.model(probe_clip).numpy()
         match fmt:
@@ -113,8 +119,8 @@ def export(
     diff = float(np.abs(got - expected).max())
     if not np.allclose(got, expected, atol=ATOL, rtol=RTOL):
         raise ExportMismatch(f"{out}: outputs differ from PyTorch's by up to {diff:.3g}")
-    check = f"{how} on a random {tuple(probe_clip.shape)} clip: max |diff| {diff:.2g}"
-    return ExportResult(out, fmt, diff, check)
+    check = f"{how} on a random {tuple(probe_clip.shape)} clip in fp32: max |diff| {diff:.2g}"
+    return ExportResult(out, fmt, diff, check, "fp32")
 
 
 def _torchscript(

@@ -7,9 +7,11 @@ own sampling function; the views are averaged as the evaluator averages them (th
 test protocol, §4.1: "sample 10 clips per video and calculate the average prediction"), so a
 video's probabilities here equal its scores in `evaluate`. Two runs (an RGB and a flow stream)
 give the two-stream late fusion. `RUN`
-may also be a checkpoint file inside a run (`locate`). The model runs in float32 on the CPU
-by default, so a prediction needs neither a GPU nor the training dataset: the class names come
-from `RUN/classes.txt`, written by training (older runs: the class list under `data.root`).
+may also be a checkpoint file inside a run (`locate`). The model runs on the CPU by default,
+so a prediction needs neither a GPU nor the training dataset: the class names come from
+`RUN/classes.txt`, written by training (older runs: the class list under `data.root`). Scores
+are computed in fp32 unless bf16 is asked for (`precision`), as evaluation computes them
+(`train.precision`), whatever the run trained in.
 
 A multi-label run (`data.multi_label`) gives each class an independent sigmoid probability (its
 views combined by the run's `data.eval_aggregate`, as evaluation combines them): the classes
@@ -19,8 +21,8 @@ not sum to one.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from vidscale.config import RunConfig
+from vidscale.config import Precision, RunConfig
 from vidscale.data.clip import ClipSpec
 from vidscale.data.clip import sample_views as clip_views
 from vidscale.data.inputs import ModelInput
@@ -40,6 +42,7 @@ from vidscale.models.registry import build_model
 from vidscale.train.average_precision import ViewAggregation
 from vidscale.train.checkpoint import load_weights
 from vidscale.train.evaluate import Average, as_probabilities, video_scores
+from vidscale.train.precision import FP32, Arithmetic, announce, scoring_arithmetic
 from vidscale.train.run_ref import checkpoint_path, class_names, run_config
 
 VIEWS_PER_FORWARD = 8  # views run through the model at once (bounds activation memory)
@@ -102,17 +105,19 @@ def view_probabilities(
     model_input: ModelInput,
     average: Average = "logits",
     multi_label: ViewAggregation | None = None,
+    arithmetic: Arithmetic = FP32,
 ) -> torch.Tensor:
     """One video's class probabilities (K,) from its views (V, C, T, H, W), averaged as the
     evaluator averages them (`train.evaluate.video_scores`: the mean of the views' logits, or
     of their probabilities; for `multi_label`, the views' sigmoid probabilities combined by
-    that rule), so predict and evaluation score a video identically."""
+    that rule) in `arithmetic` (fp32 unless asked), so predict and evaluation at the same
+    precision score a video identically."""
     device = next(model.parameters()).device
     scores = video_scores(
         model,
         views[None].to(device),
         prepare=model_input.normalize,
-        autocast=contextlib.nullcontext,
+        autocast=arithmetic.autocast(),
         average=average,
         views_per_forward=VIEWS_PER_FORWARD,
         multi_label=multi_label,
@@ -128,9 +133,10 @@ def run_probabilities(
     num_clips: int | None = None,
     num_crops: int | None = None,
     average: Average = "logits",
+    arithmetic: Arithmetic = FP32,
 ) -> torch.Tensor:
     """`video`'s class probabilities under one run, from the run's evaluation views
-    (`num_clips` / `num_crops` override them)."""
+    (`num_clips` / `num_crops` override them), computed in `arithmetic`."""
     spec = loaded.cfg.data.eval_clip
     spec = dataclasses.replace(
         spec, num_clips=num_clips or spec.num_clips, num_crops=num_crops or spec.num_crops
@@ -143,6 +149,7 @@ def run_probabilities(
         model_input=ModelInput.of(spec, data),
         average=average,
         multi_label=data.eval_aggregate if data.multi_label else None,
+        arithmetic=arithmetic,
     )
 
 
@@ -150,11 +157,13 @@ def run_probabilities(
 class Prediction:
     """One video's prediction: the `top` classes by probability as (name, probability), best
     first; for a `multi_label` run also the classes `present` (probability >= `PRESENT_AT`),
-    best first. Multi-label probabilities are independent sigmoids, not a distribution."""
+    best first. Multi-label probabilities are independent sigmoids, not a distribution.
+    `precision`: the arithmetic the probabilities were computed in (`train.precision`)."""
 
     top: list[tuple[str, float]]
     multi_label: bool = False
     present: list[tuple[str, float]] = dataclasses.field(default_factory=list)
+    precision: Precision = "fp32"
 
 
 def predict(
@@ -169,6 +178,7 @@ def predict(
     flow_run: Path | None = None,
     flow_checkpoint: str = "last",
     weights: tuple[float, float] = (1.0, 1.0),
+    precision: Precision = "fp32",
 ) -> list[tuple[str, float]]:
     """The `topk` most probable classes of `video` as (name, probability), best first
     (`predict_video`'s `top`)."""
@@ -183,6 +193,7 @@ def predict(
         flow_run=flow_run,
         flow_checkpoint=flow_checkpoint,
         weights=weights,
+        precision=precision,
     ).top
 
 
@@ -198,16 +209,23 @@ def predict_video(
     flow_run: Path | None = None,
     flow_checkpoint: str = "last",
     weights: tuple[float, float] = (1.0, 1.0),
+    precision: Precision = "fp32",
 ) -> Prediction:
     """`video`'s prediction under `run`.
 
     `num_clips` / `num_crops` override the runs' `data.eval_clip` (crops: 1 centre or 3). With
     `flow_run`, the prediction is the two-stream late fusion: the `weights`-weighted mean of
     `run`'s and `flow_run`'s probabilities (the flow computed from the video as the flow run's
-    data was); both runs must have the same classes and both be multi-label or neither.
+    data was); both runs must have the same classes and both be multi-label or neither. Every
+    probability is computed in `precision` (fp32 unless asked: `train.precision`).
     """
+    arithmetic = scoring_arithmetic(precision, device)
+    announce(arithmetic)
+    views = functools.partial(
+        run_probabilities, video, num_clips=num_clips, num_crops=num_crops, arithmetic=arithmetic
+    )
     loaded = load_run(run, checkpoint=checkpoint, device=device)
-    probs = run_probabilities(video, loaded, num_clips=num_clips, num_crops=num_crops)
+    probs = views(loaded)
     multi_label = loaded.cfg.data.multi_label
     if flow_run is not None:
         other = load_run(flow_run, checkpoint=flow_checkpoint, device=device)
@@ -215,24 +233,26 @@ def predict_video(
             raise InputError(f"{run} and {flow_run} have different class lists")
         if other.cfg.data.multi_label != multi_label:
             raise InputError(f"{run} and {flow_run}: one is multi-label, the other not")
-        second = run_probabilities(video, other, num_clips=num_clips, num_crops=num_crops)
+        second = views(other)
         probs = (weights[0] * probs + weights[1] * second) / sum(weights)
     order = probs.argsort(descending=True, stable=True).tolist()
     ranked = [(loaded.classes[i], float(probs[i])) for i in order]
     present = [(name, p) for name, p in ranked if p >= PRESENT_AT] if multi_label else []
-    return Prediction(top=ranked[:topk], multi_label=multi_label, present=present)
+    return Prediction(ranked[:topk], multi_label, present, precision)
 
 
 def predictions_as_dict(
     video: Path, predictions: list[tuple[str, float]] | Prediction
 ) -> dict[str, Any]:
-    """JSON-ready: {"video": path, "predictions": [{"label": name, "probability": p}, ...]}; a
-    multi-label `Prediction` adds `"multi_label": true`, `"present_at"` and `"present"` (the
-    classes at or above it, in the same form)."""
+    """JSON-ready: {"video": path, "predictions": [{"label": name, "probability": p}, ...],
+    "precision": its arithmetic}; a multi-label `Prediction` adds `"multi_label": true`,
+    `"present_at"` and `"present"` (the classes at or above it, in the same form). A plain
+    list is `predict`'s default fp32 output."""
     pred = predictions if isinstance(predictions, Prediction) else Prediction(predictions)
     out: dict[str, Any] = {
         "video": str(video),
         "predictions": [{"label": name, "probability": p} for name, p in pred.top],
+        "precision": pred.precision,
     }
     if pred.multi_label:
         out["multi_label"] = True

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from vidscale.config import Precision
 from vidscale.data.clip import ClipSpec, FrameSource
 from vidscale.data.clip import sample_views as clip_views
 from vidscale.data.inputs import ModelInput
@@ -30,6 +31,7 @@ from vidscale.data.media.decode import DecodeError
 from vidscale.data.sources import file_source
 from vidscale.errors import InputError
 from vidscale.predict import LoadedRun, view_probabilities
+from vidscale.train.precision import FP32, Arithmetic
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,7 @@ class Timeline:
     spec: ClipSpec
     multi_label: bool
     windows: list[tuple[Window, list[tuple[str, float]]]]
+    precision: Precision = "fp32"  # the arithmetic of every window's probabilities
 
 
 def predict_timeline(
@@ -107,9 +110,11 @@ def predict_timeline(
     num_clips: int | None = None,
     num_crops: int | None = None,
     on_window: Callable[[int, int], None] | None = None,
+    arithmetic: Arithmetic = FP32,
 ) -> Timeline:
     """The timeline of `video` under `loaded` (module docstring); `on_window(done, total)` is
-    called after each window. Raises `DecodeError` naming `video` when it cannot be read."""
+    called after each window; every window is scored in `arithmetic` (fp32 unless asked:
+    `train.precision`). Raises `DecodeError` naming `video` when it cannot be read."""
     data = loaded.cfg.data
     spec = dataclasses.replace(
         data.eval_clip,
@@ -132,6 +137,7 @@ def predict_timeline(
                 views if views.ndim == 5 else views[None],
                 model_input=ModelInput.of(spec, data),
                 multi_label=data.eval_aggregate if data.multi_label else None,
+                arithmetic=arithmetic,
             )
             order = probs.argsort(descending=True, stable=True)[:topk].tolist()
             rows.append((w, [(loaded.classes[i], float(probs[i])) for i in order]))
@@ -150,6 +156,7 @@ def predict_timeline(
         spec,
         data.multi_label,
         rows,
+        arithmetic.precision,
     )
 
 
@@ -178,7 +185,8 @@ def segments(timeline: Timeline) -> list[dict[str, Any]]:
 
 
 def timeline_as_dict(timeline: Timeline, *, run: Path, checkpoint: Path) -> dict[str, Any]:
-    """JSON-ready: the video, run, timing, views, every window's top-k and the segments."""
+    """JSON-ready: the video, run, timing, views, the precision of the probabilities, every
+    window's top-k and the segments."""
     return {
         "video": timeline.video,
         "run": str(run),
@@ -190,6 +198,7 @@ def timeline_as_dict(timeline: Timeline, *, run: Path, checkpoint: Path) -> dict
         "stride": timeline.stride,
         "views": {"clips": timeline.spec.num_clips, "crops": timeline.spec.num_crops},
         "multi_label": timeline.multi_label,
+        "precision": timeline.precision,
         "windows": [
             {
                 "start": w.start,

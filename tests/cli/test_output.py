@@ -52,7 +52,8 @@ def eval_report() -> dict:
         EvalResult(50.0, 95.0, 1.25, 24, [], [], 25),
     ]
     checkpoints = [Path("epoch_0009.pt"), Path("epoch_0010.pt")]
-    return summarize(checkpoints, results, ClipSpec(frames=8, crop_size=112), Views(num_clips=2))
+    spec = ClipSpec(frames=8, crop_size=112)
+    return summarize(checkpoints, results, spec, Views(num_clips=2), precision="bf16")
 
 
 def test_eval_prints_a_table_of_checkpoints_and_the_mean() -> None:
@@ -62,6 +63,7 @@ def test_eval_prints_a_table_of_checkpoints_and_the_mean() -> None:
     assert "top-1 45.00 ± 7.07, top-5 92.50 ± 3.54 over 2 checkpoint(s)" in text
     assert "24 of 25 validation videos; unreadable, left out: v/bad.mp4" in text
     assert "views: 2 clip(s) x 1 crop(s) of 112 px" in text
+    assert "scores computed in bf16 (--precision)" in text
 
 
 def test_two_stream_eval_prints_each_stream_and_the_fusion() -> None:
@@ -75,8 +77,10 @@ def test_two_stream_eval_prints_each_stream_and_the_fusion() -> None:
         "videos": 20,
         "unreadable": [],
         "only_in": {"rgb": ["a", "b"]},
+        "precision": "fp32",
     }
     lines = format_two_stream(result).splitlines()
+    assert "scores computed in fp32 (--precision)" in lines
     assert lines[1].split() == ["rgb", "1", "50.00", "r/last.pt"]
     assert lines[3].split()[:2] == ["fused", "60.00"] and "+10.00 over the best" in lines[3]
     assert lines[-1] == "in one stream only, left out: rgb: 2"

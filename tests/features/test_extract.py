@@ -84,6 +84,7 @@ def test_one_row_per_listed_video(reference: Path, tiny_demo: Path) -> None:
         assert f["splits"].tolist() == ["train"] * 16 + ["val"] * 8
         meta = json.loads(str(f["meta"]))
         assert meta["classifier"] == "trunk.fc" and meta["model"] == "tsm_resnet18"
+        assert meta["precision"] == "fp32"  # the default of every score
     assert not parts_dir(reference).exists()
 
 

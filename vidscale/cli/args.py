@@ -4,10 +4,18 @@ checks of paths, models and devices that commands run before their work."""
 from __future__ import annotations
 
 import argparse
+import typing
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from vidscale.config import ConfigError, RunConfig, load_config, read_config_file, resolve
+from vidscale.config import (
+    ConfigError,
+    Precision,
+    RunConfig,
+    load_config,
+    read_config_file,
+    resolve,
+)
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
@@ -55,6 +63,18 @@ def resolve_config(args: argparse.Namespace, *, run_dir: Path | None = None) -> 
 
 
 # -- argparse types ----------------------------------------------------------------------------
+
+
+def add_precision_flag(p: argparse.ArgumentParser) -> None:
+    """`--precision`: one flag with one meaning in every command that scores videos
+    (`train.precision`)."""
+    p.add_argument(
+        "--precision",
+        choices=typing.get_args(Precision),
+        default="fp32",
+        help="arithmetic of the scores: fp32 (default) or bf16 autocast, whatever the run "
+        "trained in",
+    )
 
 
 def _non_negative(text: str) -> float:

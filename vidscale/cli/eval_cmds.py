@@ -8,7 +8,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from vidscale.cli.args import _above, _at_least, _check_device, _check_parent, _check_run, _weights
+from vidscale.cli.args import (
+    _above,
+    _at_least,
+    _check_device,
+    _check_parent,
+    _check_run,
+    _weights,
+    add_precision_flag,
+)
 from vidscale.cli.eval_format import format_eval, format_two_stream
 from vidscale.cli.output import add_json_flag, print_result
 from vidscale.config import ConfigError
@@ -39,7 +47,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
         return _eval_two_stream(args, views)
     _check_run("RUN", args.run[0])
     result = evaluate_run(
-        args.run[0], last=args.last, overrides=args.overrides, data=args.data, views=views
+        args.run[0],
+        last=args.last,
+        overrides=args.overrides,
+        data=args.data,
+        views=views,
+        precision=args.precision,
     )
     print_result(result, as_json=args.json, text=format_eval(result))
     return 0
@@ -63,6 +76,7 @@ def _eval_two_stream(args: argparse.Namespace, views: Any) -> int:
         checkpoint=args.checkpoint,
         data=(args.data, args.data),
         overrides=args.overrides,
+        precision=args.precision,
     )
     print_result(result, as_json=args.json, text=format_two_stream(result))
     return 0
@@ -107,6 +121,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         flow_run=flow_run,
         flow_checkpoint=flow_checkpoint,
         weights=args.weights,
+        precision=args.precision,
     )
     out = predictions_as_dict(args.video, top)
     print_result(out, as_json=args.json, text=format_predictions(top))
@@ -172,6 +187,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--paper-views", action="store_true", help="10 clips x 3 crops of 256 (TSM paper)"
     )
+    add_precision_flag(p)
     add_json_flag(p)
     p.set_defaults(fn=cmd_eval)
     _add_predict_export(sub)
@@ -224,6 +240,7 @@ def _add_predict_export(sub: argparse._SubParsersAction) -> None:
         help="--window: the timeline's .json (default VIDEO_STEM.timeline.json here); "
         "the plot goes beside it as .png",
     )
+    add_precision_flag(p)
     add_json_flag(p)
     p.set_defaults(fn=cmd_predict)
 

@@ -24,6 +24,7 @@ def format_eval(result: dict[str, Any]) -> str:
     )
     lines.append(_videos_line(result["videos"], result["listed"], result["unreadable"]))
     lines.append(_views_line(result["views"], f"{result['views']['average']} averaged"))
+    lines.append(_precision_line(result))
     return "\n".join(lines + _damaged_lines(result.get("damaged", [])))
 
 
@@ -42,7 +43,12 @@ def _format_multi_label_eval(result: dict[str, Any]) -> str:
     lines.append(_videos_line(result["videos"], result["listed"], result["unreadable"]))
     how = f"sigmoid scores, {result['views'].get('aggregate', 'mean')} over views"
     lines.append(_views_line(result["views"], how))
+    lines.append(_precision_line(result))
     return "\n".join(lines + _damaged_lines(result.get("damaged", [])))
+
+
+def _precision_line(result: dict[str, Any]) -> str:
+    return f"scores computed in {result['precision']} (--precision)"
 
 
 def _damaged_lines(damaged: list[dict[str, str]]) -> list[str]:
@@ -73,6 +79,7 @@ def format_two_stream(result: dict[str, Any]) -> str:
         per_stream = ", ".join(f"{k} {v:.4f}" for k, v in result["stream_map"].items())
         lines.append(f"mAP: fused {result['map']:.4f}; {per_stream} (top-1 above: hit@1)")
     lines.append(f"{result['videos']} validation videos in both streams")
+    lines.append(_precision_line(result))
     if result["unreadable"]:
         lines.append(f"{len(result['unreadable'])} unreadable video(s) left out (see --json)")
     if result["only_in"]:

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from vidscale.cli.args import _at_least, _check_device, _check_parent
+from vidscale.cli.args import _at_least, _check_device, _check_parent, add_precision_flag
 from vidscale.cli.output import add_json_flag, print_result, progress_to_stderr
 from vidscale.config import ConfigError
 
@@ -17,7 +17,7 @@ FILE (.npz; numpy.load(FILE) needs no pickle), one row per readable video in lis
   clip_features   float32 [videos, views, F]: each view (clips x crops, clip-major)
   paths           absolute video paths;  labels  class index (-1: unknown);  splits
   classes         the dataset's class names;  unreadable_paths, unreadable_reasons
-  meta            JSON string: run, checkpoint, model, views, the classifier replaced
+  meta            JSON string: run, checkpoint, model, views, the classifier replaced, precision
 A feature is the input of the run's classifier: the pooled trunk output (TSN/TSM: averaged over
 frames; I3D, SlowFast: global-pooled). Finished videos are kept in FILE.parts/ as they are done:
 the same command after an interruption continues there. Under torchrun the ranks share the
@@ -63,6 +63,7 @@ def cmd_extract_features(args: argparse.Namespace) -> int:
         num_crops=args.crops,
         device=args.device,
         chunk=args.chunk,
+        precision=args.precision,
         progress=sys.stderr.isatty(),
     )
     with progress_to_stderr(args.json):
@@ -121,5 +122,6 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "--chunk", type=_at_least(1), default=32, help="videos per chunk file written (32)"
     )
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    add_precision_flag(p)
     add_json_flag(p)
     p.set_defaults(fn=cmd_extract_features)

@@ -23,6 +23,7 @@ def cmd_predict_window(args: argparse.Namespace, run: Path, checkpoint: str) -> 
     from vidscale.predict import load_run
     from vidscale.predict_window import plot_timeline, predict_timeline, timeline_as_dict
     from vidscale.train.metrics import progress
+    from vidscale.train.precision import announce, scoring_arithmetic
 
     if args.flow_run is not None:
         raise ConfigError(
@@ -35,6 +36,8 @@ def cmd_predict_window(args: argparse.Namespace, run: Path, checkpoint: str) -> 
     if not out.resolve().parent.is_dir():
         raise ConfigError(f"--out: {out.parent} is not a directory")
     loaded = load_run(run, checkpoint=checkpoint, device=args.device)
+    arithmetic = scoring_arithmetic(args.precision, args.device)
+    announce(arithmetic)
     bar = progress(0, enabled=sys.stderr.isatty(), desc="windows")
     bar.unit = "window"
 
@@ -51,6 +54,7 @@ def cmd_predict_window(args: argparse.Namespace, run: Path, checkpoint: str) -> 
         num_clips=args.clips,
         num_crops=args.crops,
         on_window=advance,
+        arithmetic=arithmetic,
     )
     bar.close()
     document = timeline_as_dict(timeline, run=run, checkpoint=loaded.checkpoint)

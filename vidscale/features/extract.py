@@ -9,7 +9,8 @@ in listing order (`listing`):
 - `paths` (absolute), `labels` (class index, -1 when unknown), `splits` ("train", "val", or ""
   for files given by name), and `classes` (the dataset's class names, by index);
 - `unreadable_paths`, `unreadable_reasons`: the videos left out;
-- `meta`: a JSON string (run, checkpoint, model, views, the classifier replaced).
+- `meta`: a JSON string (run, checkpoint, model, views, the classifier replaced, and the
+  `precision` the features were computed in: fp32 unless bf16 is asked for, `train.precision`).
 
 A feature is the vector the run's classifier reads (`pooled`). Each view is sampled exactly as
 `vidscale eval` and `predict` sample it (`predict.sample_views`). Under torchrun every rank
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from vidscale.config import RunConfig
+from vidscale.config import Precision, RunConfig
 from vidscale.data.clip import ClipSpec
 from vidscale.data.inputs import ModelInput
 from vidscale.data.media.decode import DecodeError
@@ -40,6 +41,7 @@ from vidscale.features.pooled import as_feature_extractor, classifier_name, view
 from vidscale.predict import VIEWS_PER_FORWARD, LoadedRun, load_run, sample_views
 from vidscale.train.builders import set_threads
 from vidscale.train.metrics import progress
+from vidscale.train.precision import Arithmetic, announce, scoring_arithmetic
 
 FEATURE = "pooled trunk output before the classifier (the classifier replaced by the identity)"
 
@@ -59,6 +61,7 @@ class ExtractOptions:
     num_crops: int | None = None
     device: Literal["cpu", "cuda"] = "cpu"
     chunk: int = 32
+    precision: Precision = "fp32"
     progress: bool = False
 
 
@@ -69,6 +72,8 @@ def extract_features(opts: ExtractOptions) -> dict[str, Any]:
     started = time.monotonic()
     env = init_distributed(opts.device)
     loaded = load_run(opts.run, checkpoint=opts.checkpoint, device=env.device)
+    arithmetic = scoring_arithmetic(opts.precision, env.device)
+    announce(arithmetic, is_main=env.is_main)
     set_threads(loaded.cfg, env)
     spec = loaded.cfg.data.eval_clip
     spec = dataclasses.replace(
@@ -80,11 +85,20 @@ def extract_features(opts: ExtractOptions) -> dict[str, Any]:
     listing = _listing(opts)
     classifier = classifier_name(loaded.model, len(loaded.classes))
     as_feature_extractor(loaded.model, len(loaded.classes))
-    plan = make_plan(opts.run, loaded.checkpoint, loaded.cfg.model.name, spec, listing)
+    plan = make_plan(
+        opts.run,
+        loaded.checkpoint,
+        loaded.cfg.model.name,
+        spec,
+        listing,
+        precision=arithmetic.precision,
+    )
     todo, done = _claim(opts.out, plan, env)
     mine = todo[env.rank :: env.world_size]
     writer = ChunkWriter(parts_dir(opts.out), env.rank, opts.chunk)
-    _extract_rows(loaded, plan, mine, writer, show=opts.progress and env.is_main)
+    _extract_rows(
+        loaded, plan, mine, writer, arithmetic=arithmetic, show=opts.progress and env.is_main
+    )
     all_gather_object(len(mine))  # every rank's chunks are on disk past this point
     barrier()
     if not env.is_main:
@@ -96,6 +110,7 @@ def extract_features(opts: ExtractOptions) -> dict[str, Any]:
         "views": plan.spec,
         "feature": FEATURE,
         "classifier": classifier,
+        **arithmetic.report(),
     }
     result = assemble(opts.out, parts_dir(opts.out), plan, meta)
     return {
@@ -146,7 +161,13 @@ def _claim(out: Path, plan: Plan, env: DistEnv) -> tuple[list[int], int]:
 
 
 def _extract_rows(
-    loaded: LoadedRun, plan: Plan, rows: list[int], writer: ChunkWriter, *, show: bool
+    loaded: LoadedRun,
+    plan: Plan,
+    rows: list[int],
+    writer: ChunkWriter,
+    *,
+    arithmetic: Arithmetic,
+    show: bool,
 ) -> None:
     """Extract `rows` of the plan in order into `writer`; an unreadable video is recorded as
     skipped with its reason (a `DecodeError`), never fatal."""
@@ -162,7 +183,11 @@ def _extract_rows(
             writer.skip(row, str(err))
         else:
             feats = view_features(
-                loaded.model, views, model_input=model_input, views_per_forward=VIEWS_PER_FORWARD
+                loaded.model,
+                views,
+                model_input=model_input,
+                views_per_forward=VIEWS_PER_FORWARD,
+                autocast=arithmetic.autocast(),
             )
             writer.add(row, feats.numpy())
         bar.update(1)

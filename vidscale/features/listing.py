@@ -81,13 +81,15 @@ class Plan:
     """Everything the output depends on: a rerun continues only under an equal plan.
 
     `checkpoint` is the weights file, `spec` the views (`data.eval_clip` with the chosen clips
-    and crops), `items` the videos in row order."""
+    and crops), `items` the videos in row order, `precision` the arithmetic (features of two
+    precisions never share one output)."""
 
     run: str
     checkpoint: str
     model: str
     spec: dict[str, Any]
     listing: Listing
+    precision: str = "fp32"
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -95,12 +97,21 @@ class Plan:
             "checkpoint": self.checkpoint,
             "model": self.model,
             "spec": self.spec,
+            "precision": self.precision,
             "classes": self.listing.classes,
             "items": [[i.path, i.label, i.split] for i in self.listing.items],
         }
 
 
-def make_plan(run: Path, checkpoint: Path, model: str, spec: ClipSpec, listing: Listing) -> Plan:
+def make_plan(
+    run: Path,
+    checkpoint: Path,
+    model: str,
+    spec: ClipSpec,
+    listing: Listing,
+    *,
+    precision: str = "fp32",
+) -> Plan:
     """The plan of an extraction; paths are made absolute, so a rerun from another working
     directory with the same absolute files agrees."""
     absolute = [dataclasses.replace(i, path=str(Path(i.path).resolve())) for i in listing.items]
@@ -110,4 +121,5 @@ def make_plan(run: Path, checkpoint: Path, model: str, spec: ClipSpec, listing: 
         model=model,
         spec=dataclasses.asdict(spec),
         listing=Listing(absolute, listing.classes),
+        precision=precision,
     )

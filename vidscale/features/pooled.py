@@ -13,6 +13,11 @@ maps to the class count.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -52,13 +57,21 @@ def as_feature_extractor(model: nn.Module, num_classes: int) -> int:
 
 @torch.inference_mode()
 def view_features(
-    model: nn.Module, views: torch.Tensor, *, model_input: ModelInput, views_per_forward: int
+    model: nn.Module,
+    views: torch.Tensor,
+    *,
+    model_input: ModelInput,
+    views_per_forward: int,
+    autocast: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
 ) -> torch.Tensor:
     """float32 features (V, F) on the CPU of one video's uint8 views (V, C, T, H, W), at most
-    `views_per_forward` views through the model at once (the result does not depend on it)."""
+    `views_per_forward` views through the model at once (the result does not depend on it),
+    each forward pass inside `autocast` (fp32 without one: `train.precision`)."""
     device = next(model.parameters()).device
     parts = []
     for start in range(0, len(views), max(views_per_forward, 1)):
         chunk = views[start : start + views_per_forward].to(device)
-        parts.append(model(model_input.normalize(chunk)).float().cpu())
+        with autocast():
+            features = model(model_input.normalize(chunk))
+        parts.append(features.float().cpu())
     return torch.cat(parts)

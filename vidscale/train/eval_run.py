@@ -7,7 +7,9 @@ the non-local paper); the TSM code adds 3 crops of 256 x 256 along the long side
 (`PAPER_VIEWS`). Runs as one process or under torchrun (exact sharded evaluation: every readable
 video counts once; unreadable ones are counted in no accuracy and listed in the report). A
 multi-label run (`data.multi_label`) is scored by mAP over its sigmoid scores, the views
-aggregated by its `data.eval_aggregate`, and the report adds the mAP's mean and std.
+aggregated by its `data.eval_aggregate`, and the report adds the mAP's mean and std. Every
+score is computed in fp32 unless bf16 is asked for (`train.precision`), whatever the run
+trained in; the report's `precision` names it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 
 import torch
 
-from vidscale.config import ConfigError, RunConfig, apply_overrides, load_config
+from vidscale.config import ConfigError, Precision, RunConfig, apply_overrides, load_config
 from vidscale.data.clip import ClipSpec
 from vidscale.distributed.env import init_distributed
 from vidscale.errors import InputError
@@ -33,6 +35,7 @@ from vidscale.train.checkpoint import (
     read_checkpoint,
 )
 from vidscale.train.evaluate import Average, EvalResult, Stream, evaluate
+from vidscale.train.precision import announce, scoring_arithmetic
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,8 @@ def evaluate_run(
     overrides: list[str] | None = None,
     data: Path | None = None,
     views: Views | None = None,
+    precision: Precision = "fp32",
+    keep_scores: bool = False,
 ) -> dict[str, Any]:
     """Evaluate the last `last` epoch checkpoints of `run_dir`; top-1 (and for a multi-label run
     mAP) mean and std over them.
@@ -113,22 +118,22 @@ def evaluate_run(
     `views` replaces the run's evaluation views (default: the run's `data.eval_clip` as saved).
     A checkpoint that does not load (truncated, damaged, refused by `weights_only`) is left out
     of the mean and listed in the report's `damaged`; when none loads, an `InputError` names
-    them all.
+    them all. Scores are computed in `precision` whatever the run trained in (`train.precision`;
+    the report's `precision` says which); the model keeps the memory layout the run recorded.
+    `keep_scores` adds each row's `video_scores`: every scored video's probabilities by video.
     """
-    if last < 1:
-        raise ValueError(f"last must be >= 1, got {last}")
     run_dir = Path(run_dir)
     cfg = resolve_eval_config(run_dir, overrides=overrides, data=data)
     if views is not None:
         cfg = replace(cfg, data=replace(cfg.data, eval_clip=views.apply(cfg.data.eval_clip)))
-    checkpoints = epoch_checkpoints(run_dir)[-last:]
-    if not checkpoints:
-        raise FileNotFoundError(f"no epoch checkpoints in {run_dir / 'checkpoints'}")
-    intact, damaged = split_damaged(checkpoints)
+    intact, damaged = split_damaged(last_checkpoints(run_dir, last))
     env = init_distributed(cfg.train.device)
     cfg, splits = builders.load_data(cfg)
     builders.set_threads(cfg, env)
-    fast = builders.recorded_fast_path(cfg, env, intact[-1])  # as the run trained
+    # The layout as the run trained (speed only); the arithmetic by the scoring rule.
+    fast = builders.recorded_fast_path(cfg, env, intact[-1])
+    arithmetic = scoring_arithmetic(precision, env.device)
+    announce(arithmetic, is_main=env.is_main)
     model = builders.build_model(cfg, env, fast)
     loader = builders.build_eval_loader(cfg, env, splits.val)
     chosen = views or Views(
@@ -139,20 +144,33 @@ def evaluate_run(
         Stream(model, builders.model_input(cfg)),
         loader,
         device=env.device,
-        autocast=fast.autocast(),
+        autocast=arithmetic.autocast(),
         views=chosen,
         multi_label=cfg.data.eval_aggregate if cfg.data.multi_label else None,
+        keep_scores=keep_scores,
     )
     damaged += unloaded
     if not scored:
         raise none_readable(damaged)
-    report = summarize(
-        [path for path, _ in scored], [r for _, r in scored], cfg.data.eval_clip, chosen
-    )
+    paths, results = [p for p, _ in scored], [r for _, r in scored]
+    report = summarize(paths, results, cfg.data.eval_clip, chosen, precision=precision)
     report["damaged"] = damaged_rows(damaged)
+    if keep_scores:
+        for row, result in zip(report["checkpoints"], results, strict=True):
+            row["video_scores"] = by_video(result, splits.val)
     if cfg.data.multi_label:  # how the views' sigmoid scores were combined, not `average`
         report["views"]["aggregate"] = cfg.data.eval_aggregate
     return report
+
+
+def last_checkpoints(run_dir: Path, last: int) -> list[Path]:
+    """The run's newest `last` epoch checkpoints, oldest first; FileNotFoundError if none."""
+    if last < 1:
+        raise ValueError(f"last must be >= 1, got {last}")
+    checkpoints = epoch_checkpoints(run_dir)[-last:]
+    if not checkpoints:
+        raise FileNotFoundError(f"no epoch checkpoints in {run_dir / 'checkpoints'}")
+    return checkpoints
 
 
 def score_checkpoints(
@@ -164,6 +182,7 @@ def score_checkpoints(
     autocast: Callable[[], Any],
     views: Views,
     multi_label: ViewAggregation | None,
+    keep_scores: bool = False,
 ) -> tuple[list[tuple[Path, EvalResult]], list[UnreadableCheckpoint]]:
     """Each checkpoint's weights loaded into `stream`'s model and evaluated: ([(path, result)],
     the errors of those whose weights did not load), in the order of `paths`."""
@@ -183,9 +202,17 @@ def score_checkpoints(
             average=views.average,
             views_per_forward=views.views_per_forward,
             multi_label=multi_label,
+            keep_scores=keep_scores,
         )
         scored.append((path, result))
     return scored, damaged
+
+
+def by_video(result: EvalResult, items: list[Any]) -> dict[str, list[float]]:
+    """`result`'s kept probabilities by the validation video they score: its path, or a
+    prepared video's id."""
+    names = [str(getattr(item, "path", None) or item.id) for item in items]
+    return {names[i]: result.scores[i].tolist() for i in sorted(result.scores)}
 
 
 def split_damaged(checkpoints: list[Path]) -> tuple[list[Path], list[UnreadableCheckpoint]]:
@@ -221,7 +248,12 @@ def damaged_rows(damaged: list[UnreadableCheckpoint]) -> list[dict[str, str]]:
 
 
 def summarize(
-    checkpoints: list[Path], results: list[EvalResult], spec: ClipSpec, views: Views
+    checkpoints: list[Path],
+    results: list[EvalResult],
+    spec: ClipSpec,
+    views: Views,
+    *,
+    precision: Precision,
 ) -> dict[str, Any]:
     """The JSON-ready report: one row per checkpoint, mean and sample std over them.
 
@@ -229,7 +261,7 @@ def summarize(
     `listed` the number of videos in the validation list, and `unreadable` the videos left
     out, as `{"path", "reason"}` sorted by path (the union over checkpoints). Multi-label
     results add each row's `map` and `map_mean`, `map_std`, `map_chance` (top-1/top-5 are
-    then hit@1/hit@5).
+    then hit@1/hit@5). `precision` is the arithmetic every score was computed in.
     """
     top1 = [r.top1 for r in results]
     top5 = [r.top5 for r in results]
@@ -269,4 +301,5 @@ def summarize(
             "per_video": views.per_video,
         },
         "skipped": sorted({(p, reason) for r in results for p, reason in r.skipped}),
+        "precision": precision,
     }

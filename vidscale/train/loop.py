@@ -33,6 +33,7 @@ from vidscale.train.evaluate import EvalResult, Stream, evaluate
 from vidscale.train.loggers import LoggerChoice
 from vidscale.train.phase_switch import PhaseSwitch
 from vidscale.train.precise_bn import pooled_precise_bn
+from vidscale.train.precision import announce, scoring_arithmetic
 from vidscale.train.resilience import (
     BatchNormSnapshot,
     Diverged,
@@ -111,6 +112,9 @@ class Trainer:
         )
         self.fast = builders.fast_path(cfg, env, decision=self.fast_choice)
         self.autocast = self.fast.autocast()
+        # Evaluation scores by the rule of every score (fp32 unless asked), not the training's.
+        self.eval_arithmetic = scoring_arithmetic(cfg.train.eval_precision, env.device)
+        announce(self.eval_arithmetic, is_main=env.is_main)
         torch.manual_seed(cfg.train.seed)  # the same initial weights on every rank and run
         self.model = builders.build_model(cfg, env, self.fast, fresh=state is None)
         if self.fast.compile:
@@ -260,7 +264,7 @@ class Trainer:
                     Stream(self.model, self.prepare),
                     w.each(self.val_loader),
                     device=self.env.device,
-                    autocast=self.autocast,
+                    autocast=self.eval_arithmetic.autocast(),
                     multi_label=self.cfg.data.eval_aggregate if self.cfg.data.multi_label else None,
                 )
         self.run_log.evaluated(result)
@@ -289,6 +293,7 @@ class Trainer:
                 "strategy": self.cfg.dist.strategy,
                 "batch_history": [list(h) for h in self.adaptive.history],
                 "host_memory_retained": self.host_memory_retained,
+                "eval_precision": self.eval_arithmetic.precision,
             },
         )
 

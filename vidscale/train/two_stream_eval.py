@@ -14,14 +14,13 @@ stream); a single-label and a multi-label run do not fuse.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from torch.utils.data import DataLoader
 
-from vidscale.config import ConfigError, RunConfig
+from vidscale.config import ConfigError, Precision, RunConfig
 from vidscale.data.dataset import VideoClipDataset, collate
 from vidscale.data.paired import PairedDataset
 from vidscale.data.samplers import ExactEvalSampler
@@ -31,7 +30,8 @@ from vidscale.train import builders
 from vidscale.train.average_precision import ViewAggregation
 from vidscale.train.checkpoint import load_weights
 from vidscale.train.eval_run import Views, resolve_eval_config
-from vidscale.train.evaluate import Stream, evaluate
+from vidscale.train.evaluate import EvalResult, Stream, evaluate
+from vidscale.train.precision import announce, scoring_arithmetic
 from vidscale.train.run_ref import checkpoint_path, locate
 
 STREAMS = ("rgb", "flow")
@@ -63,13 +63,15 @@ def evaluate_two_stream(
     data: tuple[Path | None, Path | None] = (None, None),
     overrides: list[str] | None = None,
     env: DistEnv | None = None,
+    precision: Precision = "fp32",
 ) -> dict[str, Any]:
     """Top-1/top-5 of the fused prediction and each stream's top-1 (multi-label runs: the mAPs
     too, with top-1/top-5 as hit@1/hit@5), on the shared videos.
 
     `checkpoint` ("last", "best", an epoch name) applies to both runs; "" takes what each
     reference names (a run directory: its last checkpoint). `data` replaces each run's
-    `data.root`; `views` each run's evaluation views.
+    `data.root`; `views` each run's evaluation views. Both streams are scored in `precision`
+    (`train.precision`; the report's `precision` says which).
     """
     if len(weights) != 2 or min(weights) < 0 or sum(weights) <= 0:
         raise ValueError(f"weights must be two numbers >= 0, not both 0: {weights}")
@@ -97,13 +99,25 @@ def evaluate_two_stream(
     multi_label = fused_labels(labels["rgb"], labels["flow"])
     paired = PairedDataset(datasets)
     loader = paired_loader(paired, env, batch=batch, workers=workers)
-    # float32 throughout: the fused numbers are compared with each stream's own
+    # One arithmetic for both streams: the fused numbers are compared with each stream's own.
+    arithmetic = scoring_arithmetic(precision, env.device)
+    announce(arithmetic, is_main=env.is_main)
+    autocast = arithmetic.autocast()
     result = evaluate(
-        streams, loader, device=env.device, autocast=contextlib.nullcontext, multi_label=multi_label
+        streams, loader, device=env.device, autocast=autocast, multi_label=multi_label
     )
     return {
-        **({} if result.map is None else {"map": result.map, "stream_map": result.stream_map}),
+        **arithmetic.report(),
+        **two_stream_report(result, weights),
         "checkpoints": used,
+        "only_in": paired.only_in,
+    }
+
+
+def two_stream_report(result: EvalResult, weights: tuple[float, float]) -> dict[str, Any]:
+    """The scores of a fused evaluation, JSON-ready (mAPs only for multi-label runs)."""
+    return {
+        **({} if result.map is None else {"map": result.map, "stream_map": result.stream_map}),
         "weights": {"rgb": weights[0], "flow": weights[1]},
         "top1": result.top1,
         "top5": result.top5,
@@ -111,7 +125,6 @@ def evaluate_two_stream(
         "gain_over_best_stream": result.top1 - max(result.stream_top1.values()),
         "videos": result.count,
         "unreadable": [{"path": p, "reason": r} for p, r in result.unreadable],
-        "only_in": paired.only_in,
     }
 
 
