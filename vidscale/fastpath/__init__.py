@@ -3,6 +3,7 @@
 - `settings`: what a setting turns on (`FastPath`, `Candidate`) and what a device can do.
 - `probe`: the decision of `train.amp` / `train.channels_last` = auto, the resume rule, the cache
   (`cache`); `trials` times the candidates (the trainer's step, `step.fixed_batch`) with
-  `timing`'s round-robin, `rule` chooses, `isolation` runs it all in a child process.
+  `timing`'s round-robin after `gradients` has left out every candidate whose gradients are not
+  fp32's, `rule` chooses, `isolation` runs it all in a child process.
 - `hardware` (the machine, its load, its peak FLOP/s) and `host_memory` (glibc retention on CPU).
 """

@@ -28,14 +28,18 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
+
+from vidscale.step.fixed_batch import CLIPS, already_prepared
+from vidscale.step.run import StepContext, forward_backward
 
 NORM_FACTOR = 16.0  # a gradient norm this many times fp32's (or 1/this) is wrong
 # Tensors whose fp32 gradient norm is below this share of the median tensor's are compared
 # against the floor instead: their own norm is rounding noise, and a ratio of noise means nothing.
 FLOOR_SHARE = 1e-3
 CHECK_VERSION = "grad16"  # names the check in the probe's cache key: a new check measures again
+# The check steps nothing: its context's optimizer is one over no parameters, never called.
+_NO_UPDATE = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.0)
 
 
 def gradients(
@@ -46,12 +50,18 @@ def gradients(
     autocast: Callable[[], AbstractContextManager[Any]],
 ) -> dict[str, torch.Tensor]:
     """The parameters' gradients (float32 copies, by name) of one forward and backward of
-    `model` on (`clips`, `labels`) inside `autocast`, with the training step's cross-entropy
-    in float32; the model's own `.grad` are left cleared."""
+    `model` on (`clips`, `labels`) as the training step runs them (`step.run.forward_backward`:
+    inside `autocast`, cross-entropy in float32); the model's own `.grad` are left cleared."""
     model.zero_grad(set_to_none=True)
-    with autocast():
-        logits = model(clips)
-    F.cross_entropy(logits.float(), labels).backward()
+    context = StepContext(
+        model=model,
+        optimizer=_NO_UPDATE,
+        prepare=already_prepared,
+        device=clips.device,
+        autocast=autocast,
+    )
+    batch = {"inputs": {CLIPS: clips}, "label": labels, "skipped": []}
+    forward_backward(context, batch, clips=len(labels))
     grads = {
         name: p.grad.detach().float().clone()
         for name, p in model.named_parameters()

@@ -85,7 +85,8 @@ def wrong_candidates(
 ) -> dict[str, str]:
     """label -> why its gradients are not fp32's, for each candidate whose are not: one
     forward and backward each, from the weights of `base` (fp32, default layout, the
-    reference), `models` holding its copy in each layout. `on_turn(label)` is told before each
+    reference), `models` holding its copy in each layout; raises `WrongGradients` when the
+    first candidate's are not fp32's. `on_turn(label)` is told before each
     candidate's pass (the reference's own is the first candidate's), so that a setting that
     hangs or crashes here is named as in its timed turns (`isolation`)."""
     tell = on_turn or (lambda _: None)
@@ -103,6 +104,8 @@ def wrong_candidates(
         problem = wrong_gradient(reference, got)
         if problem is not None:
             wrong[c.label] = f"its gradients are not fp32's: {problem}"
+            if i == 0:
+                raise WrongGradients(f"{c.label} would not train here: {wrong[c.label]}")
     return wrong
 
 
@@ -111,6 +114,15 @@ def _step(
 ) -> FixedBatchStep:
     fast = FastPath(clips.device, candidate.bf16, candidate.channels_last, compile=False)
     return FixedBatchStep(model, clips, labels, autocast=fast.autocast())
+
+
+def _in_each_layout(base: nn.Module, settings: Sequence[Candidate]) -> dict[bool, nn.Module]:
+    """A copy of `base` in each layout (channels-last or not) of `settings`."""
+    device = next(base.parameters()).device
+    return {
+        cl: apply_to_model(copy.deepcopy(base), FastPath(device, False, cl, False))
+        for cl in {c.channels_last for c in settings}
+    }
 
 
 def probe(
@@ -143,18 +155,11 @@ def probe(
     with torch.random.fork_rng(devices=cuda):
         torch.manual_seed(0)
         base = build().to(device).train()
-        layouts = {c.channels_last for c in settings_to_time}
-        models = {
-            cl: apply_to_model(copy.deepcopy(base), FastPath(device, False, cl, False))
-            for cl in layouts
-        }
+        models = _in_each_layout(base, settings_to_time)
         clips = torch.randn(shape.clips, device=device)
         labels = torch.randint(shape.num_classes, (shape.batch,), device=device)
         wrong = wrong_candidates(base, models, settings_to_time, clips, labels, on_turn=on_turn)
         del base
-        first = settings_to_time[0].label
-        if first in wrong:
-            raise WrongGradients(f"{first} would not train here: {wrong[first]}")
         calls = {
             c.label: _step(c, models[c.channels_last], clips, labels)
             for c in settings_to_time

@@ -33,6 +33,7 @@ from vidscale.models.registry import ModelConfig, build_model
 
 MODEL, BATCH, STEPS, K = "tsm_resnet18", 2, 2, 2
 ROW_KEYS = {
+    "applied_steps",
     "model",
     "variant",
     "strategy",
@@ -128,6 +129,7 @@ def test_report_has_one_row_per_variant_and_process_count(measured: tuple) -> No
     for row in report["runs"]:
         assert set(row) == ROW_KEYS
         assert row["model"] == MODEL and row["steps"] == STEPS
+        assert row["applied_steps"] == STEPS  # every measured step trained
         assert row["global_batch"] == BATCH * row["procs"]
         assert [r["rank"] for r in row["ranks"]] == list(range(row["procs"]))
         for rank in row["ranks"]:
@@ -339,3 +341,81 @@ def test_under_torchrun_the_world_size_is_measured() -> None:
     assert resolve(cfg, world=3).procs == (3,)
     with pytest.raises(ConfigError, match="--nproc: under torchrun the world size"):
         resolve(ScalingConfig(models=(MODEL,), size=32, procs=(1, 2), device="cpu"), world=2)
+
+
+WRONG_MODEL = "test_wrong_in_bf16"
+
+
+class _NanInBf16(torch.autograd.Function):
+    """Identity; its backward is NaN where the forward ran under bf16 autocast (a wrong bf16
+    kernel of the kind that once left every I3D step skipped)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        ctx.wrong = torch.is_autocast_enabled("cpu")
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad * float("nan") if ctx.wrong else grad
+
+
+class _TinyNanInBf16(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv3d(3, 8, 3, padding=1)
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, clips: torch.Tensor) -> torch.Tensor:
+        return self.head(_NanInBf16.apply(self.conv(clips)).relu().mean((2, 3, 4)))
+
+
+def _wrong_in_bf16(cfg: ModelConfig) -> nn.Module:
+    return _TinyNanInBf16()
+
+
+def measure_a_model_that_trains_nothing_in_bf16(env: Any) -> str:
+    """Both ranks measure, in bf16, a model whose every bf16 gradient is NaN: every measured step
+    is skipped. Returns each rank's refusal."""
+    from vidscale.bench.scaling.worker import measure_world
+    from vidscale.models import registry
+    from vidscale.step.applied import NothingTrained
+
+    registry.MODELS[WRONG_MODEL] = _wrong_in_bf16
+    cfg = ScalingConfig(
+        models=(WRONG_MODEL,),
+        procs=(2,),
+        steps=2,
+        warmup=1,
+        batch=2,
+        frames=2,
+        size=16,
+        num_classes=4,
+        threads=1,
+        hooks=("none",),
+        strategies=("aavg",),
+        aavg_k=2,
+        device="cpu",
+        fast_settings=(f"{WRONG_MODEL}=bf16",),
+    )
+    try:
+        measure_world(cfg)
+    except NothingTrained as err:
+        return str(err)
+    return "measured"
+
+
+@pytest.mark.slow
+def test_a_row_none_of_whose_steps_applied_is_refused_on_every_rank() -> None:
+    from tests.distributed.multiproc import run_ranks
+
+    lines = run_ranks(measure_a_model_that_trains_nothing_in_bf16, 2)
+    assert (
+        lines[0]
+        == lines[1]
+        == (
+            f"{WRONG_MODEL} aavg k=2 at bf16, 2 process(es): none of its 2 measured steps applied an "
+            "update (first not finite: the gradient of conv.weight), so its times are of steps "
+            "that train nothing; not recorded"
+        )
+    )

@@ -96,6 +96,7 @@ def summarise(measurement: dict[str, Any], *, batch: int, single: float | None) 
         thread_cpu_s=mean("thread_cpu_s"),
         load_average=tuple(load),  # rank 0's host, before and after: above the cores = contention
         ranks=tuple(_rank_steps(r) for r in ranks),
+        applied_steps=measurement.get("applied_steps"),
     )
 
 
@@ -115,6 +116,8 @@ DEFINITIONS = {
     "broadcast (forward_sync_s); AAVG: the averaging",
     "comm_in_flight_s": "time with a collective in flight, overlapped or not",
     "comm_bytes_per_step": "bytes this rank put into collectives per step",
+    "applied_steps": "measured steps that applied their update (finite on every rank); a "
+    "row with none is refused, not recorded",
     "thread_cpu_s": "CPU time of the training thread; cpu% in the table is it over "
     "compute_s: well below 100, the compute waited for a core or the slowest rank",
 }

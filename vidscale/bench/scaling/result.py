@@ -160,6 +160,9 @@ class ScalingRun:
     thread_cpu_s: float
     load_average: tuple[float | None, ...]
     ranks: tuple[RankSteps, ...]
+    # Measured steps that applied their update (`bench.applied`; None: measured before it was
+    # counted). A row with none is refused when measured, so it is between 1 and `steps`.
+    applied_steps: int | None = None
 
     @property
     def label(self) -> str:
@@ -181,6 +184,8 @@ class ScalingRun:
         values |= {k: f.number(k) for k in _MEANS}
         values["load_average"] = f.opt_numbers("load_average")
         values["ranks"] = tuple(RankSteps.from_fields(r) for r in f.objs("ranks"))
+        counted = "applied_steps" in f.data  # not in files measured before it was counted
+        values["applied_steps"] = f.opt_integer("applied_steps") if counted else None
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:
@@ -202,6 +207,7 @@ class ScalingRun:
         return out | {
             "params": self.params,
             "grad_bytes": self.grad_bytes,
+            "applied_steps": self.applied_steps,
             "load_average": list(self.load_average),
             "ranks": [r.to_dict() for r in self.ranks],
         }

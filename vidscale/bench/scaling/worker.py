@@ -61,6 +61,7 @@ from vidscale.fastpath.settings import Candidate, apply_to_model, resolve_fast_p
 from vidscale.models.registry import build_model
 from vidscale.optim.factory import OptimConfig, build_optimizer
 from vidscale.schedules.lr import scaled_lr
+from vidscale.step.applied import AppliedSteps, NothingTrained
 from vidscale.step.objective import objective_for
 from vidscale.step.run import StepContext, train_step
 
@@ -255,7 +256,8 @@ def measure(
     cfg: ScalingConfig, env: DistEnv, name: str, variant: Variant, setting: Candidate
 ) -> dict[str, Any]:
     """Train `warmup + steps` steps of model `name` under `variant` on this rank; return its
-    measured steps (`StepSamples` as a dict) with the model's size."""
+    measured steps (`StepSamples` as a dict), how many applied their update, and the model's
+    size. Raises `NothingTrained` (on every rank) when none of the measured steps applied."""
     run = _build(cfg, env, name, variant, setting)
     lr = scaled_lr(OptimConfig().lr_per_8_clips, cfg.batch * env.world_size)
     samples = StepSamples.empty(env.rank)
@@ -270,6 +272,7 @@ def measure(
         world_size=env.world_size,
     )
     run.strategy.take_traffic()
+    applied = AppliedSteps()
     for step in range(cfg.warmup + cfg.steps):
         synchronize(env.device)
         start, start_cpu = time.perf_counter(), time.thread_time()
@@ -283,6 +286,7 @@ def measure(
         synchronize(env.device)
         if step < cfg.warmup:
             continue
+        applied.add(result)
         samples.step_s.append(time.perf_counter() - start)
         samples.thread_cpu_s.append(time.thread_time() - start_cpu)
         samples.data_wait_s.append(result.wait_s)
@@ -292,7 +296,10 @@ def measure(
         samples.comm_bytes.append(traffic.bytes_sent)
         samples.comm_rounds.append(traffic.rounds)
     run.forward_sync.remove()
+    # The same on every rank (the step's agreement): every rank refuses the row together.
+    applied.check(f"{name} {variant.label} at {setting.label}, {env.world_size} process(es)")
     return {
+        "applied_steps": applied.applied,
         "samples": asdict(samples),
         "grad_bytes": run.grad_bytes,
         "params": run.params,
@@ -310,7 +317,7 @@ def measure_world(cfg: ScalingConfig) -> list[dict[str, Any]] | None:
     if env.device.type == "cpu" and cfg.fast_path:
         retain_freed_host_memory()  # as the trainer's CPU fast path (`fastpath/host_memory.py`)
     measurements: list[dict[str, Any]] = []
-    with fail_together(env):
+    with fail_together(env, expected=(NothingTrained,)):
         for name in cfg.models:
             setting = fast_setting(cfg, env, name)
             for variant in variants(cfg, procs=env.world_size):
@@ -330,6 +337,7 @@ def measure_world(cfg: ScalingConfig) -> list[dict[str, Any]] | None:
                         "fast_path": result["fast_path"],
                         "params": result["params"],
                         "grad_bytes": result["grad_bytes"],
+                        "applied_steps": result["applied_steps"],
                         "load_average": [load_before, load_average()],
                         "ranks": ranks,
                     }
