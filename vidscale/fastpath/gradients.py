@@ -11,12 +11,14 @@ gradients are not fp32's is left out, with the first wrong parameter named.
 The metric has to tell a kernel bug from bf16's ordinary rounding. At random initialisation a
 healthy bf16 step is far from fp32's in direction (the global cosine of TSM-R50's gradients is
 about 0.5, I3D-R50's under 0.1: BatchNorm over a few clips amplifies rounding), but every
-tensor's gradient norm stays within a small factor of fp32's (0.3-2.1x over TSM, TSN, I3D,
-SlowFast and ResNet-50), while the broken kernels give 1e17-1e38 or NaN where fp32's norm is
-around 100. So a gradient is wrong when it is not finite where fp32's is, or when its L2
-norm is more than `NORM_FACTOR` times fp32's (above a floor for tensors whose fp32 gradient
-is next to zero), or less than 1/`NORM_FACTOR` of it: a direction test would reject healthy
-bf16, a norm test of this width does not, and no bug seen comes near it.
+tensor's gradient norm stays within a small factor of fp32's: 0.3-2.1x over TSM, TSN, I3D,
+SlowFast and ResNet-50 at ordinary shapes, up to 16x where BatchNorm normalises over two values
+(TSM-R18, one clip of 2 frames at 32²: its last stage sees 1x1 pixels). The broken kernels give
+1e17-1e38 or NaN where fp32's norm is around 100. So a gradient is wrong when it is not finite
+where fp32's is, or when its L2 norm is more than `NORM_FACTOR` (1000) times fp32's (above a
+floor for tensors whose fp32 gradient is next to zero), or less than 1/`NORM_FACTOR` of it: a
+direction test would reject healthy bf16; this width passes rounding, however amplified by a
+degenerate batch, with 60x to spare, and is 1e12 short of any broken kernel seen.
 """
 
 from __future__ import annotations
@@ -33,11 +35,11 @@ from torch import nn
 from vidscale.step.fixed_batch import CLIPS, already_prepared
 from vidscale.step.run import StepContext, forward_backward
 
-NORM_FACTOR = 16.0  # a gradient norm this many times fp32's (or 1/this) is wrong
+NORM_FACTOR = 1000.0  # a gradient norm this many times fp32's (or 1/this) is wrong
 # Tensors whose fp32 gradient norm is below this share of the median tensor's are compared
 # against the floor instead: their own norm is rounding noise, and a ratio of noise means nothing.
 FLOOR_SHARE = 1e-3
-CHECK_VERSION = "grad16"  # names the check in the probe's cache key: a new check measures again
+CHECK_VERSION = "grad1000"  # names the check in the probe's cache key: a new check measures again
 # The check steps nothing: its context's optimizer is one over no parameters, never called.
 _NO_UPDATE = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.0)
 

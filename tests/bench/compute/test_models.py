@@ -27,6 +27,7 @@ from vidscale.bench.compute.models_table import (
     format_stage_table,
 )
 from vidscale.fastpath.settings import Candidate, candidates
+from vidscale.step.applied import NothingTrained
 
 TINY = BenchConfig(
     size=32, frames=2, num_classes=5, warmup=0, repeats=1, peak_size=64, threads=1, probe_repeats=2
@@ -53,6 +54,7 @@ def test_bench_models_measures_every_model_in_both_modes(tmp_path: Path) -> None
             assert r[f"{kind}_page_faults"] >= 0  # counted on Linux (NaN would fail here)
         assert r["input"] == "2x3x32x32" and r["flops"] == 2 * r["macs"]
         assert r["accuracy"] is None  # left to the user's runs
+        assert r["train_steps_applied"] == r["train_steps_run"] > 0  # every step trained
     tsm_fp32, tsm_fast = rows[1], rows[3]
     assert (
         tsm_fp32["train_s_vs_baseline"] == 1.0 and tsm_fast["infer_clips_per_s_vs_baseline"] == 1.0
@@ -277,3 +279,14 @@ def test_table2_matches_the_tsm_paper() -> None:
     assert table["tsm_resnet50"] == [8, 8, 8, 8, None, 8, 8, 8, 1]
     lines = format_stage_table(table).splitlines()
     assert lines[3].split() == ["tsm_resnet50", "8", "8", "8", "8", "-", "8", "8", "8", "1"]
+
+
+def test_a_training_row_none_of_whose_steps_applied_is_refused() -> None:
+    """A subject whose every step is skipped (its loss NaN): its row is not written."""
+    subject = models._subject("tsn_resnet18", mode="fp32", cfg=TINY, device=torch.device("cpu"))
+    subject.step.clips.fill_(float("nan"))
+    for _ in range(2):
+        subject.train_step()
+    samples = time_round_robin({"train:tsn_resnet18:fp32": lambda: None}, warmup=0, repeats=1)
+    with pytest.raises(NothingTrained, match=r"^tsn_resnet18 fp32 \(fp32\): none of its 2 meas"):
+        models._rows([subject], samples, {"float32": 1.0}, cfg=TINY)

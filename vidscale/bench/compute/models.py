@@ -78,6 +78,7 @@ from vidscale.models.registry import (
     list_models,
     stage_temporal_resolutions,
 )
+from vidscale.step.applied import AppliedSteps
 from vidscale.step.fixed_batch import FixedBatchStep
 
 Mode = Literal["fp32", "fast"]
@@ -203,6 +204,8 @@ class _Subject:
     step: FixedBatchStep  # the trainer's step on the fixed random batch
     retain_host_memory: bool  # CPU fast path: glibc keeps freed memory (see `host_memory`)
     auto: FastPathDecision | None = None  # "fast" rows: the probe's decision they run
+    # Its training steps (warm-up, settling and timed alike) that applied their update.
+    applied: AppliedSteps = field(default_factory=AppliedSteps)
 
     @property
     def compute(self) -> str:
@@ -217,7 +220,7 @@ class _Subject:
     def train_step(self) -> None:
         self._settings()
         self.model.train()
-        self.step()
+        self.applied.add(self.step())
 
     def infer(self) -> None:
         self._settings()
@@ -475,6 +478,9 @@ def _row(
         row[f"{kind}_clips_per_s"] = cfg.batch / seconds
         row[f"{kind}_flops_per_s"] = flops_per_clip * cfg.batch / seconds
         row[f"{kind}_utilization"] = row[f"{kind}_flops_per_s"] / peaks[s.compute]
+    if s.applied.measured:  # a training row: its steps trained, or it is refused
+        s.applied.check(f"{s.name} {s.mode} ({s.fast.candidate.label})")
+        row["train_steps_run"], row["train_steps_applied"] = s.applied.measured, s.applied.applied
     return row
 
 
