@@ -3,6 +3,14 @@
 Bad input of any command (a flag, a config field, an annotation line, a missing or unreadable
 file or video) ends it with one line `vidscale: error: ...` on stderr and exit status 2;
 `vidscale --debug COMMAND ...` shows the traceback instead.
+
+One module per command group, each with its parsers and commands: `train_cmds`, `study_cmds`,
+`data_cmds` (`synth`, `prepare`), `eval_cmds` (`eval`, `predict`, `export`; `eval_format` writes
+`eval`'s lines, `timeline_cmd` `predict --window`), `feature_cmds`, `import_cmds`, `info_cmds`,
+`plan_cmd`, `bench_cmds` (with `bench_gpu_cmds` and `bench_network_cmd`). Shared: `args` (the
+config flags, `resolve_config`, the checks commands run first), `output` (lines for a person,
+`--json` for machines). `reference` generates docs/cli.md and docs/config.md from the parsers and
+the config dataclasses.
 """
 
 from __future__ import annotations

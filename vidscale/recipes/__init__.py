@@ -1,6 +1,10 @@
 """Named recipes: functions returning a complete `RunConfig`.
 
 Names state model, frames, global batch and epochs (e.g. `tsm_r50_k400_8f_b96_e100`).
+`registry` holds one function per name; one module per source of recipes: `demo` (the built-in
+demo data), `kinetics` (Training Kinetics in 15 Minutes), `ssv2`, `flow` (TSM's flow stream),
+`aavg` (the AAVG paper on UCF101 / HMDB51), `multigrid`, `non_local` (I3D-NL), `charades`
+(multi-label), `imagenet` (large-batch ImageNet and the image demos).
 """
 
 # Importing the modules fills the registry.

@@ -7,6 +7,7 @@
 - Survival: `resilience` (signals, the divergence guard), `watchdog` (hangs).
 - Sizes and phases: `timeline`, `adaptive_batch`, `phase_switch`, `precise_bn`.
 - Records: `run_log`, `metrics`, `summary`, `loggers` (+ `wandb_logger`), `expected_time`.
-- Evaluation: `evaluate`, `average_precision`, `eval_run` (`vidscale eval`), `two_stream_eval`;
+- Evaluation: `evaluate`, `average_precision`, `eval_run` (`vidscale eval`), `two_stream_eval`,
+  `precision` (the arithmetic of every score);
   `run_ref` (a run on disk), `init_from` (`model.init_from`), `schedule_report`.
 """

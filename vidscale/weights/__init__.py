@@ -1,9 +1,11 @@
 """Published weights of other frameworks as vidscale runs (`vidscale import-weights`).
 
 One module per source format holds its key tables and what each model's configs say about its
-clips (`mmaction2`), with the members `source.CheckpointFormat` lists; `FORMATS` registers
-them. `pth` reads a checkpoint's tensors without running its code; `run_dir` writes the run
-directory. `import_weights` is the one entry point.
+clips (`mmaction2`, `tsm`, `pyslowfast`, `pytorchvideo`), with the members
+`source.CheckpointFormat` lists; `FORMATS` registers them. `pth` reads a checkpoint's tensors
+and `c2_pickle` a Caffe2 pickle's arrays without running their code; `rename` maps the `.pyth`
+formats' names onto a model; `run_dir` writes the run directory. `import_weights` is the one
+entry point; `to_mmaction2` goes the other way (a run as an MMAction2 checkpoint).
 """
 
 from __future__ import annotations

@@ -10,9 +10,9 @@ in `missing` as `(expected path, "file:line: reason")`): the one missing-file po
 `prepare`). The generic layout's file names can be given (`GenericFiles`: the run config's
 `data.classes`, `data.train_list`, `data.val_list`).
 
-One module per family registers its readers (`registry.register_layout`): generic, kinetics,
-ucf_hmdb (ucf101, hmdb51), ssv2, images (imagenet, imagefolder), and the multi-label ones,
-charades and multilabel, whose records carry label sets (`VideoRecord.label_set`, label -1;
+One module per family registers its readers (`registry.register_layout`): `generic`,
+`kinetics`, `ucf_hmdb` (ucf101, hmdb51), `ssv2`, `images` (imagenet, imagefolder), and the
+multi-label ones, `charades` and `multilabel`, whose records carry label sets (`VideoRecord.label_set`, label -1;
 docs/design.md, "Multi-label data"). Importing this package
 imports them all, so `layout_names()` is complete: the CLI's `--layout` choices, the run
 config's validation and `prepare` read it.
