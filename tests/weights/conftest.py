@@ -6,8 +6,10 @@ a `.pth` file naming this environment's site-packages, so both sides run the sam
 adds only the peer's packages and their small pure-Python dependencies (`--no-deps`: declared
 dependencies would pull a second torch, OpenCV or decord, which building models does not need).
 Where pip cannot install them (no index, no network), the tests that need the peer skip, saying
-why. A ready environment has a `.ready` file naming the site-packages it shares; another one
-is rebuilt.
+why, unless `VIDSCALE_REQUIRE_PEERS=1` (set by `.ci/run`): then they fail, so CI cannot pass
+with the proofs unrun. A ready environment has a `.ready` file naming the site-packages it
+shares and the pins it installed (`Peer.packages`); one whose `.ready` says otherwise (a pin
+changed, or another environment shared) is rebuilt.
 
 - `mmaction2_python`: MMAction2 1.2, MMEngine, mmcv-lite. The `mmaction2==1.2.0` wheel on PyPI
   lacks `mmaction/models/localizers/drn`, which `mmaction/models/localizers/__init__.py`
@@ -51,7 +53,13 @@ class Peer:
     probe: str
 
     def skip(self, why: str) -> NoReturn:
+        """Skip the calling test, or fail it where CI requires the peers (see the docstring)."""
+        if os.environ.get(REQUIRE_PEERS) == "1":
+            pytest.fail(f"{REQUIRE_PEERS}=1 but the {self.title} peer: {why}", pytrace=False)
         pytest.skip(f"{self.title} peer: {why}")
+
+
+REQUIRE_PEERS = "VIDSCALE_REQUIRE_PEERS"
 
 
 def _stub_drn(site: Path, peer: Peer) -> None:
@@ -175,17 +183,29 @@ def build_peer(root: Path, shared: str, peer: Peer = MMACTION2) -> Path:
     )
     peer.fix(site, peer)
     _run([str(python), "-c", peer.probe], peer.probe, peer)
-    (root / ".ready").write_text(shared + "\n")
+    (root / ".ready").write_text(ready_stamp(peer, shared))
     return python
+
+
+def ready_stamp(peer: Peer, shared: str) -> str:
+    """What a ready environment's `.ready` holds: the site-packages it shares and the pins it
+    installed, so that changing either rebuilds it rather than reusing the old packages."""
+    return json.dumps({"shared": shared.splitlines(), "packages": list(peer.packages)}) + "\n"
+
+
+def is_ready(root: Path, peer: Peer, shared: str) -> bool:
+    """Whether `root` holds `peer`'s environment built with its current pins, sharing `shared`."""
+    ready = root / ".ready"
+    if not (ready.is_file() and (root / "bin" / "python").exists()):
+        return False
+    return ready.read_text() == ready_stamp(peer, shared)
 
 
 def peer_python(peer: Peer) -> Path:
     """`peer`'s Python, its environment built on first use (see the module docstring)."""
     root, shared = peer_root(peer), shared_site_dirs()
-    ready = root / ".ready"
-    python = root / "bin" / "python"
-    if ready.is_file() and ready.read_text().strip() == shared and python.exists():
-        return python
+    if is_ready(root, peer, shared):
+        return root / "bin" / "python"
     return build_peer(root, shared, peer)
 
 
