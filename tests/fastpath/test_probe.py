@@ -227,6 +227,61 @@ def test_a_resumed_run_takes_its_recorded_decision(
     assert not path.exists()
 
 
+@pytest.mark.parametrize("has_units", [True, False], ids=["bf16-units", "avx2-only"])
+@pytest.mark.parametrize("resumed", [False, True], ids=["fresh", "resumed"])
+def test_explicit_bf16_says_it_is_emulated_where_the_device_has_no_bf16_units(
+    tmp_path: Path, bf16_units: Callable[[bool], None], has_units: bool, resumed: bool
+) -> None:
+    """Both axes explicit, fresh or resumed: bf16 without bf16 units says so, as every other way
+    of starting in bf16 does; fp32 never does."""
+    bf16_units(has_units)
+    path = tmp_path / "fast_path.json"
+    state = {RECORD_KEY: FastPathDecision(False, False, "probe").record()} if resumed else None
+    for amp, cl in (("bf16", "on"), ("bf16", "off"), ("off", "on"), ("off", "off")):
+        decision = decide_tiny(path, amp=amp, channels_last=cl, checkpoint=state, build=never_built)
+        assert decision.source == "explicit"
+        emulated = amp == "bf16" and not has_units
+        assert ("bf16 autocast is emulated" in decision.describe()) is emulated, (amp, cl)
+        assert ("train.amp=off switches" in decision.describe()) is emulated, (amp, cl)
+    assert not path.exists()
+
+
+def test_the_emulation_note_is_this_devices_not_the_records(
+    tmp_path: Path, bf16_units: Callable[[bool], None]
+) -> None:
+    """A run started in bf16 on a device without bf16 units, resumed on one with them (and back):
+    the note follows the device the run resumes on, and is never said twice."""
+    path = tmp_path / "fast_path.json"
+    bf16_units(False)
+    first = decide_tiny(path, amp="bf16", channels_last="on", build=never_built)
+    assert first.reason.count("bf16 autocast is emulated") == 1
+    bf16_units(True)
+    state = {RECORD_KEY: first.record()}
+    moved = decide_tiny(path, checkpoint=state, build=never_built)
+    assert moved.candidate == Candidate(True, True) and "emulated" not in moved.reason
+    bf16_units(False)
+    back = decide_tiny(path, checkpoint={RECORD_KEY: moved.record()}, build=never_built)
+    assert back.reason.count("bf16 autocast is emulated") == 1, back.reason
+    again = decide_tiny(path, checkpoint={RECORD_KEY: first.record()}, build=never_built)
+    assert again.reason.count("bf16 autocast is emulated") == 1, again.reason
+
+
+@pytest.mark.slow
+def test_a_probed_bf16_says_it_is_emulated_where_the_device_has_no_bf16_units(
+    tmp_path: Path, bf16_units: Callable[[bool], None]
+) -> None:
+    """train.amp=bf16 with the layout at "auto": the probe times the two layouts in bf16, and
+    the decision, measured or read back from the cache, says bf16 is emulated here."""
+    bf16_units(False)
+    path = tmp_path / "fast_path.json"
+    probed = decide_tiny(path, amp="bf16")
+    cached = decide_tiny(path, amp="bf16", build=never_built)
+    assert (probed.source, cached.source) == ("probe", "cache")
+    for decision in (probed, cached):
+        assert decision.bf16 and decision.reason.count("bf16 autocast is emulated") == 1
+        assert "bf16 autocast is emulated" in decision.describe()
+
+
 def test_a_fresh_run_with_one_candidate_is_not_probed(
     tmp_path: Path, bf16_units: Callable[[bool], None]
 ) -> None:

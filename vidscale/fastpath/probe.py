@@ -41,7 +41,8 @@ per device and per shape:
   record, whichever other axis is explicit and whatever this device can do. A recorded bf16 on
   a device without bf16 units (a run moved from an AVX512-BF16 or AMX machine to an AVX2 one)
   stays bf16, emulated by autocast: the same arithmetic, slower, and the start says so in one
-  line (`EMULATED_BF16`); `train.amp=off` switches such a run to fp32. A checkpoint from before
+  line (`EMULATED_BF16`), as every start that trains in bf16 there does (explicit, probed,
+  cached or resumed); `train.amp=off` switches such a run to fp32. A checkpoint from before
   decisions were recorded continues under the old hardware rule (`settings.hardware_rule`).
 - **Shapes**: one decision per run, at the recipe's base shape: multigrid phases and the adaptive
   batch keep it (the parameters' layout is fixed when the model is built).
@@ -70,14 +71,7 @@ from vidscale.fastpath.isolation import (
     ProbeFailed,
     probe_isolated,
 )
-from vidscale.fastpath.rule import (
-    MIN_GAIN,
-    RULE,
-    SIGN_TEST_ALPHA,
-    Choice,
-    choose,
-    reference_of,
-)
+from vidscale.fastpath.rule import MIN_GAIN, RULE, SIGN_TEST_ALPHA, Choice, choose, reference_of
 from vidscale.fastpath.settings import (
     Candidate,
     candidates,
@@ -103,8 +97,8 @@ __all__ = [
 
 RECORD_KEY = "fast_path"  # the decision's record in a checkpoint
 EMULATED_BF16 = (
-    "this device has no bf16 units, so bf16 autocast is emulated here: the same arithmetic as "
-    "recorded, slower than fp32 (--set train.amp=off switches this run to fp32)"
+    "this device has no bf16 units, so bf16 autocast is emulated here: the same arithmetic, "
+    "slower than fp32 (--set train.amp=off switches this run to fp32)"
 )
 
 Source = Literal["off", "explicit", "probe", "cache", "checkpoint", "hardware"]
@@ -277,9 +271,17 @@ def _recorded(
         bf16=found.bf16 if bf16 is None else bf16,
         channels_last=found.channels_last if cl is None else cl,
     )
-    if resumed.bf16 and not device_has_bf16(device):
-        resumed = dataclasses.replace(resumed, reason=f"{resumed.reason}; {EMULATED_BF16}")
     return resumed
+
+
+def _saying_emulation(decision: FastPathDecision, device: torch.device) -> FastPathDecision:
+    """`decision` whose reason ends with `EMULATED_BF16` when it trains in bf16 on a `device`
+    without bf16 units, and never otherwise: a note a record carries from another device
+    (a resumed run's reason quotes its record's) goes first."""
+    reason = decision.reason.replace(f"; {EMULATED_BF16}", "")
+    if decision.bf16 and not device_has_bf16(device):
+        reason = f"{reason}; {EMULATED_BF16}"
+    return dataclasses.replace(decision, reason=reason)
 
 
 def _probe_all_ranks(
@@ -390,6 +392,7 @@ def decide(
             limits=limits,
             log=log,
         )
+    decision = _saying_emulation(decision, device)
     return FastPathDecision.from_record(broadcast_object(decision.record()))
 
 
@@ -409,9 +412,10 @@ def settled(
         return FastPathDecision(False, False, "off", reason="train.fast_path=false")
     bf16, cl = fixed
     if bf16 is not None and cl is not None:
-        return _explicit(bf16, cl, amp=amp, channels_last=channels_last)
+        explicit = _explicit(bf16, cl, amp=amp, channels_last=channels_last)
+        return _saying_emulation(explicit, device)
     if checkpoint is not None:
-        return _recorded(checkpoint, fixed, device)
+        return _saying_emulation(_recorded(checkpoint, fixed, device), device)
     to_time = candidates(device, bf16=bf16, channels_last=cl)
     if len(to_time) == 1:  # an axis at "auto" that this device leaves one value of
         only = to_time[0]
