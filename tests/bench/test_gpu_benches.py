@@ -74,6 +74,7 @@ def test_throughput_eager_and_compiled_rows(tmp_path: Path) -> None:
         assert math.isclose(row.clips_per_s, row.batch / row.step_s)
         assert math.isclose(row.mfu, row.train_flops_per_s / result.peak_flops_per_s)
         assert row.warmup_s > 0 and row.peak_memory_bytes is None  # no CUDA memory on CPU
+        assert row.steps_applied == cfg.warmup + cfg.steps  # every step trained
 
 
 @pytest.mark.slow

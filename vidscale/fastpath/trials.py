@@ -9,7 +9,6 @@ then gives per-round seconds per candidate (interleaved, `fastpath.timing.time_r
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -20,9 +19,9 @@ from vidscale.errors import InputError
 from vidscale.fastpath import hardware
 from vidscale.fastpath.gradients import gradients, wrong_gradient
 from vidscale.fastpath.rule import hopeless
-from vidscale.fastpath.settings import FP32, Candidate, FastPath, apply_to_model
+from vidscale.fastpath.settings import FP32, Candidate
+from vidscale.fastpath.subject import ProbeShape, Subject
 from vidscale.fastpath.timing import time_round_robin
-from vidscale.step.fixed_batch import FixedBatchStep
 
 
 @dataclass(frozen=True)
@@ -38,24 +37,6 @@ class ProbeSettings:
 
 
 PROBE = ProbeSettings()
-
-
-@dataclass(frozen=True)
-class ProbeShape:
-    """What one process trains on: `batch` clips of `channels` x `frames` x `crop`²."""
-
-    batch: int
-    channels: int
-    frames: int
-    crop: int
-    num_classes: int
-
-    @property
-    def clips(self) -> tuple[int, int, int, int, int]:
-        return (self.batch, self.channels, self.frames, self.crop, self.crop)
-
-    def text(self) -> str:
-        return "x".join(str(n) for n in self.clips)
 
 
 @dataclass(frozen=True)
@@ -75,54 +56,38 @@ class WrongGradients(InputError):
 
 
 def wrong_candidates(
-    base: nn.Module,
-    models: Mapping[bool, nn.Module],
-    settings_to_time: Sequence[Candidate],
-    clips: torch.Tensor,
-    labels: torch.Tensor,
+    reference: Subject,
+    subjects: Mapping[str, Subject],
     *,
     on_turn: Callable[[str], None] | None = None,
 ) -> dict[str, str]:
-    """label -> why its gradients are not fp32's, for each candidate whose are not: one
-    forward and backward each, from the weights of `base` (fp32, default layout, the
-    reference), `models` holding its copy in each layout; raises `WrongGradients` when the
-    first candidate's are not fp32's. `on_turn(label)` is told before each
-    candidate's pass (the reference's own is the first candidate's), so that a setting that
-    hangs or crashes here is named as in its timed turns (`isolation`)."""
+    """label -> why its gradients are not fp32's, for each candidate subject whose are not:
+    one forward and backward each, from the same weights on the same batch as `reference`
+    (fp32, default layout); raises `WrongGradients` when the first candidate's are not fp32's.
+    `on_turn(label)` is told before each candidate's pass (the reference's own is the first
+    candidate's), so that a setting that hangs or crashes here is named as in its timed turns
+    (`isolation`)."""
     tell = on_turn or (lambda _: None)
-    tell(settings_to_time[0].label)
-    fp32 = FastPath(clips.device, False, False, compile=False)
-    reference = gradients(base, clips, labels, autocast=fp32.autocast())
+    order = list(subjects)
+    tell(order[0])
+    expected = _gradients(reference)
     wrong = {}
-    for i, c in enumerate(settings_to_time):
-        if c == FP32:
+    for i, (label, subject) in enumerate(subjects.items()):
+        if subject is reference:
             continue
         if i:
-            tell(c.label)
-        fast = FastPath(clips.device, c.bf16, c.channels_last, compile=False)
-        got = gradients(models[c.channels_last], clips, labels, autocast=fast.autocast())
-        problem = wrong_gradient(reference, got)
+            tell(label)
+        problem = wrong_gradient(expected, _gradients(subject))
         if problem is not None:
-            wrong[c.label] = f"its gradients are not fp32's: {problem}"
+            wrong[label] = f"its gradients are not fp32's: {problem}"
             if i == 0:
-                raise WrongGradients(f"{c.label} would not train here: {wrong[c.label]}")
+                raise WrongGradients(f"{label} would not train here: {wrong[label]}")
     return wrong
 
 
-def _step(
-    candidate: Candidate, model: nn.Module, clips: torch.Tensor, labels: torch.Tensor
-) -> FixedBatchStep:
-    fast = FastPath(clips.device, candidate.bf16, candidate.channels_last, compile=False)
-    return FixedBatchStep(model, clips, labels, autocast=fast.autocast())
-
-
-def _in_each_layout(base: nn.Module, settings: Sequence[Candidate]) -> dict[bool, nn.Module]:
-    """A copy of `base` in each layout (channels-last or not) of `settings`."""
-    device = next(base.parameters()).device
-    return {
-        cl: apply_to_model(copy.deepcopy(base), FastPath(device, False, cl, False))
-        for cl in {c.channels_last for c in settings}
-    }
+def _gradients(subject: Subject) -> dict[str, torch.Tensor]:
+    autocast = subject.fast.autocast()
+    return gradients(subject.forward, subject.clips, subject.labels, autocast=autocast)
 
 
 def probe(
@@ -135,8 +100,8 @@ def probe(
     ranks: int = 1,
     on_turn: Callable[[str], None] | None = None,
 ) -> Timed:
-    """Seconds per training step (`step.fixed_batch.FixedBatchStep`, the trainer's step on one
-    process) of each candidate whose gradients are fp32's (`wrong_candidates`; the others are
+    """Seconds per training step (`subject.Subject`: the trainer's step on one process, a
+    subject per candidate, the same weights and batch) of each candidate whose gradients are fp32's (`wrong_candidates`; the others are
     left out, `Timed.wrong`), per timed round. Raises `WrongGradients` when the first
     candidate's are not: the setting asked for, or the reference, would not train.
 
@@ -144,7 +109,7 @@ def probe(
     out of `choose` over the `settings.repeats` x `ranks` rounds its samples will be pooled
     into (every rank probes, `fastpath.probe`); the probe ends when only one is left.
 
-    `build()` gives a fresh model on the CPU; it is built, fed random clips and stepped under a
+    `build()` gives a fresh model on the CPU; the subjects are built and stepped under a
     forked RNG (CPU and `device`), so the caller's random streams are left exactly as they were.
     Process-wide settings (threads, host-memory retention, TF32) are the caller's: set them as
     training will run before probing. `on_turn(label)` is told before each candidate's turn
@@ -153,18 +118,16 @@ def probe(
     """
     cuda = [device.index or 0] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=cuda):
-        torch.manual_seed(0)
-        base = build().to(device).train()
-        models = _in_each_layout(base, settings_to_time)
-        clips = torch.randn(shape.clips, device=device)
-        labels = torch.randint(shape.num_classes, (shape.batch,), device=device)
-        wrong = wrong_candidates(base, models, settings_to_time, clips, labels, on_turn=on_turn)
-        del base
-        calls = {
-            c.label: _step(c, models[c.channels_last], clips, labels)
+        subjects = {
+            c.label: Subject.build(build, setting=c, shape=shape, device=device)
             for c in settings_to_time
-            if c.label not in wrong
         }
+        reference = subjects.get(FP32.label) or Subject.build(
+            build, setting=FP32, shape=shape, device=device
+        )
+        wrong = wrong_candidates(reference, subjects, on_turn=on_turn)
+        del reference
+        calls = {label: s for label, s in subjects.items() if label not in wrong}
         dropped: dict[str, str] = {}
 
         def drop(so_far: Mapping[str, Sequence[float]]) -> list[str]:
@@ -180,7 +143,7 @@ def probe(
             on_turn=on_turn,
             drop=drop if settings.drop_hopeless and len(calls) > 1 else None,
         ).seconds
-    del models, calls, clips, labels
+    del subjects, calls
     if device.type == "cuda":
         torch.cuda.empty_cache()  # the probe's copies are not the run's: hand the memory back
     kept = {label: seconds for label, seconds in samples.items() if label not in dropped}

@@ -284,7 +284,7 @@ def test_table2_matches_the_tsm_paper() -> None:
 def test_a_training_row_none_of_whose_steps_applied_is_refused() -> None:
     """A subject whose every step is skipped (its loss NaN): its row is not written."""
     subject = models._subject("tsn_resnet18", mode="fp32", cfg=TINY, device=torch.device("cpu"))
-    subject.step.clips.fill_(float("nan"))
+    subject.subject.clips.fill_(float("nan"))
     for _ in range(2):
         subject.train_step()
     samples = time_round_robin({"train:tsn_resnet18:fp32": lambda: None}, warmup=0, repeats=1)

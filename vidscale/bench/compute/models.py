@@ -48,7 +48,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
-from torch import nn
 
 from vidscale.bench.compute.flops import ModelInfo, model_info
 from vidscale.bench.compute.model_ratios import PASSES, Pass, add_ratios, comparisons
@@ -64,12 +63,13 @@ from vidscale.fastpath.probe import (
     ProbeShape,
 )
 from vidscale.fastpath.settings import (
+    FP32,
     FastPath,
-    apply_to_model,
     candidates,
-    resolve_fast_path,
+    hardware_rule,
     set_tf32,
 )
+from vidscale.fastpath.subject import Subject
 from vidscale.fastpath.timing import RoundRobinSamples, spread, time_round_robin
 from vidscale.models.registry import (
     ModelConfig,
@@ -79,7 +79,6 @@ from vidscale.models.registry import (
     stage_temporal_resolutions,
 )
 from vidscale.step.applied import AppliedSteps
-from vidscale.step.fixed_batch import FixedBatchStep
 
 Mode = Literal["fp32", "fast"]
 Clock = Literal["wall", "process"]
@@ -194,18 +193,24 @@ class ModelsResult:
 
 @dataclass
 class _Subject:
-    """One model in one mode, with its optimizer and a fixed random batch, ready to time."""
+    """One model in one mode: the benchmark subject (`fastpath.subject.Subject`: its optimizer,
+    fixed random batch and step, every step's update counted) with the mode's process-wide
+    settings, ready to time."""
 
     name: str
     mode: Mode
-    fast: FastPath
     tf32: bool
-    model: nn.Module
-    step: FixedBatchStep  # the trainer's step on the fixed random batch
+    subject: Subject
     retain_host_memory: bool  # CPU fast path: glibc keeps freed memory (see `host_memory`)
     auto: FastPathDecision | None = None  # "fast" rows: the probe's decision they run
-    # Its training steps (warm-up, settling and timed alike) that applied their update.
-    applied: AppliedSteps = field(default_factory=AppliedSteps)
+
+    @property
+    def fast(self) -> FastPath:
+        return self.subject.fast
+
+    @property
+    def applied(self) -> AppliedSteps:
+        return self.subject.applied
 
     @property
     def compute(self) -> str:
@@ -219,14 +224,11 @@ class _Subject:
 
     def train_step(self) -> None:
         self._settings()
-        self.model.train()
-        self.applied.add(self.step())
+        self.subject()
 
     def infer(self) -> None:
         self._settings()
-        self.model.eval()
-        with torch.inference_mode(), self.fast.autocast()():
-            self.model(self.step.clips)
+        self.subject.infer()
 
 
 def auto_choice(name: str, *, cfg: BenchConfig, device: torch.device) -> FastPathDecision:
@@ -255,24 +257,16 @@ def _subject(
     device: torch.device,
     auto: FastPathDecision | None = None,
 ) -> _Subject:
-    fast = resolve_fast_path(
-        device,
-        enabled=mode == "fast",
-        amp="auto",
-        channels_last="auto",
-        compile=False,
-        auto=None if auto is None else auto.candidate,
+    setting = FP32 if mode == "fp32" else auto.candidate if auto else hardware_rule(device)
+    subject = Subject.build(
+        functools.partial(build_model, _model_cfg(name, cfg)),
+        setting=setting,
+        shape=ProbeShape(cfg.batch, 3, cfg.clip_frames(name), cfg.size, cfg.num_classes),
+        device=device,
     )
-    torch.manual_seed(0)
-    model = build_model(ModelConfig(name=name, num_classes=cfg.num_classes)).to(device)
-    model = apply_to_model(model, fast)
-    shape = (cfg.batch, 3, cfg.clip_frames(name), cfg.size, cfg.size)
-    clips = torch.randn(shape, device=device)
-    labels = torch.randint(cfg.num_classes, (cfg.batch,), device=device)
-    step = FixedBatchStep(model, clips, labels, autocast=fast.autocast())
     tf32 = mode == "fast" and device.type == "cuda"  # what the trainer's fast path turns on
     retain = mode == "fast" and device.type == "cpu"  # as the trainer's CPU fast path
-    return _Subject(name, mode, fast, tf32, model, step, retain, auto)
+    return _Subject(name, mode, tf32, subject, retain, auto)
 
 
 def check_request(config: ModelsConfig) -> str:

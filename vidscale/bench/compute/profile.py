@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from vidscale.bench.compute.train_step import StepShape, TrainStep, release
+from vidscale.bench.compute.train_step import StepShape, release, train_subject
 from vidscale.bench.results import (
     DEFAULT_SOURCE,
     Fields,
@@ -62,7 +62,7 @@ def profile_step(
     top: int = 15,
 ) -> dict[str, Any]:
     """One profiled training step of `shape`'s model; its summary (see the module's doc)."""
-    step = TrainStep(shape, device=device, setting=setting)
+    step = train_subject(shape, device=device, setting=setting)
     for _ in range(warmup):
         step()
     hardware.synchronize(device)

@@ -30,10 +30,10 @@ import torch
 
 from vidscale.bench.compute.train_step import (
     StepShape,
-    TrainStep,
     check_trainable,
     is_out_of_memory,
     release,
+    train_subject,
 )
 from vidscale.bench.results import (
     DEFAULT_SOURCE,
@@ -147,6 +147,9 @@ class ThroughputRow:
     mfu: float
     peak_memory_bytes: int | None
     fill_trials: tuple[FillTrial, ...] = ()
+    # Of the warm-up and timed steps, those that applied their update (`Subject.applied`; a
+    # row with none is refused); None in files written before it was counted.
+    steps_applied: int | None = None
 
     @property
     def variant(self) -> str:
@@ -170,6 +173,7 @@ class ThroughputRow:
             fill_trials=tuple(
                 FillTrial(t.integer("batch"), t.flag("fits")) for t in f.objs("fill_trials")
             ),
+            steps_applied=f.opt_integer("steps_applied") if "steps_applied" in f.data else None,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -361,7 +365,7 @@ def measure(
     """`warmup` + `steps` training steps of `name` at `batch`; its row (no fill trials)."""
     shape = StepShape(name, batch, cfg.size, cfg.frames, cfg.num_classes)
     backend = cfg.compile_backend if compiled else None
-    step = TrainStep(shape, device=device, setting=setting, compile_backend=backend)
+    step = train_subject(shape, device=device, setting=setting, compile_backend=backend)
     start = time.perf_counter()
     for _ in range(cfg.warmup):
         step()
@@ -372,8 +376,10 @@ def measure(
     hardware.synchronize(device)
     end = time.perf_counter()
     memory = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+    applied = step.applied
     del step
     release(device)
+    applied.check(f"{name} {'compiled' if compiled else 'eager'} batch {batch} ({cfg.setting})")
     step_s = (end - timed) / cfg.steps
     flops_per_s = shape.train_flops_per_clip() * batch / step_s
     return ThroughputRow(
@@ -389,6 +395,7 @@ def measure(
         train_flops_per_s=flops_per_s,
         mfu=flops_per_s / peak,
         peak_memory_bytes=memory,
+        steps_applied=applied.applied,
     )
 
 
@@ -397,7 +404,7 @@ def _two_steps(
 ) -> None:
     shape = StepShape(name, batch, cfg.size, cfg.frames, cfg.num_classes)
     try:
-        step = TrainStep(shape, device=device, setting=setting)
+        step = train_subject(shape, device=device, setting=setting)
         step()
         step()
         hardware.synchronize(device)

@@ -1,28 +1,24 @@
 """One model's training step on random clips at a fixed fast-path setting, ready to time or
-profile: what `bench throughput` and `bench profile` run.
+profile: what `bench throughput`, `bench profile` and `bench shard-train` run.
 
-The step is the trainer's (`step.fixed_batch.FixedBatchStep`): forward and cross-entropy under
-the setting's autocast, backward, the gradient norm, SGD with momentum and weight decay. The setting is given (e.g. "bf16+cl"), never
-probed, so a run on a lent GPU spends no time deciding it.
+It is the one benchmark subject (`fastpath.subject.Subject`): the trainer's step (forward and
+cross-entropy under the setting's autocast, backward, the gradient norm, SGD with momentum and
+weight decay), each step's update counted. The setting is given (e.g. "bf16+cl"), never probed,
+so a run on a lent GPU spends no time deciding it.
 """
 
 from __future__ import annotations
 
+import functools
 import gc
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor, nn
 
 from vidscale.bench.compute.flops import model_info
-from vidscale.fastpath.settings import (
-    Candidate,
-    FastPath,
-    apply_to_model,
-    resolve_fast_path,
-)
+from vidscale.fastpath.settings import Candidate
+from vidscale.fastpath.subject import ProbeShape, Subject
 from vidscale.models.registry import ModelConfig, build_model, default_frames
-from vidscale.step.fixed_batch import FixedBatchStep
 
 
 @dataclass(frozen=True)
@@ -46,58 +42,33 @@ class StepShape:
     def model_config(self) -> ModelConfig:
         return ModelConfig(name=self.model, num_classes=self.num_classes, frames=self.clip_frames)
 
+    def probe_shape(self) -> ProbeShape:
+        return ProbeShape(self.batch, 3, self.clip_frames, self.size, self.num_classes)
+
     def train_flops_per_clip(self) -> int:
         """The paper's convention: backward ≈ 2x forward, so a step is 3x the forward FLOPs."""
         info = model_info(self.model_config(), frames=self.clip_frames, size=self.size)
         return 3 * info.flops
 
 
-class TrainStep:
-    """A model, its optimizer and one fixed random batch on `device`; calling it runs a step.
-
-    `compile_backend` compiles the model with `torch.compile` (None: eager); the first calls
-    then include compilation.
-    """
-
-    def __init__(
-        self,
-        shape: StepShape,
-        *,
-        device: torch.device,
-        setting: Candidate,
-        compile_backend: str | None = None,
-    ) -> None:
-        self.shape = shape
-        self.device = device
-        self.fast: FastPath = resolve_fast_path(
-            device,
-            enabled=True,
-            amp="bf16" if setting.bf16 else "off",
-            channels_last="on" if setting.channels_last else "off",
-            compile=compile_backend is not None,
-        )
-        torch.manual_seed(0)
-        model = build_model(shape.model_config()).to(device)
-        self.model: nn.Module = apply_to_model(model, self.fast).train()
-        self.forward: nn.Module = self.model
-        if compile_backend is not None:
-            compiled = torch.compile(self.model, backend=compile_backend)
-            assert isinstance(compiled, nn.Module)
-            self.forward = compiled
-        clip = (shape.batch, 3, shape.clip_frames, shape.size, shape.size)
-        self.clips: Tensor = torch.randn(clip, device=device)
-        self.labels: Tensor = torch.randint(shape.num_classes, (shape.batch,), device=device)
-        self.step = FixedBatchStep(
-            self.forward, self.clips, self.labels, autocast=self.fast.autocast()
-        )
-        self.optimizer = self.step.optimizer
-
-    def __call__(self) -> None:
-        self.step()
-
-    def run(self, clips: Tensor, labels: Tensor) -> None:
-        """One step on `clips` (float, on the device) and their `labels`."""
-        self.step.on(clips, labels)
+def train_subject(
+    shape: StepShape,
+    *,
+    device: torch.device,
+    setting: Candidate,
+    compile_backend: str | None = None,
+) -> Subject:
+    """`shape`'s model at `setting` on `device` with its random batch, the one benchmark subject
+    (`fastpath.subject.Subject`: the trainer's step, every step's update counted);
+    `compile_backend` compiles it with `torch.compile` (None: eager), and the first steps then
+    include compilation."""
+    return Subject.build(
+        functools.partial(build_model, shape.model_config()),
+        setting=setting,
+        shape=shape.probe_shape(),
+        device=device,
+        compile_backend=compile_backend,
+    )
 
 
 def check_trainable(name: str, *, frames: int, size: int, batch: int) -> None:

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from vidscale.bench.compute.train_step import StepShape, TrainStep, check_trainable, release
+from vidscale.bench.compute.train_step import StepShape, check_trainable, release, train_subject
 from vidscale.bench.results import (
     DEFAULT_SOURCE,
     HostInfo,
@@ -202,7 +202,7 @@ def _timed_steps(
     wall seconds, the seconds blocked on the next batch, and the CPU-seconds of this process
     and of the loader workers."""
     shape = StepShape(cfg.model, cfg.batch, cfg.size, cfg.frames)
-    step = TrainStep(shape, device=dev, setting=Candidate.from_label(cfg.setting))
+    step = train_subject(shape, device=dev, setting=Candidate.from_label(cfg.setting))
     prepare = ModelInput.of(spec)
     batches = iter(loader)
     wait = started = cpu_main = cpu_workers = 0.0
@@ -214,12 +214,14 @@ def _timed_steps(
         batch = next(batches)
         wait += time.perf_counter() - start
         clips = prepare.normalize(prepare.take(batch["inputs"], dev))
-        step.run(clips, batch["label"].to(dev, non_blocking=True))
+        step.on(clips, batch["label"].to(dev, non_blocking=True))
         hardware.synchronize(dev)
     busy = time.perf_counter() - started
     main_s, workers_s = time.process_time() - cpu_main, _child_cpu() - cpu_workers
+    applied = step.applied
     del batches, step
     release(dev)
+    applied.check(f"{cfg.model} on {cfg.root} ({cfg.setting})")
     return busy, wait, main_s, workers_s
 
 

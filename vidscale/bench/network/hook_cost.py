@@ -6,7 +6,7 @@ orthogonalisation, the bf16 hook's casts).
 
 The model with the fast path's setting the two-node runs use (`--setting`: bf16 autocast,
 channels-last weights, whose gradients PowerSGD must reshape), under DistributedDataParallel
-in a one-rank group (`distributed.one_rank`), wrapped as training wraps it, trains the same random batch (`step.FixedBatchStep`) for `WARMUP + STEPS`
+in a one-rank group (`distributed.one_rank`), wrapped as training wraps it, trains the same random batch (the benchmark subject, `fastpath.subject`) for `WARMUP + STEPS`
 steps once plainly and once per hook (`attach_comm_hook`; PowerSGD compressing from its second
 step, as `bench scaling` runs it). The all-reduces of a one-rank group move nothing, so each
 hook's median step minus the plain median step is what the hook computes per step. Written as
@@ -16,6 +16,7 @@ JSON {"plain_step_s": s, "hook_compute_s": {hook: s}}.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -26,39 +27,35 @@ import torch
 
 from vidscale.distributed.comm_hooks import CommConfig, attach_comm_hook
 from vidscale.distributed.one_rank import one_rank_ddp
-from vidscale.fastpath.settings import Candidate, apply_to_model, resolve_fast_path
+from vidscale.fastpath.settings import Candidate
+from vidscale.fastpath.subject import ProbeShape, Subject
 from vidscale.models.registry import ModelConfig, build_model
-from vidscale.step.fixed_batch import FixedBatchStep
 
 STEPS = 6
 WARMUP = 3
 
 
 def _median_step(args: argparse.Namespace, hook: str) -> float:
-    torch.manual_seed(0)
-    fast = resolve_fast_path(
-        torch.device("cpu"),
-        enabled=True,
-        amp="auto",
-        channels_last="auto",
-        compile=False,
-        auto=Candidate.from_label(args.setting),
+    subject = Subject.build(  # as the two-node runs train it: their setting, the same batch
+        functools.partial(
+            build_model, ModelConfig(name=args.model, num_classes=args.classes, frames=args.frames)
+        ),
+        setting=Candidate.from_label(args.setting),
+        shape=ProbeShape(args.batch, 3, args.frames, args.size, args.classes),
+        device=torch.device("cpu"),
     )
-    config = ModelConfig(name=args.model, num_classes=args.classes, frames=args.frames)
-    model = apply_to_model(build_model(config), fast)  # as the two-node runs train it
-    clips = torch.randn(args.batch, 3, args.frames, args.size, args.size)
-    labels = torch.randint(0, args.classes, (args.batch,))
-    with one_rank_ddp(model, bucket_cap_mb=args.bucket_cap_mb) as ddp:
+    with one_rank_ddp(subject.model, bucket_cap_mb=args.bucket_cap_mb) as ddp:
         if hook != "none":
             comm = CommConfig(hook=hook, bucket_cap_mb=args.bucket_cap_mb, powersgd_start_step=2)  # type: ignore[arg-type]
             attach_comm_hook(ddp, comm)
-        step = FixedBatchStep(ddp, clips, labels, autocast=fast.autocast())
+        subject.through(ddp)
         times = []
         for index in range(WARMUP + STEPS):
             start = time.perf_counter()
-            step()
+            subject()
             if index >= WARMUP:
                 times.append(time.perf_counter() - start)
+    subject.applied.check(f"{args.model} at {args.setting} with hook {hook}")
     return statistics.median(times)
 
 
