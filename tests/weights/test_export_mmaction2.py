@@ -7,6 +7,8 @@ checkpoint; MMAction2 1.2 builds its model from the config file in its package a
 file with MMEngine's `load_checkpoint(..., strict=True)`; both run the same random clip in
 float64 eval mode. The logits agree to 1e-10 relative (TSN's head averages features before its
 fc where vidscale averages logits after it, a rounding apart; the others bitwise).
+`test_a_swapped_export_is_caught` shows it can fail: the export with two tensors of one shape
+exchanged loads into MMAction2's model, and its logits are not the run's.
 
 The other tests need no peer: the round trip import(export(run)) is the run exactly, and a run
 MMAction2 has no model of is refused in one line before any weights are read.
@@ -31,7 +33,9 @@ from tests.weights.test_mmaction2 import (
     clip_frames,
     layout,
     run_cli,
+    swapped_pair,
 )
+from vidscale.cli import main
 from vidscale.config import RunConfig, save_config
 from vidscale.data.transforms import normalize
 from vidscale.models.registry import ModelConfig, build_model
@@ -155,39 +159,73 @@ def test_a_refused_run_ends_in_one_line(
 # -- against MMAction2 itself (the peer environment) --------------------------------------------
 
 
-@pytest.mark.slow
-def test_mmaction2_loads_the_export_and_agrees(
-    mmaction2_python: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+@pytest.fixture(scope="module")
+def export_outputs(mmaction2_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every covered model as a random run exported (NAME.pth), the same file with two tensors
+    of one shape exchanged (NAME.swapped.pth), vidscale's float64 logits of the run
+    (NAME.ours.pt) and MMAction2's of each file loaded `strict=True` (NAME[.swapped]_logits.pt),
+    on one random clip (clip_float64.pt)."""
+    work = tmp_path_factory.mktemp("export_mmaction2")
     clip = torch.randint(
         0, 256, (2, 3, 16, 64, 64), generator=torch.Generator().manual_seed(1), dtype=torch.uint8
     )
     clip64 = normalize(clip, dtype=torch.float64)
-    torch.save(clip64, tmp_path / "clip_float64.pt")
-    ours, requests = {}, []
+    torch.save(clip64, work / "clip_float64.pt")
+    requests = []
     for name in SOURCES:
         part = clip64[:, :, : clip_frames(name)]
-        run = write_random_run(tmp_path / name, name, clip=part)
-        out = tmp_path / f"{name}.pth"
-        code, _, err = run_cli(
-            capsys, "export", str(run), "--format", "mmaction2", "--out", str(out)
-        )
-        assert code == 0, err
+        run = write_random_run(work / name, name, clip=part)
+        out = work / f"{name}.pth"
+        code = main(["export", str(run), "--format", "mmaction2", "--out", str(out)])
+        assert code == 0, name
         with torch.no_grad():
-            ours[name] = load_run(run).model.double()(part)
-        requests.append(
-            {"name": name, "config": _config(name), "num_classes": CLASSES, "seed": 0,
-             "layout": layout(name), "frames": clip_frames(name), "checkpoint": str(out)}
-        )  # fmt: skip
-    (tmp_path / "request.json").write_text(json.dumps(requests))
+            torch.save(load_run(run).model.double()(part), work / f"{name}.ours.pt")
+        swapped = _swap(out, work / f"{name}.swapped.pth", swapped_pair(name))
+        for label, file in ((name, out), (f"{name}.swapped", swapped)):
+            requests.append(
+                {"name": label, "config": _config(name), "num_classes": CLASSES, "seed": 0,
+                 "layout": layout(name), "frames": clip_frames(name), "checkpoint": str(file)}
+            )  # fmt: skip
+    (work / "request.json").write_text(json.dumps(requests))
     done = subprocess.run(
-        [str(mmaction2_python), str(PEER_SCRIPT), str(tmp_path)],
+        [str(mmaction2_python), str(PEER_SCRIPT), str(work)],
         capture_output=True, text=True, timeout=1200, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    for name in SOURCES:
-        theirs = torch.load(tmp_path / f"{name}_logits.pt", weights_only=True)
-        assert ours[name].shape == theirs.shape == (2, CLASSES)
-        diff = float((ours[name] - theirs).abs().max() / theirs.abs().max())
-        print(f"{name}: max |logit diff| / max |logit| = {diff:.3g}", file=sys.stderr)
-        assert diff <= RTOL, name
+    return work
+
+
+def _swap(src: Path, dst: Path, keys: tuple[str, str]) -> Path:
+    """`src`'s checkpoint with the tensors of `keys` (one shape, other values) exchanged."""
+    ckpt = torch.load(src, weights_only=True)
+    state, (a, b) = ckpt["state_dict"], keys
+    assert state[a].shape == state[b].shape and not torch.equal(state[a], state[b])
+    state[a], state[b] = state[b], state[a]
+    torch.save(ckpt, dst)
+    return dst
+
+
+def export_diff(work: Path, name: str, label: str) -> float:
+    """max |logit diff| / max |logit| of the run `name` and MMAction2 on the file `label`."""
+    ours = torch.load(work / f"{name}.ours.pt", weights_only=True)
+    theirs = torch.load(work / f"{label}_logits.pt", weights_only=True)
+    assert ours.shape == theirs.shape == (2, CLASSES)
+    return float((ours - theirs).abs().max() / theirs.abs().max())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(SOURCES))
+def test_mmaction2_loads_the_export_and_agrees(name: str, export_outputs: Path) -> None:
+    diff = export_diff(export_outputs, name, name)
+    print(f"{name}: max |logit diff| / max |logit| = {diff:.3g}", file=sys.stderr)
+    assert diff <= RTOL
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(SOURCES))
+def test_a_swapped_export_is_caught(name: str, export_outputs: Path) -> None:
+    """The proof can fail: the export with two tensors of one shape exchanged loads into
+    MMAction2's model (`strict=True`: names and shapes fit), and its logits are not the run's."""
+    diff = export_diff(export_outputs, name, f"{name}.swapped")
+    print(f"{name}, swapped: {diff:.3g}", file=sys.stderr)
+    assert diff > 1e-3

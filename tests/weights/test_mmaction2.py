@@ -8,6 +8,8 @@ in float64 eval mode. The logits agree to 1e-10 relative (bitwise for I3D, I3D-N
 TSN's head averages features before its fc where vidscale averages logits after it, a
 rounding apart). `test_preprocessing_equals_mmaction2s` runs a uint8 clip through the config's
 `ActionDataPreprocessor` and through vidscale's RGB normalisation: bitwise equal.
+`test_one_mismatched_key_fails_the_proof` shows the proof can fail, for every model: two
+tensors of one shape exchanged in MMAction2's file import, and the logits no longer agree.
 
 The other tests need no peer: they import random checkpoints written with the key table.
 """
@@ -293,26 +295,33 @@ def test_logits_equal_mmaction2s(
     assert diff <= RTOL
 
 
-# Two tensors of one shape in the Fast pathway, the smaller part of SlowFast's features.
-SWAPPED = (
-    "backbone.fast_path.layer3.1.conv1.conv.weight",
-    "backbone.fast_path.layer3.2.conv1.conv.weight",
-)
+def swapped_pair(name: str) -> tuple[str, str]:
+    """Two tensors of one shape in `name`'s MMAction2 checkpoint: res3's blocks 1 and 2's conv1
+    (SlowFast: in the Fast pathway, the smaller part of its features) or conv2 (the others;
+    their conv1 kernels differ by block in I3D's inflation)."""
+    if name.startswith("slowfast_"):
+        return (
+            "backbone.fast_path.layer3.1.conv1.conv.weight",
+            "backbone.fast_path.layer3.2.conv1.conv.weight",
+        )
+    return ("backbone.layer3.1.conv2.conv.weight", "backbone.layer3.2.conv2.conv.weight")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [n for n in SOURCES if n.startswith("slowfast_")])
+@pytest.mark.parametrize("name", list(SOURCES))
 def test_one_mismatched_key_fails_the_proof(
     name: str, peer_outputs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The proof can fail: MMAction2's checkpoint with `SWAPPED` exchanged imports (names and
-    shapes fit) but its logits are no longer MMAction2's."""
+    """The proof can fail: MMAction2's checkpoint with two tensors of one shape exchanged
+    imports (names and shapes fit) but its logits are no longer MMAction2's."""
     ckpt = torch.load(peer_outputs / f"{name}.pth", weights_only=True)
     state = ckpt["state_dict"]
-    state[SWAPPED[0]], state[SWAPPED[1]] = state[SWAPPED[1]], state[SWAPPED[0]]
+    a, b = swapped_pair(name)
+    assert state[a].shape == state[b].shape and not torch.equal(state[a], state[b])
+    state[a], state[b] = state[b], state[a]
     torch.save(ckpt, tmp_path / "swapped.pth")
     diff = relative_diff(tmp_path / "swapped.pth", name, peer_outputs, tmp_path / "run", capsys)
-    print(f"{name}, {SWAPPED[0]} swapped: {diff:.3g}", file=sys.stderr)
+    print(f"{name}, {a} swapped: {diff:.3g}", file=sys.stderr)
     assert diff > 1e-3
 
 

@@ -10,7 +10,9 @@ and under the Caffe2 names of its zoo's `.pkl` files, both renamed by `ptv_to_py
 `pyslowfast_to_caffe2` below: tables written here from PySlowFast's code
 (`slowfast/models/video_model_builder.py`, `resnet_helper.py`, `stem_helper.py`, `head_helper.py`,
 `slowfast/utils/c2_model_loading.py`), not from vidscale's. vidscale imports each file and its logits
-must equal PyTorchVideo's forward (1e-10 relative, float64).
+must equal PyTorchVideo's forward (1e-10 relative, float64). `test_one_swapped_key_is_caught`
+exchanges two tensors of one shape in either file, for every model: the import succeeds and
+the logits no longer agree, so the proof can fail.
 """
 
 from __future__ import annotations
@@ -199,17 +201,25 @@ def test_logits_equal_pyslowfasts(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("suffix", [".pyth", ".pkl"])
 @pytest.mark.parametrize("name", MODELS)
 def test_one_swapped_key_is_caught(
-    name: str, pytorchvideo_outputs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    name: str,
+    suffix: str,
+    pytorchvideo_outputs: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """Two res3 blocks' conv b (same shapes) exchanged: the import fits, the logits do not."""
+    """Two res3 blocks' conv b (same shapes) exchanged, in the `.pyth` (PySlowFast's names) or
+    the `.pkl` (Caffe2's: `res3_1_branch2b_w` and `res3_2_branch2b_w`): the import fits, the
+    logits do not."""
     state = pyslowfast_state(pytorchvideo_outputs / f"{name}.pyth", name)
     a, b = (f"s3.pathway0_res{i}.branch2.b.weight" for i in (1, 2))
+    assert state[a].shape == state[b].shape and not torch.equal(state[a], state[b])
     state[a], state[b] = state[b], state[a]
-    code, _, err = import_cli(
-        capsys, write_pyth(tmp_path / "swapped.pyth", state), name, tmp_path / "run"
-    )
+    write = write_pyth if suffix == ".pyth" else write_pkl
+    src = write(tmp_path / f"swapped{suffix}", state)
+    code, _, err = import_cli(capsys, src, name, tmp_path / "run")
     assert code == 0, err
     clip = torch.load(pytorchvideo_outputs / "clip_float64.pt", weights_only=True)
     theirs = torch.load(pytorchvideo_outputs / f"{name}_logits.pt", weights_only=True)

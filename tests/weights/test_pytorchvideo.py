@@ -7,8 +7,8 @@ its head pool sized to the test clip, with random weights and BN statistics and
 saves it as the hub publishes a checkpoint (`model_state`); vidscale imports the file into a
 run, loads the run as `vidscale predict` does, and both run the same random clip in float64
 eval mode: the logits agree to 1e-10 relative. `test_one_swapped_key_is_caught` swaps two
-tensors of the same shape in that file: the import succeeds and the logits differ, so the
-proof is sensitive to every key's place.
+tensors of the same shape in that file, for each of the four models: the import succeeds and
+the logits differ, so the proof is sensitive to every key's place.
 
 The other tests need no peer: they import random checkpoints written with the key table.
 """
@@ -145,10 +145,11 @@ def test_logits_equal_pytorchvideos(
     assert diff <= RTOL
 
 
-# Where res3 is in each hub model's state: create_slowfast's Slow pathway, create_resnet's
-# blocks.2, or blocks.3 behind i3d_r50's pool after res2.
+# Where res3 is in each model's state: create_slowfast's Slow pathway (the hub's 8x8 and the
+# 4x16), create_resnet's blocks.2, or blocks.3 behind i3d_r50's pool after res2.
 RES3 = {
     "slowfast_resnet50_8x8": "blocks.2.multipathway_blocks.0",
+    "slowfast_resnet50_4x16": "blocks.2.multipathway_blocks.0",
     "slow_resnet50_8x8": "blocks.2",
     "i3d_resnet50_8x8": "blocks.3",
 }
@@ -163,6 +164,7 @@ def test_one_swapped_key_is_caught(
     ckpt = torch.load(pytorchvideo_outputs / f"{name}.pyth", weights_only=True)
     state = ckpt["model_state"]
     a, b = (f"{RES3[name]}.res_blocks.{i}.branch2.conv_b.weight" for i in (1, 2))
+    assert state[a].shape == state[b].shape and not torch.equal(state[a], state[b])
     state[a], state[b] = state[b], state[a]
     torch.save(ckpt, tmp_path / "swapped.pyth")
     code, _, err = import_cli(capsys, tmp_path / "swapped.pyth", name, tmp_path / "run")
