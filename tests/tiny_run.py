@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+from vidscale.train.builders import load_data
+from vidscale.train.eval_run import resolve_eval_config
 
 
 def tiny_overrides(root: Path) -> list[str]:
@@ -17,3 +21,24 @@ def tiny_overrides(root: Path) -> list[str]:
         "train.log_every=1",
         "train.threads=1",
     ]
+
+
+def recomputed_top1(run: Path, report: dict[str, Any]) -> float:
+    """The top-1 of `report`'s one checkpoint row (`evaluate_run(..., keep_scores=True)`),
+    recomputed here from its per-video scores and the labels the run's data lists: a check of
+    the evaluator's counting that does not go through it."""
+    _, splits = load_data(resolve_eval_config(run))
+    labels = {str(getattr(item, "path", None) or item.id): item.label for item in splits.val}
+    [row] = report["checkpoints"]
+    scores = row["video_scores"]
+    assert scores and set(scores) <= set(labels)
+    hits = [max(range(len(p)), key=p.__getitem__) == labels[v] for v, p in scores.items()]
+    return 100.0 * sum(hits) / len(hits)
+
+
+def is_share_of(percent: float, videos: int) -> bool:
+    """True when `percent` is k of `videos` right for a whole k: what a top-1 or top-5 over
+    `videos` videos, each counted once, can be (a count over views, batches or ranks instead
+    of videos is not, in general)."""
+    right = percent * videos / 100
+    return abs(right - round(right)) < 1e-6 and 0 <= round(right) <= videos

@@ -175,11 +175,15 @@ def test_tiny_sweep_end_to_end_then_resume_skips(
         assert r["epoch"] == [1] and r["val_top1"][0] is not None
         assert r["final_val_top1"] == r["val_top1"][-1]
         assert r["train_steps"] == 16 // r["global_batch"]
-        assert math.isfinite(r["train_loss"][0])
         rule = batch_scaled_lr(r["optimizer"], r["global_batch"], recipe_lr_per_8_clips=0.0125)
         assert r["lr"] == pytest.approx(rule.peak_lr)
-        logged = [m["lr"] for m in read_metrics(tmp_path / "sweep" / r["run"] / "metrics.jsonl")]
+        metrics = read_metrics(tmp_path / "sweep" / r["run"] / "metrics.jsonl")
+        logged = [m["lr"] for m in metrics]
         assert max(logged) <= rule.peak_lr + 1e-12
+        # the epoch's loss is the mean of its steps' losses, each logged (log_every=1)
+        steps = [m["loss"] for m in metrics if m["kind"] == "train"]
+        assert len(steps) == r["train_steps"]
+        assert r["train_loss"][0] == pytest.approx(sum(steps) / len(steps), rel=1e-9)
     assert (tmp_path / "sweep" / "sweep.png").exists()
 
     def must_not_train(run: StudyRun, resume: bool) -> None:

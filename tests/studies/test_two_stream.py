@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.tiny_run import tiny_overrides
+from tests.tiny_run import is_share_of, tiny_overrides
 from vidscale.cli import build_parser, main, resolve_config
 from vidscale.config import ConfigError, to_dict
 from vidscale.data.prepared.prepare import prepare_from_layout
@@ -108,11 +108,14 @@ def test_the_study_trains_once_fuses_and_reports(
     assert [r["run"] for r in report["runs"]] == list(RECIPES)
     for r in report["runs"]:
         assert r["eval_epochs"] == [1] and r["best_epoch"] == 1
-        assert 0 <= r["best_val_top1"] <= 100
+        summary = json.loads((out / r["run"] / "summary.json").read_text())
+        assert r["best_val_top1"] == summary["best_val_top1"]
+        assert is_share_of(r["best_val_top1"], summary["val_videos"])
     assert report["weights"] == {"rgb": 1.0, "flow": 1.5}
     assert set(report["fusion"]) == {"flow_scratch", "flow_from_rgb"}
     for f in report["fusion"].values():
-        assert all(0 <= f[k] <= 100 for k in ("top1", "top5", "rgb_top1", "flow_top1"))
+        assert all(is_share_of(f[k], 8) for k in ("top1", "top5", "rgb_top1", "flow_top1"))
+        assert f["top1"] <= f["top5"]
         assert f["gain_over_best_stream"] == pytest.approx(
             f["top1"] - max(f["rgb_top1"], f["flow_top1"])
         )

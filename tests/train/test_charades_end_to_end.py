@@ -55,8 +55,9 @@ def test_charades_trains_evaluates_and_predicts_from_the_command_line(
         argv += ["--set", item]
     assert main(argv) == 0
     summary = json.loads((run / "summary.json").read_text())
-    assert math.isfinite(summary["val_map"]) and 0.0 <= summary["val_map"] <= 1.0
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    history = [r["val_map"] for r in records if r["kind"] == "epoch"]
+    assert summary["val_map"] == history[-1]
     losses = [r["loss"] for r in records if r["kind"] == "train"]
     assert losses and all(math.isfinite(x) for x in losses)
     assert [r["epoch"] for r in records if r["kind"] == "epoch"] == [1, 2]
@@ -65,6 +66,8 @@ def test_charades_trains_evaluates_and_predicts_from_the_command_line(
     assert main(["eval", str(run), "--last", "2", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["views"]["aggregate"] == "max" and len(report["checkpoints"]) == 2
+    # the trainer's evaluation of each epoch, scored again by `eval` from its checkpoint
+    assert [row["map"] for row in report["checkpoints"]] == pytest.approx(history, abs=1e-6)
 
     video = charades / "Charades_v1_480" / "V4.mp4"
     assert main(["predict", str(run), str(video), "--json"]) == 0
@@ -73,4 +76,7 @@ def test_charades_trains_evaluates_and_predicts_from_the_command_line(
     # Independent sigmoid probabilities, one per class of the published class list.
     labels = [p["label"] for p in out["predictions"]]
     assert sorted(labels) == sorted(c.split(" ", 1)[1] for c in CLASSES)  # the published names
-    assert all(0.0 <= p["probability"] <= 1.0 for p in out["predictions"])
+    assert all(0.0 < p["probability"] < 1.0 for p in out["predictions"])
+    # present: exactly the classes at or above the threshold, each with its own probability
+    at = out["present_at"]
+    assert out["present"] == [p for p in out["predictions"] if p["probability"] >= at]

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from tests.data.flow_demo import write_flow_demo
+from tests.tiny_run import is_share_of
 from vidscale.cli import main
 from vidscale.config import apply_overrides, save_config
 from vidscale.data.inputs import ModelInput
@@ -113,7 +114,9 @@ def test_two_stream_commands(runs: dict[str, Path], capsys: pytest.CaptureFixtur
     argv = ["eval", "--two-stream", str(runs["rgb"]), str(runs["flow"]), "--weights", "1,2"]
     assert main([*argv, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert 0 <= out["top1"] <= 100 and set(out["stream_top1"]) == {"rgb", "flow"}
+    assert set(out["stream_top1"]) == {"rgb", "flow"}
+    for top1 in (out["top1"], *out["stream_top1"].values()):
+        assert is_share_of(top1, out["videos"]), out
     video = next(iter(sorted((runs["data"] / "videos" / "val").rglob("*.mp4"))))
     assert (
         main(
