@@ -1,11 +1,14 @@
 """The multi-label demo: decodable files, label sets of 2-3 of its 6 classes, objects that move
-as their class does in quadrants of their own, and the same bytes from the same seed."""
+as their class does in quadrants of their own, and the same bytes from the same seed, pinned by
+their SHA-256."""
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from pathlib import Path
 
+import av
 import numpy as np
 import pytest
 
@@ -20,6 +23,7 @@ from vidscale.data.synthetic.multilabel import (
     REGION,
     draw_object_labels,
     place_objects,
+    render_drawn_video,
     render_multilabel_video,
     write_multilabel_dataset,
 )
@@ -122,3 +126,70 @@ def test_rendering_is_deterministic_and_checks_its_input() -> None:
 def test_the_synth_help_names_the_generators_default_size() -> None:
     # `vidscale synth --help` states the side without importing the generator.
     assert MULTI_LABEL_SIZE == DEFAULT_SIZE
+
+
+# -- the demo's bytes, pinned ---------------------------------------------------------------------
+
+PINNED = {"seed": 5, "train_videos": 2, "val_videos": 1, "size": 32, "num_frames": 8}
+# What the generator draws (the frames handed to the encoder) and the annotations it writes:
+# a pure function of the seed and numpy's generators, whatever the codec.
+FRAMES_SHA256 = {
+    "videos/train/train_00000.mp4": "10be1a231065cd961bbc237f2fbbd82013e0d6cbed520c922db68f1ab1de5c0b",
+    "videos/train/train_00001.mp4": "303a735b4f001e3739ab2f478070fc96d0d82be9c0083e2973c80a003536e044",
+    "videos/val/val_00000.mp4": "b0e3cab36b6d7d974270c70bb8b003a05a5dee15fcca8dd2e0987c756ce5f9e1",
+}
+ANNOTATIONS_SHA256 = {
+    "classes.txt": "8806de439fbe07bf8601f6624c74922e51b760de52cd16f9c8661b6b5210935b",
+    "train.csv": "d40e45854264e0704aad43d5a8b581dd7b6ddc4faf27bea2fbac697bec8e072b",
+    "val.csv": "7510ab7fbd9e583a53fcd89eb39d963d9a95c48a29be1181e8d11aae0fca333f",
+}
+# The encoded files, as PyAV 18.1.0's FFmpeg and libx264 write them: another PyAV release
+# bundles another encoder (and writes its version into the file), so these hold for that
+# release only; the frames above hold for every release.
+FILES_SHA256_AV = "18.1.0"
+FILES_SHA256 = {
+    "videos/train/train_00000.mp4": "e200e1d0c3917df62242c7d0f116500f8bc189cf56763595b06252de518a33a2",
+    "videos/train/train_00001.mp4": "15c095c1c21d4460308aa6dd545809e11a833cddf2cce005b2e93ed3c7636e32",
+    "videos/val/val_00000.mp4": "3637c24e08c4cfe315d75adeffae72b07284ea0f4dc66628cef6d75d17b40337",
+}
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def pinned_demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("pinned_multilabel")
+    write_multilabel_dataset(root, workers=1, **PINNED)
+    return root
+
+
+def test_the_demos_frames_and_annotations_are_pinned(pinned_demo: Path) -> None:
+    """Each video's frames as drawn (from its seed, as the writer seeds it) hash to the recorded
+    value, and its file holds them (decoded, within the encoder's loss, far from another
+    video's); the annotation files are the recorded bytes."""
+    written = {p.relative_to(pinned_demo).as_posix() for p in pinned_demo.rglob("*") if p.is_file()}
+    assert written == set(FRAMES_SHA256) | set(ANNOTATIONS_SHA256)
+    for name, digest in ANNOTATIONS_SHA256.items():
+        assert sha256((pinned_demo / name).read_bytes()) == digest, name
+    drawn = {}
+    for name in FRAMES_SHA256:
+        split, k = name.split("/")[1], int(name.rsplit("_", 1)[1].removesuffix(".mp4"))
+        rng = np.random.default_rng(np.random.SeedSequence((PINNED["seed"], split == "val", k)))
+        drawn[name] = render_drawn_video(rng=rng, size=32, num_frames=8, noise=4.0, distractors=1)
+    assert {n: sha256(f.tobytes()) for n, f in drawn.items()} == FRAMES_SHA256
+    for name in drawn:
+        decoded = decode_frames(pinned_demo / name, list(range(8))).astype(int)
+        errors = {n: np.abs(decoded - f.astype(int)).mean() for n, f in drawn.items()}
+        # crf 17 on 4:2:0 chroma costs about 6 levels here; another video differs by about 30
+        assert errors[name] < 10 and min(e for n, e in errors.items() if n != name) > 20, errors
+
+
+@pytest.mark.skipif(
+    av.__version__ != FILES_SHA256_AV,
+    reason=f"the files' hashes are PyAV {FILES_SHA256_AV}'s encoder's (here {av.__version__})",
+)
+def test_the_demos_files_are_pinned(pinned_demo: Path) -> None:
+    files = {name: sha256((pinned_demo / name).read_bytes()) for name in FILES_SHA256}
+    assert files == FILES_SHA256
