@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from vidscale.config import ConfigError, RunConfig
+from vidscale.config import ConfigError, RunConfig, TrainConfig
 from vidscale.data.dataset import VideoClipDataset
 from vidscale.data.inputs import ModelInput
 from vidscale.data.loaders import Placement, TrainData, eval_dataset, eval_loader, train_data
@@ -33,6 +33,7 @@ from vidscale.fastpath.probe import (
     settled,
 )
 from vidscale.fastpath.settings import FastPath, apply_to_model, resolve_fast_path
+from vidscale.models.registry import ModelConfig
 from vidscale.models.registry import build_model as build_registered_model
 from vidscale.train.checkpoint import read_checkpoint
 from vidscale.train.init_from import describe, initialise_from, normalisation_warning
@@ -111,13 +112,34 @@ def decide_fast_path(
     as the resumed `checkpoint` recorded, cached, or probed at the recipe's base shape with
     `micro_batch` clips per process (`fastpath.probe.decide`). Call it with the process's
     threads and host-memory retention already set: the probe times what training will run."""
-    t, spec = cfg.train, cfg.data.train_clip
-    probed = replace(cfg.model, pretrained=None, init_from="")  # timing needs no weights
-    shape = ProbeShape(micro_batch, spec.channels, spec.frames, spec.crop_size, probed.num_classes)
-    knobs = {k: v for k, v in asdict(probed).items() if k not in ("pretrained", "init_from")}
+    spec = cfg.data.train_clip
     log = _main_printer(env)
     if cfg.multigrid.enabled and checkpoint is None:
         log("fast path: multigrid decides once, at the base shape; every phase uses it")
+    shape = ProbeShape(
+        micro_batch, spec.channels, spec.frames, spec.crop_size, cfg.model.num_classes
+    )
+    return decide_model_fast_path(
+        cfg.model, shape, cfg.train, env=env, checkpoint=checkpoint, log=log
+    )
+
+
+def decide_model_fast_path(
+    model: ModelConfig,
+    shape: ProbeShape,
+    train: TrainConfig,
+    *,
+    env: DistEnv,
+    checkpoint: dict[str, Any] | None = None,
+    log: Callable[[str], None] = lambda _: None,
+) -> FastPathDecision:
+    """What training decides for `model` at `shape` under `train`'s fast-path settings, with
+    `env`'s processes (a collective): the trainer's decision, and a bench's that measures what
+    the trainer would run (`bench data-wait`). The same cache key, so either reuses the
+    other's measurement."""
+    t = train
+    probed = replace(model, pretrained=None, init_from="")  # timing needs no weights
+    knobs = {k: v for k, v in asdict(probed).items() if k not in ("pretrained", "init_from")}
     return decide(
         env.device,
         enabled=t.fast_path,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from vidscale.bench.data import data_wait, dataload
 from vidscale.bench.data.bench_videos import PRESETS, BenchVideoSpec, make_bench_videos
@@ -23,8 +24,13 @@ from vidscale.bench.data.dataload import (
     h264_methods,
 )
 from vidscale.cli import build_parser
+from vidscale.config import TrainConfig
 from vidscale.data.clip import ClipSpec
 from vidscale.data.media.decode import decode_frames, probe
+from vidscale.distributed.env import DistEnv
+from vidscale.fastpath.subject import ProbeShape
+from vidscale.models.registry import ModelConfig
+from vidscale.train.builders import decide_model_fast_path
 
 CLIPS = (
     ClipKind("tsn4", ClipSpec(frames=4, sampling="uniform")),
@@ -147,6 +153,27 @@ def test_bench_data_wait_measures_blocked_time(
     for r in rows:
         assert r.steps == 2 and 0.0 < r.wait_s < r.step_s
         assert r.wait_fraction == pytest.approx(r.wait_s / r.step_s)
+        assert r.steps_applied == 3  # warm-up and timed steps all trained
+    # Each clip length ran at what training's `auto` decides for it (the same cache key: the
+    # trainer's decision is the bench's, read back here).
+    env = DistEnv(0, 0, 1, 1, torch.device("cpu"), backend="")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(cfg.threads)  # as the bench measured: the key names the threads
+    try:
+        decisions = {
+            frames: decide_model_fast_path(
+                ModelConfig(name="tsn_resnet18", num_classes=5, frames=frames),
+                ProbeShape(2, 3, frames, 32, 5),
+                TrainConfig(),
+                env=env,
+            )
+            for frames in (2, 4)
+        }
+    finally:
+        torch.set_num_threads(threads)
+    for frames, decision in decisions.items():
+        assert decision.source == "cache"
+        assert {r.fast_path for r in rows if r.frames == frames} == {decision.candidate.label}
     assert json.loads((tmp_path / "wait.json").read_text()) == result.to_json()
     assert len(result.to_json()) == 4
 

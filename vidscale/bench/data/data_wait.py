@@ -1,5 +1,7 @@
 """How much of a training step waits for data (TSM paper Fig. 3b): `run` trains a real model
-for a few steps (the trainer's `step.run.train_step`) with the real `DataLoader` and measures
+for a few steps (the trainer's `step.run.train_step`, at the fast path training's `auto` would
+choose for the model and clip, `train.builders.decide_model_fast_path`) with the real
+`DataLoader` and measures
 the fraction of step time blocked waiting for the next batch (data loading not hidden by
 compute) for several clip lengths and loader worker counts."""
 
@@ -20,14 +22,21 @@ from torch.utils.data import DataLoader
 from vidscale.bench.data.bench_videos import BenchVideoSpec, find_videos, make_bench_videos
 from vidscale.bench.data.dataload import prepare_shards
 from vidscale.bench.results import write_result
+from vidscale.config import TrainConfig
 from vidscale.data.annotations import VideoRecord
 from vidscale.data.clip import ClipSpec
 from vidscale.data.dataset import VideoClipDataset, collate
 from vidscale.data.inputs import ModelInput
 from vidscale.data.prepared.shard_dataset import ShardClipDataset
+from vidscale.distributed.env import DistEnv
+from vidscale.fastpath.host_memory import set_host_memory_retention
+from vidscale.fastpath.settings import FastPath, apply_to_model, resolve_fast_path
+from vidscale.fastpath.subject import ProbeShape
 from vidscale.models.registry import ModelConfig, build_model
+from vidscale.step.applied import AppliedSteps
 from vidscale.step.fixed_batch import bench_sgd
 from vidscale.step.run import StepContext, train_step
+from vidscale.train.builders import decide_model_fast_path
 
 WAIT_BENCH_LR = 1e-3
 
@@ -42,6 +51,8 @@ class WaitRow:
     step_s: float  # mean over the timed steps
     wait_s: float  # mean time blocked on the next batch
     wait_fraction: float
+    fast_path: str  # the setting training's `auto` chose for the model at this clip
+    steps_applied: int  # of the warm-up and timed steps, those that applied their update
 
 
 @dataclass(frozen=True)
@@ -105,7 +116,9 @@ def run(
             records = [VideoRecord(p, k % cfg.num_classes) for k, p in enumerate(paths)]
             shards = cfg.source == "shards"
             entries = prepare_shards(paths, work / "shards", quality=90) if shards else []
-            wait = _WaitRun(cfg.model, cfg.batch, cfg.steps, cfg.warmup, cfg.num_classes, device)
+            wait = _WaitRun(
+                cfg.model, cfg.batch, cfg.steps, cfg.warmup, cfg.size, cfg.num_classes, device
+            )
             for frames in cfg.frames:
                 spec = _wait_clip(frames, cfg.size)
                 for workers in cfg.workers:
@@ -159,15 +172,39 @@ class _WaitRun:
     batch: int
     steps: int
     warmup: int
+    size: int
     num_classes: int = 400
     device: str = "cpu"
 
+    def fast_path(self, frames: int) -> FastPath:
+        """What training's `auto` decides for the model at this clip (cached, or probed in a
+        child process), with the trainer's CPU host-memory policy on: the step is timed as
+        the trainer would run it, so its share of time waiting for data is the trainer's."""
+        device = torch.device(self.device)
+        model = ModelConfig(name=self.model_name, num_classes=self.num_classes, frames=frames)
+        shape = ProbeShape(self.batch, 3, frames, self.size, self.num_classes)
+        train = TrainConfig()
+        if device.type == "cpu":
+            set_host_memory_retention(train.retain_host_memory)
+        env = DistEnv(0, 0, 1, 1, device, backend="")  # this process alone: no group
+        decision = decide_model_fast_path(model, shape, train, env=env)
+        return resolve_fast_path(
+            device,
+            enabled=True,
+            amp="auto",
+            channels_last="auto",
+            compile=False,
+            auto=decision.candidate,
+        )
+
     def measure(self, dataset: VideoClipDataset, *, frames: int, workers: int) -> WaitRow:
-        """`warmup` + `steps` SGD steps; the timed steps' mean step time and time blocked."""
+        """`warmup` + `steps` SGD steps at the trainer's fast path; the timed steps' mean step
+        time and time blocked. Refused (`NothingTrained`) when none applied its update."""
+        fast = self.fast_path(frames)
         torch.manual_seed(0)
         cfg = ModelConfig(name=self.model_name, num_classes=self.num_classes, frames=frames)
         device = torch.device(self.device)
-        model = build_model(cfg).to(device).train()
+        model = apply_to_model(build_model(cfg).to(device), fast).train()
         total = self.warmup + self.steps
         loader = DataLoader(
             dataset,
@@ -181,10 +218,15 @@ class _WaitRun:
         )
         # The trainer's step on the loader's batches: it times its own wait for the next batch.
         ctx = StepContext(
-            model=model, optimizer=bench_sgd(model), prepare=ModelInput("rgb", 3), device=device
+            model=model,
+            optimizer=bench_sgd(model),
+            prepare=ModelInput("rgb", 3),
+            device=device,
+            autocast=fast.autocast(),
         )
         step_s: list[float] = []
         wait_s: list[float] = []
+        applied = AppliedSteps()
         batches = iter(loader)
         for _ in range(total):
             start = time.perf_counter()
@@ -193,7 +235,9 @@ class _WaitRun:
                 torch.cuda.synchronize(device)
             step_s.append(time.perf_counter() - start)
             wait_s.append(result.wait_s)
+            applied.add(result)
         del batches  # stops the workers
+        applied.check(f"{self.model_name} at {frames} frames, {workers} worker(s)")
         timed_step, timed_wait = step_s[self.warmup :], wait_s[self.warmup :]
         return WaitRow(
             model=self.model_name,
@@ -204,6 +248,8 @@ class _WaitRun:
             step_s=float(np.mean(timed_step)),
             wait_s=float(np.mean(timed_wait)),
             wait_fraction=sum(timed_wait) / sum(timed_step),
+            fast_path=fast.candidate.label,
+            steps_applied=applied.applied,
         )
 
 
