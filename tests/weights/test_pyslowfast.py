@@ -5,9 +5,9 @@ for module, `vidscale.weights.pytorchvideo`), and its `create_resnet` (hub `slow
 `i3d_r50`) PySlowFast's one-pathway `ResNet` for `MODEL.ARCH` slow and i3d. So the proof
 (`test_logits_equal_pyslowfasts`, slow, needs the PyTorchVideo peer of conftest.py) takes
 PyTorchVideo's random SlowFast 8x8 and 4x16, Slow 8x8 and I3D 8x8, writes their tensors
-under PySlowFast's names, as its `save_checkpoint` writes a `.pyth`,
-and under the Caffe2 names of its zoo's `.pkl` files, both renamed by `ptv_to_pyslowfast` and
-`pyslowfast_to_caffe2` below: tables written here from PySlowFast's code
+under PySlowFast's names, as its `save_checkpoint` writes a `.pyth`, and under the Caffe2
+names of its zoo's `.pkl` files (a Python 2 pickle, as those are), both renamed by
+`ptv_to_pyslowfast` and `pyslowfast_to_caffe2` below: tables written here from PySlowFast's code
 (`slowfast/models/video_model_builder.py`, `resnet_helper.py`, `stem_helper.py`, `head_helper.py`,
 `slowfast/utils/c2_model_loading.py`), not from vidscale's. vidscale imports each file and its logits
 must equal PyTorchVideo's forward (1e-10 relative, float64). `test_one_swapped_key_is_caught`
@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.weights.python2_pickle import python2_pickle
 from tests.weights.test_mmaction2 import run_cli
 from tests.weights.test_pytorchvideo import logits_of, relative_diff
 from vidscale.errors import InputError
@@ -134,7 +135,8 @@ def write_pyth(path: Path, state: dict[str, torch.Tensor]) -> Path:
 
 
 def write_pkl(path: Path, state: dict[str, torch.Tensor], drop: str = "") -> Path:
-    """As the zoo's Caffe2 files are: NumPy blobs by Caffe2 name, with the optimizer's too."""
+    """As the zoo's Caffe2 files are: NumPy blobs by Caffe2 name, with the optimizer's too, in
+    a Python 2 pickle (`python2_pickle.py`)."""
     blobs = {}
     for key, value in state.items():
         name = pyslowfast_to_caffe2(key)
@@ -144,8 +146,7 @@ def write_pkl(path: Path, state: dict[str, torch.Tensor], drop: str = "") -> Pat
                 blobs[name + "_momentum"] = (0 * value).numpy()
     blobs["lr"] = torch.tensor([0.1]).numpy()
     blobs["model_iter"] = torch.tensor([1000]).numpy()
-    with open(path, "wb") as f:
-        pickle.dump({"blobs": blobs}, f, protocol=2)
+    path.write_bytes(python2_pickle(blobs))
     return path
 
 
