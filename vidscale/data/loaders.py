@@ -16,7 +16,7 @@ import multiprocessing as mp
 import signal
 from dataclasses import dataclass
 from multiprocessing.context import BaseContext
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from torch.utils.data import DataLoader
 
@@ -146,18 +146,9 @@ def train_data(
 ) -> TrainData:
     """The training loader; `micro_batch` is a streamed dataset's batch until the first
     `TrainData.set_epoch` gives it the epoch's requests."""
-    common: dict[str, Any] = {
-        "num_workers": data.workers,
-        "collate_fn": collate,
-        "pin_memory": place.pin_memory,
-        # Workers start once per run: no per-epoch start-up, and no fork while a finished
-        # loader's threads are exiting (a child forked then can deadlock in CPython 3.11).
-        # The datasets share their epoch with the workers (`data/epoch_state.py`).
-        "persistent_workers": data.workers > 0,
-        "multiprocessing_context": worker_context(data),
-        "prefetch_factor": 4 if data.workers > 0 else None,
-        "worker_init_fn": init_worker,
-    }
+    common = loader_options(
+        workers=data.workers, pin_memory=place.pin_memory, worker_start=data.worker_start
+    )
     if data.source == "stream":
         stream = StreamingShardDataset(
             items,
@@ -200,27 +191,51 @@ def eval_loader(
         dataset,
         batch_size=data.eval_batch_size or data.batch_size,
         sampler=sampler,
-        num_workers=data.workers,
-        collate_fn=collate,
-        pin_memory=place.pin_memory,
         drop_last=False,
-        persistent_workers=data.workers > 0,
-        multiprocessing_context=worker_context(data),
-        worker_init_fn=init_worker,
+        **loader_options(
+            workers=data.workers, pin_memory=place.pin_memory, worker_start=data.worker_start
+        ),
     )
 
 
-def worker_context(data: DataConfig) -> BaseContext | None:
+WorkerStart = Literal["auto", "fork", "forkserver", "spawn"]
+PREFETCH_BATCHES = 4  # per worker: a slow video's batch does not stall the step after it
+
+
+def loader_options(
+    *, workers: int, pin_memory: bool, worker_start: WorkerStart = "auto"
+) -> dict[str, Any]:
+    """The keyword arguments of every `DataLoader` that feeds a model (training, evaluation,
+    two-stream evaluation, and the benches that time a step on loaded data), so that a bench
+    loads as the trainer does: `workers` processes, started by `worker_start`
+    (`data.worker_start`), persistent, `PREFETCH_BATCHES` batches ahead each, each worker
+    initialised by `init_worker`, batches collated by `collate` and pinned for a CUDA device
+    (`pin_memory`)."""
+    return {
+        "num_workers": workers,
+        "collate_fn": collate,
+        "pin_memory": pin_memory,
+        # Workers start once per run: no per-epoch start-up, and no fork while a finished
+        # loader's threads are exiting (a child forked then can deadlock in CPython 3.11).
+        # The datasets share their epoch with the workers (`data/epoch_state.py`).
+        "persistent_workers": workers > 0,
+        "multiprocessing_context": worker_context(worker_start, workers=workers),
+        "prefetch_factor": PREFETCH_BATCHES if workers > 0 else None,
+        "worker_init_fn": init_worker,
+    }
+
+
+def worker_context(start: WorkerStart, *, workers: int) -> BaseContext | None:
     """The multiprocessing context loader workers start from (`data.worker_start`).
 
     forkserver and spawn workers receive the dataset pickled; their shared epoch travels as a
     handle to the same memory. A forkserver is told to import the data modules once, so each
     worker it forks starts with them loaded.
     """
-    if data.workers == 0 or data.worker_start == "auto":
+    if workers == 0 or start == "auto":
         return None
-    context = mp.get_context(data.worker_start)
-    if data.worker_start == "forkserver":
+    context = mp.get_context(start)
+    if start == "forkserver":
         context.set_forkserver_preload(
             ["vidscale.data.dataset", "vidscale.data.prepared.shard_dataset"]
         )

@@ -21,7 +21,8 @@ from typing import Any
 from torch.utils.data import DataLoader
 
 from vidscale.config import ConfigError, Precision, RunConfig
-from vidscale.data.dataset import VideoClipDataset, collate
+from vidscale.data.dataset import VideoClipDataset
+from vidscale.data.loaders import loader_options
 from vidscale.data.paired import PairedDataset
 from vidscale.data.samplers import ExactEvalSampler
 from vidscale.distributed.env import DistEnv, init_distributed
@@ -146,6 +147,5 @@ def paired_loader(paired: PairedDataset, env: DistEnv, *, batch: int, workers: i
         paired,
         batch_size=batch,
         sampler=ExactEvalSampler(len(paired), rank=env.rank, world_size=env.world_size),
-        num_workers=workers,
-        collate_fn=collate,
+        **loader_options(workers=workers, pin_memory=env.device.type == "cuda"),
     )

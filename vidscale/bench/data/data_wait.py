@@ -25,8 +25,9 @@ from vidscale.bench.results import write_result
 from vidscale.config import TrainConfig
 from vidscale.data.annotations import VideoRecord
 from vidscale.data.clip import ClipSpec
-from vidscale.data.dataset import VideoClipDataset, collate
+from vidscale.data.dataset import VideoClipDataset
 from vidscale.data.inputs import ModelInput
+from vidscale.data.loaders import loader_options
 from vidscale.data.prepared.shard_dataset import ShardClipDataset
 from vidscale.distributed.env import DistEnv
 from vidscale.fastpath.host_memory import set_host_memory_retention
@@ -197,6 +198,16 @@ class _WaitRun:
             auto=decision.candidate,
         )
 
+    def loader(self, dataset: VideoClipDataset, *, workers: int, steps: int) -> DataLoader:
+        """`steps` batches of shuffled passes over `dataset`, loaded as the trainer loads."""
+        return DataLoader(
+            dataset,
+            batch_size=self.batch,
+            sampler=_shuffled_passes(len(dataset), steps * self.batch),
+            drop_last=True,
+            **loader_options(workers=workers, pin_memory=self.device == "cuda"),
+        )
+
     def measure(self, dataset: VideoClipDataset, *, frames: int, workers: int) -> WaitRow:
         """`warmup` + `steps` SGD steps at the trainer's fast path; the timed steps' mean step
         time and time blocked. Refused (`NothingTrained`) when none applied its update."""
@@ -206,16 +217,7 @@ class _WaitRun:
         device = torch.device(self.device)
         model = apply_to_model(build_model(cfg).to(device), fast).train()
         total = self.warmup + self.steps
-        loader = DataLoader(
-            dataset,
-            batch_size=self.batch,
-            sampler=_shuffled_passes(len(dataset), total * self.batch),
-            num_workers=workers,
-            collate_fn=collate,
-            drop_last=True,
-            pin_memory=device.type == "cuda",
-            prefetch_factor=2 if workers else None,
-        )
+        loader = self.loader(dataset, workers=workers, steps=total)
         # The trainer's step on the loader's batches: it times its own wait for the next batch.
         ctx = StepContext(
             model=model,

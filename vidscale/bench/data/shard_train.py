@@ -37,8 +37,8 @@ from vidscale.bench.results import (
     write_result,
 )
 from vidscale.data.clip import ClipSpec
-from vidscale.data.dataset import collate
 from vidscale.data.inputs import ModelInput
+from vidscale.data.loaders import loader_options
 from vidscale.data.prepared.prepare import open_prepared
 from vidscale.data.prepared.shard_dataset import ShardClipDataset
 from vidscale.fastpath import hardware
@@ -165,16 +165,12 @@ def run(
         raise ValueError(f"{cfg.root}: not a prepared directory ({err})") from err
     spec = ClipSpec(frames=cfg.frames, sampling="uniform", crop_size=cfg.size, flip=True)
     workers = cfg.loader_workers()
-    loader = DataLoader(  # the trainer's loader settings (`train/builders.py`)
+    loader = DataLoader(  # the trainer's loader settings (`data.loaders.loader_options`)
         ShardClipDataset(entries, spec, train=True, seed=0),
         batch_size=cfg.batch,
         sampler=_passes(len(entries), (cfg.warmup + cfg.steps) * cfg.batch),
-        num_workers=workers,
-        collate_fn=collate,
         drop_last=True,
-        pin_memory=dev.type == "cuda",
-        prefetch_factor=4,
-        persistent_workers=True,
+        **loader_options(workers=workers, pin_memory=dev.type == "cuda"),
     )
     if progress:
         print(f"bench shard-train: {cfg.model}, {workers} loader workers", file=sys.stderr)

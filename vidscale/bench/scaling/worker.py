@@ -43,8 +43,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from vidscale.bench.scaling.config import SINGLE, ScalingConfig, Variant, variants
 from vidscale.bench.scaling.data import real_batches
-from vidscale.data.dataset import collate
 from vidscale.data.inputs import ModelInput
+from vidscale.data.loaders import loader_options
 from vidscale.distributed.aavg_config import AAVGConfig
 from vidscale.distributed.collectives import all_gather_object, barrier
 from vidscale.distributed.comm_handle import CommConfig
@@ -216,15 +216,16 @@ def _random_batches(cfg: ScalingConfig, env: DistEnv) -> Iterator[dict[str, Any]
         num_classes=cfg.num_classes,
         seed=cfg.seed + 1 + env.rank,
     )
-    loader = DataLoader(
+    return iter(random_loader(data, cfg, env))
+
+
+def random_loader(data: RandomClips, cfg: ScalingConfig, env: DistEnv) -> DataLoader:
+    """In-memory random clips, loaded as the trainer loads (`loader_options`)."""
+    return DataLoader(
         data,
         batch_size=cfg.batch,
-        num_workers=cfg.workers,
-        collate_fn=collate,
-        pin_memory=env.device.type == "cuda",
-        prefetch_factor=4 if cfg.workers > 0 else None,
+        **loader_options(workers=cfg.workers, pin_memory=env.device.type == "cuda"),
     )
-    return iter(loader)
 
 
 def fast_setting(cfg: ScalingConfig, env: DistEnv, name: str) -> Candidate:
