@@ -5,8 +5,9 @@ conftest.py): vidscale builds each covered model with random weights and BN stat
 one training pass over the clip) and writes it as a run; `vidscale export` writes the MMAction2
 checkpoint; MMAction2 1.2 builds its model from the config file in its package and loads the
 file with MMEngine's `load_checkpoint(..., strict=True)`; both run the same random clip in
-float64 eval mode. The logits agree to 1e-10 relative (TSN's head averages features before its
-fc where vidscale averages logits after it, a rounding apart; the others bitwise).
+float64 eval mode. The logits agree to 1e-10 relative, and bitwise (`torch.equal`) for every
+model but TSN, whose head averages features before its fc where vidscale averages logits after
+it, a rounding apart (`test_mmaction2.BITWISE`).
 `test_a_swapped_export_is_caught` shows it can fail: the export with two tensors of one shape
 exchanged loads into MMAction2's model, and its logits are not the run's.
 
@@ -26,6 +27,7 @@ import torch
 from torch import nn
 
 from tests.weights.test_mmaction2 import (
+    BITWISE,
     CLASSES,
     PEER_SCRIPT,
     RTOL,
@@ -205,11 +207,17 @@ def _swap(src: Path, dst: Path, keys: tuple[str, str]) -> Path:
     return dst
 
 
-def export_diff(work: Path, name: str, label: str) -> float:
-    """max |logit diff| / max |logit| of the run `name` and MMAction2 on the file `label`."""
+def export_logits(work: Path, name: str, label: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The logits of the run `name`, and MMAction2's on the file `label`."""
     ours = torch.load(work / f"{name}.ours.pt", weights_only=True)
     theirs = torch.load(work / f"{label}_logits.pt", weights_only=True)
     assert ours.shape == theirs.shape == (2, CLASSES)
+    return ours, theirs
+
+
+def export_diff(work: Path, name: str, label: str) -> float:
+    """max |logit diff| / max |logit| of the run `name` and MMAction2 on the file `label`."""
+    ours, theirs = export_logits(work, name, label)
     return float((ours - theirs).abs().max() / theirs.abs().max())
 
 
@@ -219,6 +227,8 @@ def test_mmaction2_loads_the_export_and_agrees(name: str, export_outputs: Path) 
     diff = export_diff(export_outputs, name, name)
     print(f"{name}: max |logit diff| / max |logit| = {diff:.3g}", file=sys.stderr)
     assert diff <= RTOL
+    if name in BITWISE:
+        assert torch.equal(*export_logits(export_outputs, name, name))
 
 
 @pytest.mark.slow

@@ -222,6 +222,7 @@ def test_logits_equal_mmaction2s_tsm(
     with capsys.disabled():
         print(f"tsm via the TSM code's names: max |logit diff| / max |logit| = {diff:.3g}")
     assert diff <= RTOL
+    assert torch.equal(ours, theirs)  # the same operations in the same order: bit for bit
 
     # The proof can fail: two shifted convs of one shape exchanged.
     a, b = "base_model.layer1.1.conv1.net.weight", "base_model.layer1.2.conv1.net.weight"
