@@ -25,12 +25,6 @@ PACKAGE = REPO / "vidscale"
 DESIGN = REPO / "docs" / "design.md"
 README = REPO / "README.md"
 
-# Parts of a map that is being rewritten elsewhere (bench/ is being restructured, its package
-# docstrings with it): each must still be missing from its map, so the list only shrinks.
-UNNAMED_WHILE_REWRITTEN: frozenset[str] = frozenset(
-    {"vidscale/bench/network", "vidscale/bench/network/hook_cost"}
-)
-
 _SPAN = re.compile(r"`([^`\n]+)`")
 _FIRST_PART = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -134,19 +128,8 @@ def readme_code_map() -> str:
 
 
 def test_every_package_map_names_its_modules() -> None:
-    missing = [
-        line
-        for line in unnamed_in_package_maps(PACKAGE)
-        if line.split(":", 1)[0] not in UNNAMED_WHILE_REWRITTEN
-    ]
+    missing = unnamed_in_package_maps(PACKAGE)
     assert missing == [], "\n".join(missing)
-
-
-def test_the_rewrite_list_names_only_what_is_still_unnamed() -> None:
-    # An entry whose map now names it must leave the list, so it cannot hide a new omission.
-    still = {line.split(":", 1)[0] for line in unnamed_in_package_maps(PACKAGE)}
-    stale = sorted(UNNAMED_WHILE_REWRITTEN - still)
-    assert stale == [], f"named in their maps now, drop from UNNAMED_WHILE_REWRITTEN: {stale}"
 
 
 def test_the_design_layout_names_every_package_and_top_level_module() -> None:

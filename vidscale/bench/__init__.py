@@ -2,10 +2,14 @@
 JSON; timings are ratios against a baseline measured in the same run. By subject:
 
 - `compute/`: the model's step and forward (`models`: the TSM paper's Tables 1-2; `throughput`
-  and MFU; `profile`; `flops`), all timing `step.fixed_batch.FixedBatchStep` (`train_step`).
+  and MFU; `profile`; `flops`), all timing the one benchmark subject (`fastpath.subject`,
+  built by `train_step` for a given setting): the trainer's step, each step's update counted
+  and a row none of whose steps applied refused.
 - `data/`: feeding it (`dataload`: what a clip costs per storage; `data_wait`: how much of a
   step waits; `shard_train`; `flow`: optical flow speed).
 - `scaling/`: processes together (`measure` launches `worker` ranks; `config`, `data`, `report`).
+- `network/`: one node against two across a shaped link (`measure`, `config`, `report`, and
+  `hook_cost`: a gradient hook's own compute on one process).
 - `multigrid`: what multigrid's schedule saves; `gpu_report`: the GPU acceptance run's report.
 
 Each bench module's entry point is `run(<Bench>Config, *, out_json, progress=False, device=...)`,

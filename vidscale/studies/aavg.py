@@ -30,7 +30,7 @@ from vidscale.studies.runs import (
     finished_runs_matching,
     refuse_controlled,
 )
-from vidscale.studies.skeleton import Study, run_study
+from vidscale.studies.skeleton import Study, run_study, write_report_json
 from vidscale.train.metrics import read_metrics
 
 # Fields the study sets for every run; a --set of one of them would silently change it.
@@ -215,7 +215,7 @@ def plot_study(rows: list[dict[str, Any]], path: Path) -> None:
 
 def write_study_report(rows: list[dict[str, Any]], out: Path, *, recipe: str) -> tuple[Path, Path]:
     json_path, png_path = out / "study.json", out / "study.png"
-    json_path.write_text(json.dumps({"recipe": recipe, "runs": rows}, indent=2) + "\n")
+    write_report_json(json_path, {"recipe": recipe, "runs": rows})
     plot_study(rows, png_path)
     return json_path, png_path
 

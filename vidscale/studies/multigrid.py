@@ -39,7 +39,7 @@ from vidscale.studies.runs import (
     finished_runs_matching,
     refuse_controlled,
 )
-from vidscale.studies.skeleton import Study, run_study
+from vidscale.studies.skeleton import Study, run_study, write_report_json
 from vidscale.train.builders import load_splits
 from vidscale.train.metrics import validation_curve
 from vidscale.train.timeline import Timeline, make_timeline, requested_global_batch, run_sizes
@@ -346,7 +346,7 @@ class MultigridStudy(Study[list[dict[str, Any]]]):
         return all_rows
 
     def _write(self, report: dict[str, Any], rows: list[dict[str, Any]], *, target: float) -> None:
-        (self.out / "study.json").write_text(json.dumps(report, indent=2) + "\n")
+        write_report_json(self.out / "study.json", report)
         plot_multigrid_study(rows, self.out / "study.png", target=target)
 
     def _say_written(self) -> None:

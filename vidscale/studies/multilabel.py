@@ -32,7 +32,7 @@ from vidscale.studies.runs import (
     check_dataset_fits,
     refuse_controlled,
 )
-from vidscale.studies.skeleton import Study, run_study
+from vidscale.studies.skeleton import Study, run_study, write_report_json
 from vidscale.train.builders import load_data
 from vidscale.train.metrics import read_metrics
 from vidscale.train.timeline import requested_global_batch
@@ -187,7 +187,7 @@ class MultiLabelStudy(Study[dict[str, Any]]):
             "commands": {n: shlex.join(train_command(n, self.spec)) for n in RECIPES},
         }
         json_path, png_path = self.out / "study.json", self.out / "study.png"
-        json_path.write_text(json.dumps(report, indent=2) + "\n")
+        write_report_json(json_path, report)
         plot_multilabel_study(rows, png_path)
         print(format_multilabel_table(rows))
         print(f"multilabel-study: wrote {json_path} and {png_path}")

@@ -9,9 +9,11 @@ A study subclasses `Study` with its own steps; `run_study` calls them in order. 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
+from vidscale.atomic import atomic_write_json
 from vidscale.studies.runs import StudyRun, train_runs
 
 Report = TypeVar("Report")
@@ -51,3 +53,14 @@ def run_study(study: Study[Report], *, plot_only: bool = False) -> Report:
     study.check_fits(runs)
     train_runs(runs, out=study.out, nproc=study.nproc, label=study.label)
     return study.report([run.run_dir for run in runs])
+
+
+def write_report_json(path: Path, report: Mapping[str, Any]) -> Path:
+    """Write a study's JSON report (`study.json`, `sweep.json`) atomically: a reader, or a
+    study interrupted while reporting, sees the previous report or this one, never half of
+    one. `report["runs"]` must be the study's rows, one JSON object per run. Returns `path`."""
+    runs = report.get("runs")
+    if not isinstance(runs, list) or not all(isinstance(r, Mapping) for r in runs):
+        raise TypeError(f"{path.name}: a study report's 'runs' must be a list of objects")
+    atomic_write_json(path, dict(report))
+    return path

@@ -14,6 +14,7 @@ from vidscale.config import ConfigError
 from vidscale.recipes import get_recipe
 from vidscale.schedules.batch_scaling import BASE_BATCH, SQRT_BASE_LR, rule_text
 from vidscale.schedules.lr import scaled_lr
+from vidscale.studies.skeleton import write_report_json
 from vidscale.train.metrics import read_metrics
 
 
@@ -79,7 +80,7 @@ def write_report(rows: list[dict[str, Any]], out: Path, *, recipe: str) -> tuple
         "runs": rows,
     }
     json_path, png_path = out / "sweep.json", out / "sweep.png"
-    json_path.write_text(json.dumps(doc, indent=2) + "\n")
+    write_report_json(json_path, doc)
     plot_sweep(rows, png_path)
     return json_path, png_path
 

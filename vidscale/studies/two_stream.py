@@ -39,7 +39,7 @@ from vidscale.studies.runs import (
     check_dataset_fits,
     refuse_controlled,
 )
-from vidscale.studies.skeleton import Study, run_study
+from vidscale.studies.skeleton import Study, run_study, write_report_json
 from vidscale.train.builders import load_data
 from vidscale.train.metrics import validation_curve
 from vidscale.train.timeline import requested_global_batch
@@ -314,7 +314,7 @@ class TwoStreamStudy(Study[dict[str, Any]]):
             "commands": {n: shlex.join(train_command(n, spec)) for n in RECIPES},
         }
         json_path, png_path = self.out / "study.json", self.out / "study.png"
-        json_path.write_text(json.dumps(report, indent=2) + "\n")
+        write_report_json(json_path, report)
         plot_two_stream_study(rows, fusion, png_path)
         print(format_two_stream_table(rows, fusion, target=target))
         print(f"two-stream-study: wrote {json_path} and {png_path}")

@@ -91,6 +91,29 @@ def test_writer_splits_shards_and_index_offsets_match_tar(tmp_path: Path) -> Non
     assert writer.entries[2].num_frames == 6 and writer.entries[2].label == 2
 
 
+def test_each_finished_shard_is_renamed_into_place_durably(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A finished shard's rename is followed by an fsync of its directory, as every atomic
+    write's is (`atomic.fsync_dir`): after a power loss the shard is there or not, never a
+    sidecar naming a tar the directory lost. The fsync itself is recorded, then done."""
+    synced: list[tuple[Path, list[str]]] = []
+    real = shards.fsync_dir
+
+    def recording(directory: Path) -> None:
+        synced.append((directory, sorted(p.name for p in directory.glob("shard-*.tar"))))
+        real(directory)
+
+    monkeypatch.setattr(shards, "fsync_dir", recording)
+    write_videos(tmp_path / "train", max_bytes=6_000, counts=[5, 4, 6])
+    train = tmp_path / "train"
+    assert synced == [
+        (train, ["shard-00000.tar"]),
+        (train, ["shard-00000.tar", "shard-00001.tar"]),
+        (train, ["shard-00000.tar", "shard-00001.tar", "shard-00002.tar"]),
+    ]
+
+
 def test_reader_returns_exact_bytes_with_few_reads(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -160,7 +160,7 @@ class ScalingRun:
     thread_cpu_s: float
     load_average: tuple[float | None, ...]
     ranks: tuple[RankSteps, ...]
-    # Measured steps that applied their update (`bench.applied`; None: measured before it was
+    # Measured steps that applied their update (`step.applied`; None: measured before it was
     # counted). A row with none is refused when measured, so it is between 1 and `steps`.
     applied_steps: int | None = None
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from vidscale.atomic import atomic_write_text
+from vidscale.atomic import atomic_write_text, fsync_dir
 from vidscale.data.label_sets import LabelSet
 from vidscale.data.media.decode import DecodeError
 
@@ -317,6 +317,7 @@ class ShardWriter:
         # The sidecar first: a tar without its sidecar never exists under the final name.
         write_index(sidecar_path(final), self._pending, root=self.root)
         os.replace(final.with_name(final.name + ".tmp"), final)
+        fsync_dir(final.parent)  # the rename itself survives a power loss, as `atomic` does
         self.entries.extend(self._pending)
         self._pending, self._tar, self._file = [], None, None
         self.number += 1
