@@ -17,10 +17,10 @@ from vidscale.bench.scaling.config import ScalingConfig, Variant
 from vidscale.bench.scaling.report import build_report
 from vidscale.bench.scaling.worker import StepSamples
 from vidscale.distributed.comm_hooks import HookName
+from vidscale.models.costs import model_costs
 from vidscale.planner import capacity, clusters
 from vidscale.planner.capacity import PlanRequest
 from vidscale.planner.durations import format_duration, parse_duration
-from vidscale.planner.layer_costs import model_costs
 from vidscale.planner.measured import read_measured
 from vidscale.planner.report import format_plan, format_table, plan_as_dict
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from vidscale.distributed.powersgd_hook import _powersgd_bytes
-from vidscale.planner.layer_costs import model_costs
+from vidscale.models.costs import model_costs
 from vidscale.planner.link_model import LinkVariant, powersgd_bytes, predict_step, ring_seconds
 
 MB = 1e6

@@ -10,11 +10,11 @@ from typing import TypedDict
 import pytest
 
 from vidscale.bench.compute.flops import model_info
+from vidscale.models.costs import LayerCost, ModelCosts, model_costs
 from vidscale.models.registry import ModelConfig
 from vidscale.planner import allreduce, overlap, paper_scaling
 from vidscale.planner.allreduce import GB, US, Interconnect, ring_allreduce_seconds
 from vidscale.planner.clusters import SUMMIT, gpu_compute, reference_compute
-from vidscale.planner.layer_costs import LayerCost, ModelCosts, model_costs
 from vidscale.planner.overlap import Bucketing, Gradient, horovod
 from vidscale.planner.scaling_model import (
     Cluster,

@@ -1,7 +1,8 @@
 """The analytic scaling model and `vidscale plan`.
 
 - `scaling_model` (step time on N nodes x G GPUs), `allreduce` (ring cost), `overlap` (what hides
-  under backward), `layer_costs` (per-layer parameters and MACs), `clusters` (hardware presets).
+  under backward), `clusters` (hardware presets); the per-layer costs backward follows are
+  `models.costs`, the one counter of what a model costs.
 - `capacity` (how long, how many GPUs, which model scales better), `measured` (inputs from a
   `bench scaling` JSON), `report`, `durations`; `paper_scaling` and `paper_figures` hold the
   model to the TSM paper's Table 3, Fig. 3c and Fig. 6; `link_model` predicts P nodes across a

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vidscale.errors import InputError
+from vidscale.models.costs import model_costs
 from vidscale.models.registry import list_models
 from vidscale.planner.clusters import (
     PRESETS,
@@ -28,7 +29,6 @@ from vidscale.planner.clusters import (
     relative_work,
     utilisation,
 )
-from vidscale.planner.layer_costs import model_costs
 from vidscale.planner.measured import Measured
 from vidscale.planner.overlap import (
     Framework,

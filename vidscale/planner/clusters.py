@@ -29,8 +29,8 @@ from functools import lru_cache
 from typing import Literal
 
 from vidscale.errors import InputError
+from vidscale.models.costs import model_costs
 from vidscale.planner.allreduce import GB, NCCL_HOP_US, US, Interconnect
-from vidscale.planner.layer_costs import model_costs
 from vidscale.planner.overlap import Bucketing, Framework, horovod
 from vidscale.planner.scaling_model import Cluster, GpuCompute, Workload, calibrate_clip_seconds
 

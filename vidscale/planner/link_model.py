@@ -5,7 +5,7 @@ bandwidth; AAVG paper §3: communication every K steps).
 Inputs are measured on one process, never on the world it predicts: the step's compute
 (`one_process_s`, from `bench scaling --nproc 1`), the link's rate each way (`link_bytes_per_s`,
 the rate `tc` enforces, or a TCP stream's throughput on an unshaped link) and the model (its
-layers' parameters and MACs, `layer_costs`). For each variant:
+layers' parameters and MACs, `models.costs`). For each variant:
 
 - `ddp` (+ `bf16`): gradients in DDP's buckets (`overlap.ddp_buckets`, ready as backward
   proceeds in proportion to the layers' MACs), each bucket a ring all-reduce of
@@ -33,7 +33,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from vidscale.planner.layer_costs import ModelCosts
+from vidscale.models.costs import ModelCosts
 from vidscale.planner.overlap import MIB, ddp_buckets, gradient_arrivals
 
 # Seconds of one small collective over gloo/TCP between two namespaces (a round trip of the

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from vidscale.bench.scaling.result import ScalingResult, ScalingRun
 from vidscale.errors import InputError
-from vidscale.planner.layer_costs import model_costs
+from vidscale.models.costs import model_costs
 from vidscale.planner.overlap import MIB, Bucketing, ddp_buckets, exposed_comm, gradient_arrivals
 from vidscale.planner.scaling_model import Workload
 

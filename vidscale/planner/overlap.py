@@ -2,7 +2,7 @@
 
 Mechanism, with no fitted factor: backward visits the layers in reverse forward order and
 spends on each a share of the backward time equal to its share of the MACs
-(`layer_costs.model_costs`); a layer's gradients are ready when its backward ends. Ready
+(`models.costs.model_costs`); a layer's gradients are ready when its backward ends. Ready
 gradients are packed into buckets, each bucket's all-reduce starts when the bucket is ready and
 the network is free, and the network runs the all-reduces one after another (one NCCL stream).
 The exposed communication of a step is the end of the last all-reduce minus the end of the
@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from vidscale.planner.layer_costs import ModelCosts
+from vidscale.models.costs import ModelCosts
 
 MIB = 1024 * 1024
 DDP_FIRST_BUCKET_BYTES = 1 * MIB  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES

@@ -21,8 +21,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from vidscale.models.costs import model_costs
 from vidscale.planner.clusters import PAPER_P100, SUMMIT, Hardware, gpu_compute
-from vidscale.planner.layer_costs import model_costs
 from vidscale.planner.scaling_model import Prediction, Workload, predict
 
 EPOCHS, CLIPS, BATCH_PER_GPU = 100, 240_000, 8

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Literal
 
+from vidscale.models.costs import ModelCosts
 from vidscale.planner.allreduce import Interconnect, ring_allreduce_seconds
-from vidscale.planner.layer_costs import ModelCosts
 from vidscale.planner.overlap import Bucketing, exposed_comm
 
 Bottleneck = Literal["compute", "data", "network"]

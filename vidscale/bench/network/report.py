@@ -21,7 +21,7 @@ from vidscale.bench.results import plain
 from vidscale.bench.scaling.result import ScalingResult, ScalingRun
 from vidscale.errors import InputError
 from vidscale.fastpath.hardware import describe
-from vidscale.planner.layer_costs import ModelCosts, model_costs
+from vidscale.models.costs import ModelCosts, model_costs
 from vidscale.planner.link_model import LinkPrediction, LinkVariant, predict_step
 
 
