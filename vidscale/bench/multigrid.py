@@ -33,13 +33,13 @@ from typing import Any
 
 import torch
 
-from vidscale.bench.compute.flops import model_info
 from vidscale.bench.results import plain, write_result
 from vidscale.config import RunConfig
 from vidscale.distributed.env import DistEnv
 from vidscale.fastpath import hardware
 from vidscale.fastpath.settings import Candidate, FastPath, apply_to_model, resolve_fast_path
 from vidscale.fastpath.timing import spread, time_round_robin
+from vidscale.models.costs import model_info
 from vidscale.models.registry import build_model
 from vidscale.step.run import StepContext, forward_backward
 from vidscale.train.builders import decide_fast_path, model_input

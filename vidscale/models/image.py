@@ -45,7 +45,7 @@ class ImageResNet(ResNet):
     `ResNet.forward`'s meaning (consecutive frames of one clip, grouped for sub-batch BN; the
     output stays per frame); a 5D clip carries its own T, so `num_frames` must then stay 1.
 
-    With 1000 classes, per 224x224 image (`bench.compute.flops.model_info`: convolutions and the fc),
+    With 1000 classes, per 224x224 image (`models.costs.model_info`: convolutions and the fc),
     ResNet-18 has 11,689,512 parameters and 1,814,073,344 MACs, ResNet-50 25,557,032 and
     4,089,184,256 (torchvision's documented 1.81 and 4.09 GFLOPS, which are MACs). The 1.82 G and
     4.11 G often quoted are these plus 2 operations (scale and shift) per BatchNorm output

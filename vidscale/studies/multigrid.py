@@ -27,8 +27,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from vidscale.bench.compute.flops import model_info
 from vidscale.config import ConfigError, RunConfig, apply_overrides, load_config, validate
+from vidscale.models.costs import model_info
 from vidscale.models.registry import ModelConfig
 from vidscale.recipes import get_recipe
 from vidscale.schedules.batch_scaling import LRRule

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 
 import torch
 
-from vidscale.bench.compute.flops import model_info
+from vidscale.errors import InputError
 from vidscale.fastpath.settings import Candidate
 from vidscale.fastpath.subject import ProbeShape, Subject
+from vidscale.models.costs import model_info
 from vidscale.models.registry import ModelConfig, build_model, default_frames
 
 
@@ -72,7 +73,7 @@ def train_subject(
 
 
 def check_trainable(name: str, *, frames: int, size: int, batch: int) -> None:
-    """Raise ValueError when `name` cannot train on (batch, 3, frames, size, size) clips: too few
+    """Raise `InputError` when `name` cannot train on (batch, 3, frames, size, size) clips: too few
     frames or pixels for its strides, or one value per channel at a BatchNorm. Checked on the
     meta device, so it costs milliseconds and fails before any timing starts."""
     with torch.device("meta"):
@@ -83,7 +84,7 @@ def check_trainable(name: str, *, frames: int, size: int, batch: int) -> None:
             model.train()(clips)
     except (RuntimeError, ValueError) as err:
         shape = f"{batch}x3x{frames}x{size}x{size}"
-        raise ValueError(f"{name} cannot train on {shape} clips: {err}") from err
+        raise InputError(f"{name} cannot train on {shape} clips: {err}") from err
 
 
 def release(device: torch.device) -> None:
