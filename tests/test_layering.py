@@ -224,10 +224,10 @@ INSIDE_RULES: dict[str, dict[str, frozenset[str]]] = {
         "media": frozenset(),  # codecs know nothing of layouts, shards or the pipeline
         "layouts": frozenset({"annotations", "label_sets"}),
     },
-    "bench": {
-        "compute": frozenset({"results"}),
-        "data": frozenset({"results", "compute"}),
-        "scaling": frozenset({"results", "compute"}),
+    "bench": {  # `options`: the settings' fields with their flags, beside `results`
+        "compute": frozenset({"results", "options"}),
+        "data": frozenset({"results", "options", "compute"}),
+        "scaling": frozenset({"results", "options", "compute"}),
     },
 }
 LEAVES = {"data": "synthetic", "bench": "gpu_report"}  # nothing else in the package imports them

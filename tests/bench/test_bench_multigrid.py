@@ -18,6 +18,7 @@ from vidscale.bench.multigrid import (
     shape_key,
 )
 from vidscale.config import apply_overrides
+from vidscale.errors import InputError
 from vidscale.fastpath.settings import Candidate
 from vidscale.recipes import get_recipe
 from vidscale.train.timeline import Shape, make_timeline, run_sizes
@@ -94,7 +95,7 @@ def test_bench_sums_the_measured_shapes(tmp_path: Path) -> None:
 
 
 def test_bad_variants_are_refused() -> None:
-    with pytest.raises(ValueError, match="choose from long, short, both"):
+    with pytest.raises(InputError, match="^--variants: expected one of long, short, both"):
         MultigridBenchConfig(variants=("baseline",)).validate()
-    with pytest.raises(ValueError, match="none given"):
+    with pytest.raises(InputError, match="^--variants: none given"):
         MultigridBenchConfig(variants=()).validate()

@@ -20,6 +20,7 @@ from vidscale.bench.compute.throughput import (
     ThroughputResult,
     fill_batch,
 )
+from vidscale.errors import InputError
 
 TINY = ThroughputConfig(
     models=("tsm_resnet18",),
@@ -51,7 +52,7 @@ def test_fill_batch_doubles_until_out_of_memory_and_keeps_the_last_that_fit() ->
         [FillTrial(2, True), FillTrial(4, True), FillTrial(8, True), FillTrial(16, False)],
     )
     assert fill_batch(lambda b: None, start=3, cap=12)[0] == 12  # the cap stops it
-    with pytest.raises(ValueError, match="batch 16 does not fit"):
+    with pytest.raises(InputError, match="--batch 16 does not fit"):
         fill_batch(run, start=16, cap=64)
     with pytest.raises(RuntimeError, match="shape"):  # not memory: raised as it is
         fill_batch(lambda b: (_ for _ in ()).throw(RuntimeError("shape mismatch")), start=1, cap=4)
@@ -125,7 +126,7 @@ def test_profile_on_the_cpu_lists_operators_shares_and_gaps(tmp_path: Path) -> N
     out = tmp_path / "p.json"
     done = vidscale(
         "bench", "profile", "tsm_resnet18", "--device", "cpu", "--fast-path", "fp32",
-        "--batch", "2", "--size", "32", "--frames", "4", "--warmup", "0", "--top", "5",
+        "--batch", "2", "--size", "32", "--frames", "4", "--warmup", "0", "--topk", "5",
         "--out-json", str(out),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr

@@ -127,7 +127,7 @@ MORE_BAD = [
     Bad(("synth", "--out", "{tmp}/s", "--size", "33"), "--size must be even"),
     Bad(("synth", "--out", "{tmp}/s", "--multi-label", "--images"), "--multi-label writes videos"),
     Bad(("study", "batch-size", "--out", "{tmp}/sw2", "--plot-only"), "no finished runs"),
-    Bad(("study", "aavg", "--out", "{tmp}/a1", "--ks", "1,x"), "--ks"),
+    Bad(("study", "aavg", "--out", "{tmp}/a1", "--aavg-k", "1,x"), "--aavg-k"),
     Bad(("study", "multigrid", "--out", "{tmp}/m1", "--seeds", "0,x"), "--seeds"),
     Bad(("study", "multigrid", "--out", "{tmp}/m2", "--epochs", "0"), "--epochs"),
     Bad(("study", "two-stream", "--out", "{tmp}/ts"), "--data"),

@@ -25,7 +25,7 @@ def test_plan_prints_time_efficiency_bottleneck_and_batch(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     argv = ["plan", "--model", "tsm_resnet50", "--world-size", "1536", "--hardware", "summit"]
-    assert main([*argv, "--epochs", "100", "--clips", "240000", "--batch-per-gpu", "8"]) == 0
+    assert main([*argv, "--epochs", "100", "--epoch-clips", "240000", "--batch-per-gpu", "8"]) == 0
     out = capsys.readouterr().out
     for word in ("time to train", "efficiency", "bottleneck     compute", "12,288"):
         assert word in out

@@ -29,7 +29,7 @@ def test_the_study_plans_the_k_series_and_aavg1_to_3(tmp_path: Path) -> None:
 def test_a_controlled_field_or_a_bad_k_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"--set aavg\.k"):
         design_aavg_study(StudySpec("demo_tsm_r18_8f_b32_e20", tmp_path, overrides=("aavg.k=3",)))
-    with pytest.raises(ConfigError, match="--ks"):
+    with pytest.raises(ConfigError, match="--aavg-k"):
         design_aavg_study(StudySpec("demo_tsm_r18_8f_b32_e20", tmp_path, ks=(0,)))
 
 

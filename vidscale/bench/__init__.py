@@ -12,6 +12,10 @@ JSON; timings are ratios against a baseline measured in the same run. By subject
   `hook_cost`: a gradient hook's own compute on one process).
 - `multigrid`: what multigrid's schedule saves; `gpu_report`: the GPU acceptance run's report.
 
+Each bench's settings are its `<Bench>Config`'s fields, declared with `options.option` (help,
+bounds, choices; the settings most benches share declared there once); the CLI derives the
+bench's flags from them and `options.check_options` checks them, naming the flag.
+
 Each bench module's entry point is `run(<Bench>Config, *, out_json, progress=False, device=...)`,
 which writes its JSON atomically and returns a frozen `<Bench>Result` whose `to_dict()` is that
 JSON; the results other code reads (`scaling`, `throughput`, `profile`, `shard_train`) parse it

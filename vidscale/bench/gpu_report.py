@@ -23,8 +23,10 @@ from vidscale.atomic import atomic_write_text
 from vidscale.bench.compute.profile import ProfileResult
 from vidscale.bench.compute.throughput import ThroughputResult
 from vidscale.bench.data.shard_train import ShardTrainResult
+from vidscale.bench.options import option
 from vidscale.bench.results import write_result
 
+SUMMARY = Path("summary.md")  # `bench gpu-report`'s markdown, unless --out-md names another
 STEPS = ("setup", "tests", "throughput", "shards", "profile")
 STEP_FILES = {"throughput": "throughput.json", "shards": "shards.json", "profile": "profile.json"}
 # The result type each step's JSON is read with.
@@ -78,11 +80,12 @@ def read_tests(path: Path) -> dict[str, Any] | None:
 class GpuReportConfig:
     """What `bench gpu-report` merges: the run's work directory `work`, the markdown summary
     to write (`out_md`), and whether it was a dry run on the CPU (`dry_run`: every CUDA test
-    is expected skipped, with a reason)."""
+    is expected skipped, with a reason). Each field but `work` (the positional WORK) is a
+    flag (`bench.options`)."""
 
     work: Path
-    out_md: Path
-    dry_run: bool = False
+    out_md: Path = option(SUMMARY, help="the markdown summary to write")
+    dry_run: bool = option(False, help="a run on the CPU: CUDA tests are expected skipped")
 
 
 @dataclass(frozen=True)

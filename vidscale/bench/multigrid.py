@@ -33,9 +33,12 @@ from typing import Any
 
 import torch
 
+from vidscale.bench import options
+from vidscale.bench.options import option
 from vidscale.bench.results import plain, write_result
 from vidscale.config import RunConfig
 from vidscale.distributed.env import DistEnv
+from vidscale.errors import InputError
 from vidscale.fastpath import hardware
 from vidscale.fastpath.settings import Candidate, FastPath, apply_to_model, resolve_fast_path
 from vidscale.fastpath.timing import spread, time_round_robin
@@ -52,29 +55,28 @@ VARIANTS = {
     "short": (False, True),
     "both": (True, True),
 }
+COMPARED = tuple(name for name in VARIANTS if name != "baseline")  # the baseline always runs
 
 
 @dataclass(frozen=True)
 class MultigridBenchConfig:
     """The run to plan (`world_size` processes, `dataset_size` training videos), the variants
     to compare with the baseline, and the timing: `warmup` untimed and `repeats` timed rounds,
-    each sample the mean of `steps` calls."""
+    each sample the mean of `steps` calls. Each field is a flag of `bench multigrid`
+    (`bench.options`)."""
 
-    world_size: int = 1
-    dataset_size: int = 240_000
-    variants: tuple[str, ...] = ("long", "short", "both")
-    warmup: int = 1
-    repeats: int = 5
-    steps: int = 2
+    world_size: int = option(1, help="processes of the run it describes", low=1)
+    dataset_size: int = option(240_000, help="training videos (Kinetics-400's)", low=1)
+    variants: tuple[str, ...] = option(COMPARED, help="besides the baseline", choices=COMPARED)
+    warmup: int = options.warmup(1, help="untimed rounds")
+    repeats: int = option(5, help="timed rounds", low=1)
+    steps: int = options.steps(2, help="calls per sample")
 
     def validate(self) -> None:
-        unknown = [v for v in self.variants if v not in VARIANTS or v == "baseline"]
-        if unknown or not self.variants:
-            raise ValueError(
-                f"--variants: {','.join(unknown) or 'none given'}; choose from long, short, both"
-            )
-        if min(self.world_size, self.dataset_size, self.repeats, self.steps) < 1:
-            raise ValueError("world size, dataset size, repeats and steps must be >= 1")
+        """Raise `InputError` naming the flag of the first value that cannot work."""
+        if not self.variants:
+            raise InputError("--variants: none given; choose from long, short, both")
+        options.check_options(self)
 
 
 def variant_config(cfg: RunConfig, variant: str) -> RunConfig:

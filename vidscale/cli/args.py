@@ -8,6 +8,7 @@ import typing
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from vidscale.bench.options import SETTINGS
 from vidscale.config import (
     ConfigError,
     Precision,
@@ -166,7 +167,7 @@ def _name_list(choices: Sequence[str] | None = None) -> Callable[[str], tuple[st
 
 # The fast-path settings a flag can name: `auto` (what training's probe chooses), plain fp32,
 # and the candidates the probe times (`fastpath.settings.Candidate` labels).
-FAST_PATH_SETTINGS = ("auto", "fp32", "fp32+cl", "bf16", "bf16+cl")
+FAST_PATH_SETTINGS = ("auto", *SETTINGS)
 
 
 def _fast_path_per_model(text: str) -> tuple[str, ...]:

@@ -7,9 +7,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from vidscale.cli.args import _at_least, _check_parent, _name_list
-from vidscale.cli.output import add_json_flag, print_json_file, progress_to_stderr
+from vidscale.cli.args import _check_parent
+from vidscale.cli.flags import add_config_flags, add_output_flags, config_from_args
+from vidscale.cli.output import print_json_file, progress_to_stderr
 from vidscale.errors import InputError
+
+SKIP = ("fast_path",)  # --fast-path auto|fp32
 
 
 def cmd_bench_network(args: argparse.Namespace) -> int:
@@ -22,19 +25,8 @@ def cmd_bench_network(args: argparse.Namespace) -> int:
     _check_parent("--plot", args.plot)
     if args.replan is not None:
         return _replan(args)
-    cfg = NetworkConfig(
-        rates=args.rates,
-        models=args.models,
-        batch=args.batch,
-        frames=args.frames,
-        size=args.size,
-        steps=args.steps,
-        warmup=args.warmup,
-        hooks=args.hooks,
-        aavg_k=args.aavg_k,
-        epoch_k=args.epoch_k,
-        fast_path=args.fast_path != "fp32",
-    )
+    base = NetworkConfig(fast_path=args.fast_path != "fp32")
+    cfg = config_from_args(NetworkConfig, args, skip=SKIP, base=base)
     try:
         with progress_to_stderr(args.json):
             result = run(cfg, out_json=args.out_json, plot=args.plot)
@@ -69,7 +61,7 @@ def _replan(args: argparse.Namespace) -> int:
 
 def add_parser(bench_sub: argparse._SubParsersAction) -> None:
     """`bench network`'s flags."""
-    from vidscale.bench.network.config import DEFAULT_MODELS, DEFAULT_RATES
+    from vidscale.bench.network.config import NetworkConfig
 
     p = bench_sub.add_parser(
         "network",
@@ -79,26 +71,13 @@ def add_parser(bench_sub: argparse._SubParsersAction) -> None:
         "DDP (each hook) and AAVG, its efficiency, and the planner's prediction of the two-node "
         "step with its error. Needs root.",
     )
+    add_config_flags(p, NetworkConfig, skip=SKIP)
     p.add_argument(
-        "--rates", type=_name_list(), default=DEFAULT_RATES, help="e.g. unshaped,500mbit"
+        "--fast-path",
+        choices=["auto", "fp32"],
+        default="auto",
+        help="auto: training's probe decides per model; fp32: off (auto)",
     )
-    p.add_argument("--models", type=_name_list(), default=DEFAULT_MODELS)
-    p.add_argument("--batch", type=_at_least(1), default=2, help="clips per process")
-    p.add_argument("--frames", type=_at_least(1), default=4)
-    p.add_argument("--size", type=_at_least(32), default=112)
-    p.add_argument("--steps", type=_at_least(1), default=4, help="measured steps per run")
-    p.add_argument("--warmup", type=_at_least(2), default=2)
-    p.add_argument(
-        "--hooks",
-        type=_name_list(("none", "fp16", "bf16", "powersgd")),
-        default=("none", "bf16", "powersgd"),
-        help="DDP gradient hooks",
-    )
-    p.add_argument("--aavg-k", type=_at_least(1), default=4, help="AAVG: steps per averaging")
-    p.add_argument(
-        "--epoch-k", type=_at_least(0), default=16, help="AAVG's 'an epoch' in steps (0: skip)"
-    )
-    p.add_argument("--fast-path", choices=["auto", "fp32"], default="auto")
     p.add_argument(
         "--replan",
         type=Path,
@@ -106,7 +85,8 @@ def add_parser(bench_sub: argparse._SubParsersAction) -> None:
         metavar="FILE",
         help="measure nothing: FILE's rows predicted again by the planner as it is now",
     )
-    p.add_argument("--out-json", type=Path, default=Path("bench_network.json"))
-    p.add_argument("--plot", type=Path, default=Path("bench_network.png"))
-    add_json_flag(p)
+    add_output_flags(p, out_json="bench_network.json", device=False)
+    p.add_argument(
+        "--plot", type=Path, default=Path("bench_network.png"), help="(bench_network.png)"
+    )
     p.set_defaults(fn=cmd_bench_network)

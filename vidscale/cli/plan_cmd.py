@@ -18,6 +18,7 @@ from vidscale.cli.args import (
     _name_list,
     _non_negative,
 )
+from vidscale.cli.flags import add_renamed
 from vidscale.cli.output import add_json_flag, print_json_file, print_result
 from vidscale.config import ConfigError
 
@@ -34,14 +35,14 @@ def _plan_request(args: argparse.Namespace, gpus: int | None) -> Any:
         gpus=gpus,
         batch_per_gpu=args.batch_per_gpu or 8,
         epochs=args.epochs,
-        clips=args.clips,
+        clips=args.epoch_clips,
         frames=args.frames,
         step_time=args.step_time,
         data_time=args.data_time,
         bandwidth_gbps=args.bandwidth_gbps,
         latency_us=args.latency_us,
         gpus_per_node=args.gpus_per_node,
-        bucket_mb=args.bucket_mb,
+        bucket_mb=args.bucket_cap_mb,
         framework=args.framework,
         grad_dtype=args.grad_dtype,
     )
@@ -129,7 +130,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="clips per GPU (8, or the --measured run's)",
     )
     p.add_argument("--epochs", type=_above(0), default=100.0, help="epochs (100)")
-    p.add_argument("--clips", type=_at_least(1), default=240_000, help="clips per epoch (240,000)")
+    p.add_argument(
+        "--epoch-clips", type=_at_least(1), default=240_000, help="clips per epoch (240,000)"
+    )
+    add_renamed(p, "--clips", "--epoch-clips")
     p.add_argument("--frames", type=_at_least(1), default=None, help="frames per clip (model's)")
     p.add_argument("--target", type=_duration, default=None, help="fewest GPUs for this time: 15m")
     p.add_argument(
@@ -149,7 +153,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--latency-us", type=_non_negative, default=None, help="network hop latency")
     p.add_argument("--gpus-per-node", type=_at_least(1), default=None)
-    p.add_argument("--bucket-mb", type=_above(0), default=None, help="DDP bucket / Horovod fusion")
+    p.add_argument(
+        "--bucket-cap-mb", type=_above(0), default=None, help="DDP bucket / Horovod fusion, MB"
+    )
+    add_renamed(p, "--bucket-mb", "--bucket-cap-mb")
     p.add_argument("--grad-dtype", choices=["fp32", "bf16", "fp16"], default="fp32")
     p.add_argument("--framework", choices=["ddp", "horovod"], default=None)
     p.add_argument(

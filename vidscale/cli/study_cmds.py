@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from vidscale.cli.args import _at_least, _weights, _with_data_root
+from vidscale.cli.flags import add_renamed
 from vidscale.cli.output import add_json_flag, print_json_file, progress_to_stderr
 from vidscale.config import ConfigError
 
@@ -96,7 +97,7 @@ def cmd_aavg_study(args: argparse.Namespace) -> int:
         recipe=args.recipe,
         out=args.out,
         overrides=_with_data_root(args),
-        ks=_list("--ks", args.ks, int),
+        ks=_list("--aavg-k", args.aavg_k, int),
         epochs=args.epochs,
         nproc=args.nproc,
     )
@@ -222,7 +223,12 @@ def _add_batch_size(p: argparse.ArgumentParser) -> None:
 
 def _add_aavg(p: argparse.ArgumentParser) -> None:
     add_study_args(p, report="study.json/png", nproc=2, epochs=10)
-    p.add_argument("--ks", default="1,2,4,8,-1", help="averaging intervals (-1: once per epoch)")
+    p.add_argument(
+        "--aavg-k",
+        default="1,2,4,8,-1",
+        help="AAVG's steps per averaging, one run each (-1: once per epoch)",
+    )
+    add_renamed(p, "--ks", "--aavg-k")
     p.set_defaults(fn=cmd_aavg_study)
 
 

@@ -145,7 +145,7 @@ def check_request(req: PlanRequest) -> Hardware:
         ("--world-size", req.gpus, 1),
         ("--batch-per-gpu", req.batch_per_gpu, 1),
         ("--step-time batch", req.step_time_batch, 1),
-        ("--clips", req.clips, 1),
+        ("--epoch-clips", req.clips, 1),
         ("--gpus-per-node", req.gpus_per_node, 1),
     ):
         if value is not None and value < low:
@@ -154,7 +154,7 @@ def check_request(req: PlanRequest) -> Hardware:
         ("--epochs", req.epochs),
         ("--step-time", req.step_time),
         ("--bandwidth-gbps", req.bandwidth_gbps),
-        ("--bucket-mb", req.bucket_mb),
+        ("--bucket-cap-mb", req.bucket_mb),
     ):
         if number is not None and not number > 0:
             raise InputError(f"{flag}: must be > 0, got {number}")

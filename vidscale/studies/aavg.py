@@ -3,7 +3,7 @@
 Every run trains the recipe with `dist.strategy=aavg` and Adam at a constant rate (the paper's
 choice: Adam needs no LR schedule search, §VI) on `--nproc` learners, for the same epochs:
 
-- `k<K>` for each K of `--ks` (default 1, 2, 4, 8, -1): merged Adam/BN state (Alg. 2), constant
+- `k<K>` for each K of `--aavg-k` (default 1, 2, 4, 8, -1): merged Adam/BN state (Alg. 2), constant
   batch: accuracy vs the averaging interval (Figs. 2-3);
 - `k-1_plain` (AAVG1: constant batch, plain averaging), `k-1_adaptive_plain` (AAVG2: adaptive
   batch) and `k-1_adaptive` (AAVG3: adaptive batch and Alg. 2): Figs. 4-7, Table I's rows.
@@ -86,7 +86,7 @@ def design_aavg_study(spec: StudySpec) -> list[StudyRun]:
         spec.overrides, CONTROLLED_KEYS, why="the study sets this field for every run"
     )
     if not spec.ks or any(k != -1 and k < 1 for k in spec.ks):
-        raise ConfigError(f"--ks: each K must be >= 1 or -1, got {list(spec.ks)}")
+        raise ConfigError(f"--aavg-k: each K must be >= 1 or -1, got {list(spec.ks)}")
     if spec.epochs < 1 or spec.nproc < 1:
         raise ConfigError("the study needs --epochs >= 1 and --nproc >= 1")
     base = apply_overrides(get_recipe(spec.recipe), list(spec.overrides))

@@ -26,6 +26,7 @@ from vidscale.bench.compute.models_table import (
     format_report,
     format_stage_table,
 )
+from vidscale.errors import InputError
 from vidscale.fastpath.settings import Candidate, candidates
 from vidscale.step.applied import NothingTrained
 
@@ -250,18 +251,18 @@ def _request(names: list[str], cfg: BenchConfig, baseline: str | None = None) ->
 
 
 def test_requests_that_cannot_work_are_refused_before_measuring() -> None:
-    with pytest.raises(ValueError, match="unknown model 'tsm_resnet5'"):
+    with pytest.raises(InputError, match="unknown model 'tsm_resnet5'"):
         _request(["tsm_resnet5"], TINY)
-    with pytest.raises(ValueError, match="more than once"):
+    with pytest.raises(InputError, match="more than once"):
         _request(["tsm_resnet18", "tsm_resnet18"], TINY)
-    with pytest.raises(ValueError, match="baseline 'tsn_resnet18'"):
+    with pytest.raises(InputError, match="baseline 'tsn_resnet18'"):
         _request(["tsm_resnet18"], TINY, baseline="tsn_resnet18")
-    with pytest.raises(ValueError, match="repeats"):
+    with pytest.raises(InputError, match="^--repeats: must be >= 1"):
         _request(["tsm_resnet18"], BenchConfig(repeats=0))
-    with pytest.raises(ValueError, match="probe_repeats"):
+    with pytest.raises(InputError, match="^--probe-repeats: must be >= 1"):
         _request(["tsm_resnet18"], BenchConfig(probe_repeats=0))
     # I3D 3x1x1 pools time by 8: two frames cannot pass its pool2.
-    with pytest.raises(ValueError, match="i3d_resnet50_3x1x1 cannot train on 1x3x2x32x32"):
+    with pytest.raises(InputError, match="i3d_resnet50_3x1x1 cannot train on 1x3x2x32x32"):
         _request(["i3d_resnet50_3x1x1"], TINY)
     assert _request(["tsn_resnet18", "tsm_resnet18"], TINY) == "tsn_resnet18"
 

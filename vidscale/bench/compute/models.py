@@ -49,10 +49,13 @@ from typing import Any, Literal
 
 import torch
 
+from vidscale.bench import options
 from vidscale.bench.compute.flops import ModelInfo, model_info
 from vidscale.bench.compute.model_ratios import PASSES, Pass, add_ratios, comparisons
 from vidscale.bench.compute.train_step import check_trainable
+from vidscale.bench.options import option
 from vidscale.bench.results import plain, write_result
+from vidscale.errors import InputError
 from vidscale.fastpath import hardware
 from vidscale.fastpath.host_memory import set_host_memory_retention
 from vidscale.fastpath.isolation import probe_isolated
@@ -105,20 +108,24 @@ class BenchConfig:
     or idle OpenMP threads' spinning counts too); throughputs are then per CPU-second.
     """
 
-    batch: int = 1
-    size: int = 224
-    frames: int = 0
-    num_classes: int = 400
+    batch: int = options.batch(1)
+    size: int = options.size()
+    frames: int = options.frames(0)
+    num_classes: int = options.num_classes()
     modes: tuple[Mode, ...] = ("fast",)
-    passes: tuple[Pass, ...] = PASSES
-    warmup: int = 1
-    repeats: int = 5
-    steps: int = 1
-    settle: int = 1
-    peak_size: int = 0
-    threads: int = 0
-    clock: Clock = "wall"
-    probe_repeats: int = PROBE.repeats
+    passes: tuple[Pass, ...] = option(PASSES, help="passes timed")
+    warmup: int = options.warmup(1, help="untimed rounds")
+    repeats: int = option(5, help="timed rounds", low=1)
+    steps: int = options.steps(1, help="calls per timed sample")
+    settle: int = option(1, help="untimed calls before each sample", low=0)
+    peak_size: int = options.peak_size()
+    threads: int = option(0, help="CPU threads (0: torch's)", low=0)
+    clock: Clock = option("wall", help="process: time CPU runs by the process's CPU time")
+    probe_repeats: int = option(
+        PROBE.repeats,
+        help="timed rounds of the probe deciding what auto (the fast rows) runs",
+        low=1,
+    )
 
     @staticmethod
     def quick() -> BenchConfig:
@@ -137,26 +144,16 @@ class BenchConfig:
         )
 
     def validate(self) -> None:
-        """Raise ValueError naming the first field whose value cannot work."""
-        checks = [
-            (self.batch >= 1, "batch must be >= 1"),
-            (self.size >= 32, "size must be >= 32 (the trunk's total stride)"),
-            (self.frames >= 0, "frames must be >= 0 (0: each model's own)"),
-            (self.num_classes >= 1, "num_classes must be >= 1"),
-            (bool(self.modes) and set(self.modes) <= set(MODES), f"modes must be in {MODES}"),
-            (bool(self.passes) and set(self.passes) <= set(PASSES), f"passes must be in {PASSES}"),
-            (self.warmup >= 0, "warmup must be >= 0"),
-            (self.repeats >= 1, "repeats must be >= 1"),
-            (self.steps >= 1, "steps must be >= 1"),
-            (self.settle >= 0, "settle must be >= 0"),
-            (self.peak_size >= 0, "peak_size must be >= 0"),
-            (self.threads >= 0, "threads must be >= 0"),
-            (self.clock in ("wall", "process"), "clock must be 'wall' or 'process'"),
-            (self.probe_repeats >= 1, "probe_repeats must be >= 1"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise ValueError(message)
+        """Raise `InputError` naming the flag of the first value that cannot work."""
+        if not self.modes or not set(self.modes) <= set(MODES):
+            raise InputError(f"modes must be in {MODES}")
+        if not self.passes:
+            raise InputError("--passes: none given")
+        options.check_options(self)
+        if self.clock not in ("wall", "process"):
+            raise InputError(f"--clock: expected wall or process, got {self.clock!r}")
+        if self.passes and not set(self.passes) <= set(PASSES):
+            raise InputError(f"--passes: expected some of {','.join(PASSES)}, got {self.passes}")
 
     def clip_frames(self, name: str) -> int:
         return self.frames or default_frames(name)
@@ -168,7 +165,7 @@ class ModelsConfig:
     every ratio is to (`baseline`; None: the first), and how they are measured (`settings`)."""
 
     models: tuple[str, ...] = DEFAULT_MODELS
-    baseline: str | None = None
+    baseline: str | None = option(None, help="ratios are to this model (default: the first)")
     settings: BenchConfig = field(default_factory=BenchConfig)
 
 
@@ -271,21 +268,21 @@ def _subject(
 
 def check_request(config: ModelsConfig) -> str:
     """Check everything before anything is built; returns the baseline (default: the first
-    model). Raises ValueError naming the setting, the model or the baseline at fault."""
+    model). Raises `InputError` naming the setting, the model or the baseline at fault."""
     names, cfg = config.models, config.settings
     cfg.validate()
     if not names:
-        raise ValueError("no models given; see `vidscale models`")
+        raise InputError("no models given; see `vidscale models`")
     known = set(list_models())
     for name in names:
         if name not in known:
-            raise ValueError(f"unknown model {name!r}; see `vidscale models`")
+            raise InputError(f"unknown model {name!r}; see `vidscale models`")
     twice = sorted({n for n in names if list(names).count(n) > 1})
     if twice:
-        raise ValueError(f"models listed more than once: {', '.join(twice)}")
+        raise InputError(f"models listed more than once: {', '.join(twice)}")
     baseline = config.baseline or names[0]
     if baseline not in names:
-        raise ValueError(f"baseline {baseline!r} is not among the models {list(names)}")
+        raise InputError(f"baseline {baseline!r} is not among the models {list(names)}")
     for name in names:
         check_trainable(name, frames=cfg.clip_frames(name), size=cfg.size, batch=cfg.batch)
     return baseline
@@ -301,13 +298,13 @@ def run(
     """Table 1 rows, one per (model, mode), measured interleaved in one run on `device`, with
     ratios to the baseline; Table 2 for the same clips. Writes `out_json` atomically
     (`ModelsResult.to_dict()`); `progress` reports each probe and finished round on stderr.
-    Raises ValueError for a request that cannot work (`check_request`).
+    Raises `InputError` for a request that cannot work (`check_request`).
     """
     names, cfg = config.models, config.settings
     baseline = check_request(config)
     dev = hardware.resolve_device(device)
     if cfg.clock == "process" and dev.type != "cpu":
-        raise ValueError("clock='process' measures CPU time: it needs device='cpu'")
+        raise InputError("--clock process measures CPU time: it needs --device cpu")
     side = cfg.peak_size or hardware.DEFAULT_PEAK_SIZE.get(dev.type, 2048)
     with _restoring_torch_settings():
         if cfg.threads > 0 and dev.type == "cpu":

@@ -31,7 +31,14 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from vidscale.bench.compute.train_step import StepShape, release, train_subject
+from vidscale.bench import options
+from vidscale.bench.compute.train_step import (
+    StepShape,
+    check_trainable,
+    release,
+    train_subject,
+)
+from vidscale.bench.options import option
 from vidscale.bench.results import (
     DEFAULT_SOURCE,
     Fields,
@@ -40,8 +47,10 @@ from vidscale.bench.results import (
     read_json,
     write_result,
 )
+from vidscale.errors import InputError
 from vidscale.fastpath import hardware
 from vidscale.fastpath.settings import Candidate
+from vidscale.models.registry import list_models
 
 # Kernel and operator names of matmul / convolution work (cuBLAS, cuDNN, CUTLASS, oneDNN, aten).
 COMPUTE_BOUND = re.compile(
@@ -184,15 +193,26 @@ def _end(event: dict[str, Any]) -> float:
 class ProfileConfig:
     """What `bench profile` runs (`run`): one profiled training step of each of `models` on
     `batch` clips of `frames` (0: each model's own) x `size`² at the fast-path `setting`,
-    after `warmup` untimed steps, listing the `top` operations by self time."""
+    after `warmup` untimed steps, listing the `top` operations by self time. Each field but
+    `models` (the positional MODELS) is a flag (`bench.options`)."""
 
     models: tuple[str, ...]
-    batch: int = 8
-    size: int = 224
-    frames: int = 0
-    setting: str = "bf16+cl"
-    warmup: int = 2
-    top: int = 15
+    batch: int = options.batch(8)
+    size: int = options.size()
+    frames: int = options.frames(0)
+    setting: str = options.fast_path()
+    warmup: int = options.warmup(2)
+    top: int = option(15, help="operations listed, by self time", low=1, flag="topk")
+
+    def validate(self) -> None:
+        """Raise `InputError` naming the first flag or model that cannot work."""
+        options.check_options(self)
+        known = set(list_models())
+        for name in self.models:
+            if name not in known:
+                raise InputError(f"unknown model {name!r}; see `vidscale models`")
+            shape = StepShape(name, self.batch, self.size, self.frames)
+            check_trainable(name, frames=shape.clip_frames, size=self.size, batch=self.batch)
 
 
 @dataclass(frozen=True)

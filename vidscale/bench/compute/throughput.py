@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from vidscale.bench import options
 from vidscale.bench.compute.train_step import (
     StepShape,
     check_trainable,
@@ -35,6 +36,7 @@ from vidscale.bench.compute.train_step import (
     release,
     train_subject,
 )
+from vidscale.bench.options import option
 from vidscale.bench.results import (
     DEFAULT_SOURCE,
     Fields,
@@ -44,6 +46,7 @@ from vidscale.bench.results import (
     read_json,
     write_result,
 )
+from vidscale.errors import InputError
 from vidscale.fastpath import hardware
 from vidscale.fastpath.settings import Candidate
 from vidscale.models.registry import list_models
@@ -66,50 +69,48 @@ class ThroughputConfig:
     tried; `compile` lists the variants (False: eager, True: `torch.compile` with
     `compile_backend`, for `compile_models` only when given: compiling costs start-up time);
     `frames` 0 is each model's own clip length; `peak_size` 0 is the
-    device's default peak matmul side."""
+    device's default peak matmul side. Each field but `models` and `compile` is a flag of
+    `bench throughput` (`bench.options`)."""
 
     models: tuple[str, ...] = DEFAULT_MODELS
-    setting: str = "bf16+cl"
+    setting: str = options.fast_path()
     compile: tuple[bool, ...] = (False, True)
-    compile_backend: str = "inductor"
-    compile_models: tuple[str, ...] = ()  # the models compiled runs are for (empty: all)
-    batch: int = 8
-    fill: bool = False
-    max_batch: int = 256
-    size: int = 224
-    frames: int = 0
-    num_classes: int = 400
-    warmup: int = 3
-    steps: int = 10
-    peak_size: int = 0
+    compile_backend: str = option("inductor", help="torch.compile backend")
+    compile_models: tuple[str, ...] = option(
+        (), help="compile these models only (none: all)", flag="compile-only"
+    )
+    batch: int = options.batch(8, help="the batch, or with --fill-batch the first tried")
+    fill: bool = option(False, help="double the batch until out of memory", flag="fill-batch")
+    max_batch: int = option(256, help="cap of --fill-batch", low=1)
+    size: int = options.size()
+    frames: int = options.frames(0)
+    num_classes: int = options.num_classes()
+    warmup: int = options.warmup(
+        3, low=1, help="untimed steps first (>= 1: the first compiles and autotunes)"
+    )
+    steps: int = options.steps(10)
+    peak_size: int = options.peak_size()
 
     def validate(self) -> None:
-        """Raise ValueError naming the first field, model or setting that cannot work."""
-        checks = [
-            (bool(self.models), "no models given; see `vidscale models`"),
-            (bool(self.compile), "compile must list at least one variant"),
-            (self.batch >= 1, "batch must be >= 1"),
-            (self.max_batch >= self.batch, "max_batch must be >= batch"),
-            (self.size >= 32, "size must be >= 32 (the trunk's total stride)"),
-            (self.frames >= 0, "frames must be >= 0 (0: each model's own)"),
-            (self.num_classes >= 1, "num_classes must be >= 1"),
-            (self.warmup >= 1, "warmup must be >= 1 (the first step compiles and autotunes)"),
-            (self.steps >= 1, "steps must be >= 1"),
-            (self.peak_size >= 0, "peak_size must be >= 0"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise ValueError(message)
-        Candidate.from_label(self.setting)
+        """Raise `InputError` naming the first flag, model or setting that cannot work."""
+        options.check_options(self)
+        if not self.models:
+            raise InputError("no models given; see `vidscale models`")
+        if not self.compile:
+            raise InputError("compile must list at least one variant")
+        if self.fill and self.max_batch < self.batch:
+            raise InputError(
+                f"--max-batch: must be >= --batch ({self.batch}), got {self.max_batch}"
+            )
         known = set(list_models())
         for name in self.models:
             if name not in known:
-                raise ValueError(f"unknown model {name!r}; see `vidscale models`")
+                raise InputError(f"unknown model {name!r}; see `vidscale models`")
         for name in self.compile_models:
             if name not in self.models:
-                raise ValueError(f"compile_models: {name!r} is not among the models")
+                raise InputError(f"--compile-only: {name!r} is not among the models")
         if len(set(self.models)) != len(self.models):
-            raise ValueError("a model is listed more than once")
+            raise InputError("a model is listed more than once")
         for name in self.models:
             shape = StepShape(name, self.batch, self.size, self.frames, self.num_classes)
             check_trainable(name, frames=shape.clip_frames, size=self.size, batch=self.batch)
@@ -254,8 +255,8 @@ class ThroughputResult:
 
 def fill_batch(run: Callable[[int], None], *, start: int, cap: int) -> tuple[int, list[FillTrial]]:
     """The largest batch in start, 2·start, 4·start, ... ≤ cap for which `run(batch)` does not
-    run out of memory, and every trial. Raises ValueError when even `start` does not fit;
-    other errors propagate."""
+    run out of memory, and every trial. Raises `InputError` naming `--batch` when even `start`
+    does not fit (the user's batch is too large for the device); other errors propagate."""
     trials: list[FillTrial] = []
     best = 0
     batch = start
@@ -271,7 +272,7 @@ def fill_batch(run: Callable[[int], None], *, start: int, cap: int) -> tuple[int
         best = batch
         batch *= 2
     if best == 0:
-        raise ValueError(f"batch {start} does not fit in the device's memory")
+        raise InputError(f"--batch {start} does not fit in the device's memory")
     return best, trials
 
 
@@ -283,7 +284,7 @@ def run(
     device: str | torch.device = "auto",
 ) -> ThroughputResult:
     """One row per (model, compiled) and the measured peak on `device`, written to `out_json`
-    atomically. Raises ValueError for a config that cannot work (`ThroughputConfig.validate`)
+    atomically. Raises `InputError` for a config that cannot work (`ThroughputConfig.validate`)
     or a first batch that does not fit.
 
     Every model's batch and eager row come first, the compiled rows last (compiling costs

@@ -13,6 +13,7 @@ import av
 import cv2
 import numpy as np
 
+from vidscale.bench.options import option
 from vidscale.data.layouts import VIDEO_EXTENSIONS
 
 
@@ -59,10 +60,11 @@ def write_bench_video(
 @dataclass(frozen=True)
 class BenchVideoSpec:
     """Videos generated for a data benchmark: `count` scenes of `seconds` at `fps`, `width` x
-    `height`, each scene encoded at x264 `crf` once per GOP length in `gops`."""
+    `height`, each scene encoded at x264 `crf` once per GOP length in `gops`. `count` and
+    `seconds` are flags of `bench data` (`bench.options`), over a preset's values."""
 
-    count: int = 4
-    seconds: float = 10.0
+    count: int = option(4, help="videos to generate", low=1)
+    seconds: float = option(10.0, help="length of generated videos in seconds", above=0)
     fps: int = 30
     width: int = 340
     height: int = 256

@@ -19,8 +19,10 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from vidscale.bench import options
 from vidscale.bench.data.bench_videos import BenchVideoSpec, find_videos, make_bench_videos
 from vidscale.bench.data.dataload import prepare_shards
+from vidscale.bench.options import option
 from vidscale.bench.results import write_result
 from vidscale.config import TrainConfig
 from vidscale.data.annotations import VideoRecord
@@ -62,22 +64,25 @@ class DataWaitConfig:
     clips of `size`², for each clip length of `frames` (TSN sampling up to 8 frames, dense
     stride 2 above) and each loader worker count of `workers`, read from `source`: the videos
     under `videos` (None: `count` generated videos of `seconds` each, made under `work_dir`;
-    None: a temporary directory), or shards prepared from them; `threads` intra-op threads."""
+    None: a temporary directory), or shards prepared from them; `threads` intra-op threads.
+    Each field is a flag of `bench data-wait` (`bench.options`)."""
 
-    model: str = "tsm_resnet18"
-    batch: int = 2
-    frames: tuple[int, ...] = (8, 16, 32)
-    workers: tuple[int, ...] = (0, 1, 2)
-    steps: int = 3
-    warmup: int = 1
-    size: int = 112
-    source: Literal["videos", "shards"] = "videos"
-    videos: Path | None = None
-    work_dir: Path | None = None
-    count: int = 4
-    seconds: float = 10.0
-    num_classes: int = 400
-    threads: int = 1
+    model: str = option("tsm_resnet18", help="registered model (see `vidscale models`)")
+    batch: int = options.batch(2)
+    frames: tuple[int, ...] = option((8, 16, 32), help="clip lengths", low=1)
+    workers: tuple[int, ...] = option((0, 1, 2), help="loader processes", low=0)
+    steps: int = options.steps(3)
+    warmup: int = options.warmup(1)
+    size: int = options.size(112)
+    source: Literal["videos", "shards"] = option("videos", help="decode videos or read shards")
+    videos: Path | None = option(None, help="videos to read (default: generated ones)")
+    work_dir: Path | None = option(
+        None, help="where generated videos go (default: a temporary one)"
+    )
+    count: int = option(4, help="videos to generate", low=1)
+    seconds: float = option(10.0, help="length of generated videos in seconds", above=0)
+    num_classes: int = options.num_classes()
+    threads: int = option(1, help="intra-op CPU threads", low=1)
 
 
 @dataclass(frozen=True)

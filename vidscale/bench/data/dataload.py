@@ -49,6 +49,7 @@ import numpy as np
 import torch
 
 from vidscale.bench.data.bench_videos import BenchVideoSpec, find_videos, make_bench_videos
+from vidscale.bench.options import option
 from vidscale.bench.results import plain, write_result
 from vidscale.data.annotations import VideoRecord
 from vidscale.data.clip import ClipSpec, frame_indices
@@ -235,17 +236,21 @@ class DataConfig:
     """What `bench data` reads (`run`): the videos under `videos` (at most `max_videos`), or
     with None those of `generate` (its scenes picked by `seed`), made under `work_dir` (None:
     a temporary directory); `rounds` timed rounds of every clip kind of `clips`; `threads` > 1
-    adds `h264_segments` on that many decoder threads; shards store JPEG `quality`."""
+    adds `h264_segments` on that many decoder threads; shards store JPEG `quality`. Each field
+    but `clips` and `generate` (`--preset`, `--count`, `--seconds`) is a flag of `bench data`
+    (`bench.options`)."""
 
-    videos: Path | None = None
-    work_dir: Path | None = None
+    videos: Path | None = option(None, help="videos to read (default: generated ones)")
+    work_dir: Path | None = option(
+        None, help="where generated videos go (default: a temporary one)"
+    )
     clips: tuple[ClipKind, ...] = DEFAULT_CLIPS
-    rounds: int = 5
+    rounds: int = option(5, help="timed rounds", low=1)
     generate: BenchVideoSpec = field(default_factory=BenchVideoSpec)
-    max_videos: int = 8
-    quality: int = 90
-    seed: int = 0
-    threads: int = 1
+    max_videos: int = option(8, help="videos read at most", low=1)
+    quality: int = option(90, help="JPEG quality of the shards", low=1)
+    seed: int = option(0, help="picks the generated scenes", low=0)
+    threads: int = option(1, help="also time h264_segments on N decoder threads", low=1)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ import cv2
 import numpy as np
 import torch
 
+from vidscale.bench.options import option
 from vidscale.bench.results import plain, write_result
 from vidscale.data.media.decode import decode_frames, probe
 from vidscale.data.media.flow import FLOW_METHODS, FlowEngine, FlowUnavailable, to_gray
@@ -43,16 +44,18 @@ BASELINE = "dis"
 @dataclass(frozen=True)
 class FlowConfig:
     """`pairs` consecutive frame pairs at `width` x `height` from `video` (None: a generated demo
-    video); accuracy on a translation by `shift` (dx, dy) px of a texture with pixel `noise`."""
+    video); accuracy on a translation by `shift` (dx, dy) px of a texture with pixel `noise`.
+    `pairs`, `methods`, `video`, `noise` and `seed` are flags of `bench flow` (`bench.options`;
+    `width` x `height` is `--size WxH`)."""
 
-    pairs: int = 30
+    pairs: int = option(30, help="consecutive frame pairs", low=1)
     width: int = 340
     height: int = 256
-    methods: tuple[str, ...] = FLOW_METHODS
-    video: Path | None = None
+    methods: tuple[str, ...] = option(FLOW_METHODS, help="flow methods", choices=FLOW_METHODS)
+    video: Path | None = option(None, help="the video read (default: a generated demo video)")
     shift: tuple[float, float] = (3.3, -2.2)
-    noise: float = 2.0
-    seed: int = 0
+    noise: float = option(2.0, help="pixel noise of the accuracy texture", low=0)
+    seed: int = option(0, help="seeds the accuracy texture", low=0)
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,9 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+from vidscale.bench import options
 from vidscale.bench.compute.train_step import StepShape, check_trainable, release, train_subject
+from vidscale.bench.options import option
 from vidscale.bench.results import (
     DEFAULT_SOURCE,
     HostInfo,
@@ -41,6 +43,7 @@ from vidscale.data.inputs import ModelInput
 from vidscale.data.loaders import loader_options
 from vidscale.data.prepared.prepare import open_prepared
 from vidscale.data.prepared.shard_dataset import ShardClipDataset
+from vidscale.errors import InputError
 from vidscale.fastpath import hardware
 from vidscale.fastpath.settings import Candidate
 from vidscale.models.registry import list_models
@@ -51,34 +54,26 @@ WHAT = "`vidscale bench shard-train`"
 @dataclass(frozen=True)
 class ShardTrainConfig:
     """What `bench shard-train` runs (`run`): `model` on `batch` clips of `frames` x `size`² read from
-    the prepared directory `root` by `workers` loader processes (0: `os.cpu_count() - 1`)."""
+    the prepared directory `root` by `workers` loader processes (0: `os.cpu_count() - 1`).
+    Each field but `root` (the positional PREPARED) is a flag (`bench.options`)."""
 
     root: Path
-    model: str = "tsm_resnet50"
-    batch: int = 32
-    frames: int = 8
-    size: int = 224
-    workers: int = 0
-    steps: int = 200
-    warmup: int = 10
-    setting: str = "bf16+cl"
+    model: str = option("tsm_resnet50", help="registered model (see `vidscale models`)")
+    batch: int = options.batch(32)
+    frames: int = options.frames(8, own=False)
+    size: int = options.size()
+    workers: int = option(0, help="loader processes (0: every core but one)", low=0)
+    steps: int = options.steps(200)
+    warmup: int = options.warmup(10, low=1, help="untimed steps first (>= 1: workers start)")
+    setting: str = options.fast_path()
 
     def validate(self) -> None:
-        """Raise ValueError naming the first setting that cannot work."""
-        checks = [
-            (self.model in list_models(), f"unknown model {self.model!r}; see `vidscale models`"),
-            (self.batch >= 1, "batch must be >= 1"),
-            (self.frames >= 1, "frames must be >= 1"),
-            (self.size >= 32, "size must be >= 32 (the trunk's total stride)"),
-            (self.workers >= 0, "workers must be >= 0"),
-            (self.steps >= 1, "steps must be >= 1"),
-            (self.warmup >= 1, "warmup must be >= 1 (the workers start during it)"),
-            (Path(self.root).is_dir(), f"{self.root} is not a directory"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise ValueError(message)
-        Candidate.from_label(self.setting)
+        """Raise `InputError` naming the first flag or setting that cannot work."""
+        options.check_options(self)
+        if self.model not in list_models():
+            raise InputError(f"--model: unknown model {self.model!r}; see `vidscale models`")
+        if not Path(self.root).is_dir():
+            raise InputError(f"{self.root} is not a directory")
         check_trainable(self.model, frames=self.frames, size=self.size, batch=self.batch)
 
     def loader_workers(self) -> int:
@@ -154,7 +149,7 @@ def run(
     device: str | torch.device = "auto",
 ) -> ShardTrainResult:
     """The timed steps' throughput, data wait and CPU use on `device`, written to `out_json`
-    atomically. Raises ValueError for a config that cannot work or a directory that is not
+    atomically. Raises `InputError` for a config that cannot work or a directory that is not
     prepared. `progress` announces the timed stretch on stderr."""
     cfg = config
     cfg.validate()
@@ -162,7 +157,7 @@ def run(
     try:
         entries = open_prepared(Path(cfg.root)).train
     except FileNotFoundError as err:
-        raise ValueError(f"{cfg.root}: not a prepared directory ({err})") from err
+        raise InputError(f"{cfg.root}: not a prepared directory ({err})") from err
     spec = ClipSpec(frames=cfg.frames, sampling="uniform", crop_size=cfg.size, flip=True)
     workers = cfg.loader_workers()
     loader = DataLoader(  # the trainer's loader settings (`data.loaders.loader_options`)

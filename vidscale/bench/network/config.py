@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from vidscale.bench import options
+from vidscale.bench.options import option
 from vidscale.bench.scaling.config import ScalingConfig
 from vidscale.distributed.comm_handle import HookName
 from vidscale.errors import ConfigError
@@ -17,24 +19,26 @@ DEFAULT_MODELS = ("tsm_resnet50", "tsn_resnet50", "i3d_resnet50_3x3x3")
 
 @dataclass(frozen=True)
 class NetworkConfig:
-    """Link rates, models and clip shape; one process per node, one core each."""
+    """Link rates, models and clip shape; one process per node, one core each. Each field but
+    `fast_path` (`--fast-path auto|fp32`) is a flag of `bench network` (`bench.options`)."""
 
-    rates: tuple[str, ...] = DEFAULT_RATES
-    models: tuple[str, ...] = DEFAULT_MODELS
-    batch: int = 2
-    frames: int = 4
-    size: int = 112
-    num_classes: int = 400
-    steps: int = 4
-    warmup: int = 2
-    hooks: tuple[HookName, ...] = ("none", "bf16", "powersgd")
-    aavg_k: int = 4
-    epoch_k: int = 16  # AAVG's "K = an epoch": this many steps per averaging (0: skip the pass)
-    bucket_cap_mb: float = 25.0
+    rates: tuple[str, ...] = option(DEFAULT_RATES, help="link rates, e.g. unshaped,500mbit")
+    models: tuple[str, ...] = option(DEFAULT_MODELS, help="registered models")
+    batch: int = options.batch(2, help="clips per process")
+    frames: int = options.frames(4, own=False)
+    size: int = options.size(112)
+    num_classes: int = options.num_classes()
+    steps: int = options.steps(4, help="measured steps per run")
+    warmup: int = options.warmup(2, low=2)
+    hooks: tuple[HookName, ...] = option(("none", "bf16", "powersgd"), help="DDP gradient hooks")
+    aavg_k: int = option(4, help="AAVG: steps per averaging", low=1)
+    epoch_k: int = option(16, help="AAVG's 'an epoch' in steps (0: skip that pass)", low=0)
+    bucket_cap_mb: float = option(25.0, help="DDP bucket size in MB", above=0)
     fast_path: bool = True
 
     def check(self) -> None:
         """A `ConfigError` naming the flag of the first bad value."""
+        options.check_options(self)
         for rate in self.rates:
             try:
                 Rate.parse(rate)

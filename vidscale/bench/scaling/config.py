@@ -7,6 +7,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from vidscale.bench import options
+from vidscale.bench.options import option
+from vidscale.data.layouts import VIDEO_LAYOUTS
 from vidscale.data.layouts.generic import GENERIC
 from vidscale.distributed.comm_handle import HookName
 from vidscale.distributed.strategy import DDPStrategy, strategy_names
@@ -23,29 +26,44 @@ SINGLE = "single"  # the one-process baseline: no strategy at all
 @dataclass(frozen=True)
 class ScalingConfig:
     """What `bench scaling` measures. `procs` () and `threads` 0 are resolved for the device by
-    `resolve`; `batch` is per process (weak scaling); `hooks` apply to the DDP strategy."""
+    `resolve`; `batch` is per process (weak scaling); `hooks` apply to the DDP strategy. Each
+    field but the fast path's (`--fast-path`) is a flag of `bench scaling` (`bench.options`)."""
 
-    models: tuple[str, ...] = ("tsm_resnet50",)
-    procs: tuple[int, ...] = ()
-    steps: int = 8
-    warmup: int = 3
-    batch: int = 8
-    frames: int = 8
-    size: int = 224
-    num_classes: int = 400
-    threads: int = 0
-    workers: int = 0
-    hooks: tuple[HookName, ...] = ("none", "bf16", "powersgd")
-    strategies: tuple[str, ...] = STRATEGIES
-    aavg_k: int = 4
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    models: tuple[str, ...] = option(("tsm_resnet50",), help="registered models")
+    procs: tuple[int, ...] = option(
+        (),
+        help="process counts to launch, 1,2,4 (default: 1, 2, 4, ... up to the cores, or the "
+        "GPUs); under torchrun: its world size",
+        low=1,
+        flag="nproc",
+    )
+    steps: int = options.steps(8, help="measured steps")
+    warmup: int = options.warmup(3)
+    batch: int = options.batch(8, help="clips per process")
+    frames: int = options.frames(8, own=False)
+    size: int = options.size()
+    num_classes: int = options.num_classes()
+    threads: int = option(0, help="threads per process (0: cores / most processes)", low=0)
+    workers: int = option(0, help="loader processes", low=0)
+    hooks: tuple[HookName, ...] = option(("none", "bf16", "powersgd"), help="DDP gradient hooks")
+    strategies: tuple[str, ...] = option(STRATEGIES, help="strategies", choices=STRATEGIES)
+    aavg_k: int = option(4, help="AAVG: steps per averaging", low=1)
+    device: Literal["auto", "cpu", "cuda"] = option("auto", help="where the processes run")
     fast_path: bool = True
-    bucket_cap_mb: float = 25.0
-    seed: int = 0
+    bucket_cap_mb: float = option(25.0, help="DDP bucket size in MB", above=0)
+    seed: int = option(0, help="seeds the model and the clips", low=0)
     fast_settings: tuple[str, ...] = ()  # "MODEL=SETTING", e.g. "tsm_resnet50=bf16+cl"
-    data: str = ""  # "": random clips held in memory; else a dataset read as training reads it
-    source: Literal["videos", "shards", "stream"] = "videos"
-    layout: str = GENERIC
+    data: str = option(
+        "",
+        help="a dataset every process reads its training clips from, as `vidscale train` does "
+        "(its classes set --num-classes; default: random clips in memory)",
+    )
+    source: Literal["videos", "shards", "stream"] = option(
+        "videos", help="with --data: decode its videos, or read a prepared directory"
+    )
+    layout: str = option(
+        GENERIC, help="with --data and --source videos: the dataset's layout", choices=VIDEO_LAYOUTS
+    )
 
     @property
     def multi_label(self) -> bool:

@@ -38,6 +38,7 @@ and `--baseline` read that JSON back with `ScalingResult.read`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -48,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from vidscale.atomic import atomic_write_text
+from vidscale.bench import options
 from vidscale.bench.results import write_result
 from vidscale.bench.scaling.config import ScalingConfig
 from vidscale.bench.scaling.result import ScalingResult, ScalingRun
@@ -213,31 +215,20 @@ def _default_procs(device_type: str, devices: int, cores: int) -> tuple[int, ...
 
 
 def as_argv(cfg: ScalingConfig) -> list[str]:
-    """The `bench scaling` flags that reproduce `cfg` in a torchrun worker, all but the process
-    count: a worker takes that from its world size (`resolve`), and torchrun's parser, which
-    sees the worker's flags too, would refuse `--nproc` as an ambiguous `--nproc-per-node`."""
-    argv = ["--models", ",".join(cfg.models)]
-    for flag, value in (
-        ("--steps", cfg.steps),
-        ("--warmup", cfg.warmup),
-        ("--batch", cfg.batch),
-        ("--frames", cfg.frames),
-        ("--size", cfg.size),
-        ("--num-classes", cfg.num_classes),
-        ("--threads", cfg.threads),
-        ("--workers", cfg.workers),
-        ("--aavg-k", cfg.aavg_k),
-        ("--device", cfg.device),
-        ("--bucket-cap-mb", cfg.bucket_cap_mb),
-    ):
-        argv += [flag, str(value)]
-    argv += ["--hooks", ",".join(cfg.hooks), "--strategies", ",".join(cfg.strategies)]
+    """The `bench scaling` flags that reproduce `cfg` in a torchrun worker: one per field that
+    has a flag (`bench.options`), all but the process count: a worker takes that from its
+    world size (`resolve`), and torchrun's parser, which sees the worker's flags too, would
+    refuse `--nproc` as an ambiguous `--nproc-per-node`."""
+    argv = []
+    for f in dataclasses.fields(cfg):
+        if options.HELP in f.metadata and f.name != "procs":
+            value = getattr(cfg, f.name)
+            text = ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
+            argv += [options.flag_name(f), text]
     if not cfg.fast_path:
         argv += ["--fast-path", "fp32"]
     elif cfg.fast_settings:
         argv += ["--fast-path", ",".join(cfg.fast_settings)]
-    if cfg.data:
-        argv += ["--data", cfg.data, "--source", cfg.source, "--layout", cfg.layout]
     return argv
 
 

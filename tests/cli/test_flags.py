@@ -1,0 +1,156 @@
+"""Each bench's flags are its config's fields (`cli.flags`, `bench.options`): one flag per
+field with the field's default and help, a bad value refused in one line naming the flag, each
+retired spelling refused naming its successor, and a `ValueError` from inside a bench run left
+a bug (its traceback), never passed off as bad input."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from vidscale.bench.compute.models import BenchConfig, ModelsConfig
+from vidscale.bench.compute.profile import ProfileConfig
+from vidscale.bench.compute.throughput import ThroughputConfig
+from vidscale.bench.data.bench_videos import BenchVideoSpec
+from vidscale.bench.data.data_wait import DataWaitConfig
+from vidscale.bench.data.dataload import DataConfig
+from vidscale.bench.data.flow import FlowConfig
+from vidscale.bench.data.shard_train import ShardTrainConfig
+from vidscale.bench.gpu_report import GpuReportConfig
+from vidscale.bench.multigrid import MultigridBenchConfig
+from vidscale.bench.network.config import NetworkConfig
+from vidscale.bench.options import HELP, check_options, flag_name
+from vidscale.bench.scaling.config import ScalingConfig
+from vidscale.cli import bench_cmds, bench_gpu_cmds, bench_network_cmd, build_parser, main
+from vidscale.cli.flags import config_fields, format_default
+from vidscale.errors import InputError
+
+# (bench command, config, the fields it sets another way than by a derived flag)
+DERIVED = [
+    ("data", DataConfig, bench_cmds.DATA_SKIP),
+    ("data", BenchVideoSpec, bench_cmds.VIDEOS_SKIP),
+    ("data-wait", DataWaitConfig, ()),
+    ("models", BenchConfig, bench_cmds.MODELS_SKIP),
+    ("models", ModelsConfig, ("models", "settings")),
+    ("flow", FlowConfig, bench_cmds.FLOW_SKIP),
+    ("scaling", ScalingConfig, bench_cmds.SCALING_SKIP),
+    ("network", NetworkConfig, bench_network_cmd.SKIP),
+    ("multigrid", MultigridBenchConfig, ()),
+    ("throughput", ThroughputConfig, bench_gpu_cmds.THROUGHPUT_SKIP),
+    ("shard-train", ShardTrainConfig, bench_gpu_cmds.SHARD_TRAIN_SKIP),
+    ("profile", ProfileConfig, bench_gpu_cmds.PROFILE_SKIP),
+    ("gpu-report", GpuReportConfig, bench_gpu_cmds.GPU_REPORT_SKIP),
+]
+
+
+def bench_parser(name: str) -> argparse.ArgumentParser:
+    (top,) = (a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    (sub,) = (a for a in top.choices["bench"]._actions if isinstance(a, argparse._SubParsersAction))
+    parser: argparse.ArgumentParser = sub.choices[name]
+    return parser
+
+
+def default_of(f: dataclasses.Field[object]) -> object:
+    return f.default if f.default is not dataclasses.MISSING else None
+
+
+@pytest.mark.parametrize(
+    ("command", "cls", "skip"), DERIVED, ids=lambda x: getattr(x, "__name__", x)
+)
+def test_every_field_is_a_flag_with_its_default_and_help(
+    command: str, cls: type, skip: tuple[str, ...]
+) -> None:
+    actions = {a.dest: a for a in bench_parser(command)._actions}
+    for f in config_fields(cls, skip=skip):
+        action = actions.get(f.name)
+        assert action is not None, f"bench {command}: {cls.__name__}.{f.name} has no flag"
+        assert action.option_strings == [flag_name(f)]
+        assert action.default is None  # "the config's": the flag not given keeps it
+        assert action.help is not None and action.help.startswith(f.metadata[HELP])
+        default = default_of(f)
+        if default not in (None, False, (), ""):
+            assert action.help.endswith(f"({format_default(default)})"), action.help
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["bench", "throughput", "--steps", "0"], "--steps: must be >= 1, got 0"),
+        (["bench", "profile", "tsm_resnet18", "--topk", "0"], "--topk: must be >= 1, got 0"),
+        (["bench", "network", "--warmup", "1"], "--warmup: must be >= 2, got 1"),
+        (["bench", "scaling", "--bucket-cap-mb", "0"], "--bucket-cap-mb: must be > 0, got 0.0"),
+        (["bench", "scaling", "--nproc", "1,0"], "--nproc: must be >= 1, got 0"),
+        (["bench", "data-wait", "--workers", "0,-1"], "--workers: must be >= 0, got -1"),
+        (["bench", "multigrid", "demo_tsm_r18_8f_b32_e20", "--repeats", "0"], "--repeats"),
+        (["bench", "models", "--quick", "--settle", "-1"], "--settle: must be >= 0, got -1"),
+        (["bench", "data", "--count", "0"], "--count: must be >= 1, got 0"),
+    ],
+)
+def test_a_bad_value_is_one_line_naming_the_flag(
+    argv: list[str], line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err == f"vidscale: error: {line}\n" or (line in err and err.count("\n") == 1), err
+
+
+@pytest.mark.parametrize(
+    ("argv", "new"),
+    [
+        (["bench", "profile", "tsm_resnet18", "--top", "5"], "--topk"),
+        (["plan", "--clips", "1000"], "--epoch-clips"),
+        (["plan", "--bucket-mb", "25"], "--bucket-cap-mb"),
+        (["study", "aavg", "--out", "x", "--ks", "1,2"], "--aavg-k"),
+    ],
+)
+def test_a_retired_spelling_names_its_successor(
+    argv: list[str], new: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert f"{argv[-2]} is now {new}" in err and err.count("\n") == 1, err
+
+
+def test_the_new_spellings_set_what_the_old_did(tmp_path: Path) -> None:
+    args = build_parser().parse_args(["plan", "--epoch-clips", "1000", "--bucket-cap-mb", "5"])
+    assert (args.epoch_clips, args.bucket_cap_mb) == (1000, 5.0)
+    args = build_parser().parse_args(["bench", "profile", "tsm_resnet18", "--topk", "3"])
+    assert args.top == 3
+
+
+def test_checks_name_the_flag_for_library_callers_too() -> None:
+    with pytest.raises(InputError, match=r"^--fast-path: expected one of"):
+        check_options(ThroughputConfig(setting="fp16"))
+    with pytest.raises(InputError, match=r"^--max-batch: must be >= --batch \(8\), got 4"):
+        ThroughputConfig(fill=True, max_batch=4).validate()
+    with pytest.raises(InputError, match=r"^--variants: expected one of"):
+        MultigridBenchConfig(variants=("baseline",)).validate()
+
+
+def test_a_value_error_inside_a_bench_run_is_a_bug_not_bad_input(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The run is reached (the flags are fine), and what it raises keeps its traceback."""
+    from vidscale.bench.compute import profile, throughput
+    from vidscale.bench.data import shard_train
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise ValueError("an internal check failed")
+
+    monkeypatch.setattr(throughput, "run", broken)
+    monkeypatch.setattr(profile, "run", broken)
+    monkeypatch.setattr(shard_train, "run", broken)
+    out = str(tmp_path / "t.json")
+    for argv in (
+        ["bench", "throughput", "tsm_resnet18", "--device", "cpu", "--out-json", out],
+        ["bench", "profile", "tsm_resnet18", "--device", "cpu", "--out-json", out],
+        ["bench", "shard-train", str(tmp_path), "--device", "cpu", "--out-json", out],
+    ):
+        with pytest.raises(ValueError, match="an internal check failed") as raised:
+            main(argv)
+        assert not isinstance(raised.value, InputError)
