@@ -20,7 +20,6 @@ from tests.distributed.multiproc import run_ranks
 from vidscale.distributed.env import DistEnv
 from vidscale.fastpath.cache import ENV_VAR, cache_file
 from vidscale.fastpath.probe import (
-    RECORD_KEY,
     FastPathDecision,
     ProbeSettings,
     ProbeShape,
@@ -29,6 +28,7 @@ from vidscale.fastpath.probe import (
 )
 from vidscale.fastpath.rule import choose
 from vidscale.fastpath.settings import Candidate, candidates
+from vidscale.train.record import RunRecord
 
 CPU = torch.device("cpu")
 SHAPE = ProbeShape(batch=2, channels=3, frames=2, crop=16, num_classes=4)
@@ -82,7 +82,7 @@ def decide_tiny(
     amp: str = "auto",
     channels_last: str = "auto",
     enabled: bool = True,
-    checkpoint: dict[str, Any] | None = None,
+    checkpoint: RunRecord | None = None,
     batch: int = 2,
     build: Callable[[], nn.Module] = TinyClipNet,
     log: Callable[[str], None] = lambda _: None,
@@ -202,8 +202,8 @@ def test_a_resumed_run_takes_its_recorded_decision(
     bf16 units (emulated: the same arithmetic, slower), and the start says so."""
     bf16_units(has_units)
     path = tmp_path / "fast_path.json"
-    recorded = FastPathDecision(True, True, "probe", reason="bf16+cl 1.40x fp32").record()
-    state = {RECORD_KEY: recorded, "model": {}}
+    recorded = FastPathDecision(True, True, "probe", reason="bf16+cl 1.40x fp32")
+    state = RunRecord(fast_path=recorded)
     starts = {  # (train.amp, train.channels_last) -> the setting the resumed run takes
         ("auto", "auto"): Candidate(True, True),
         ("auto", "off"): Candidate(True, False),
@@ -222,7 +222,7 @@ def test_a_resumed_run_takes_its_recorded_decision(
     both = decide_tiny(path, amp="off", channels_last="off", checkpoint=state, build=never_built)
     assert (both.source, both.candidate) == ("explicit", Candidate(False, False))
     # A checkpoint from before decisions were recorded: the rule it was trained with.
-    old = decide_tiny(path, checkpoint={"model": {}}, build=never_built)
+    old = decide_tiny(path, checkpoint=RunRecord(), build=never_built)
     assert (old.source, old.candidate) == ("hardware", Candidate(has_units, has_units))
     assert not path.exists()
 
@@ -236,7 +236,7 @@ def test_explicit_bf16_says_it_is_emulated_where_the_device_has_no_bf16_units(
     of starting in bf16 does; fp32 never does."""
     bf16_units(has_units)
     path = tmp_path / "fast_path.json"
-    state = {RECORD_KEY: FastPathDecision(False, False, "probe").record()} if resumed else None
+    state = RunRecord(fast_path=FastPathDecision(False, False, "probe")) if resumed else None
     for amp, cl in (("bf16", "on"), ("bf16", "off"), ("off", "on"), ("off", "off")):
         decision = decide_tiny(path, amp=amp, channels_last=cl, checkpoint=state, build=never_built)
         assert decision.source == "explicit"
@@ -256,13 +256,12 @@ def test_the_emulation_note_is_this_devices_not_the_records(
     first = decide_tiny(path, amp="bf16", channels_last="on", build=never_built)
     assert first.reason.count("bf16 autocast is emulated") == 1
     bf16_units(True)
-    state = {RECORD_KEY: first.record()}
-    moved = decide_tiny(path, checkpoint=state, build=never_built)
+    moved = decide_tiny(path, checkpoint=RunRecord(fast_path=first), build=never_built)
     assert moved.candidate == Candidate(True, True) and "emulated" not in moved.reason
     bf16_units(False)
-    back = decide_tiny(path, checkpoint={RECORD_KEY: moved.record()}, build=never_built)
+    back = decide_tiny(path, checkpoint=RunRecord(fast_path=moved), build=never_built)
     assert back.reason.count("bf16 autocast is emulated") == 1, back.reason
-    again = decide_tiny(path, checkpoint={RECORD_KEY: first.record()}, build=never_built)
+    again = decide_tiny(path, checkpoint=RunRecord(fast_path=first), build=never_built)
     assert again.reason.count("bf16 autocast is emulated") == 1, again.reason
 
 

@@ -4,8 +4,8 @@ weights as the chosen setting forced), the run records it, and a resume reuses t
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
@@ -13,12 +13,13 @@ import torch
 from tests.tiny_run import tiny_overrides
 from vidscale.config import RunConfig, apply_overrides
 from vidscale.distributed.env import init_distributed
-from vidscale.fastpath.probe import RECORD_KEY, FastPathDecision
+from vidscale.fastpath.probe import FastPathDecision
 from vidscale.fastpath.settings import Candidate, hardware_rule
 from vidscale.recipes import get_recipe
 from vidscale.train import builders, loop
 from vidscale.train.checkpoint import load_checkpoint, save_checkpoint
 from vidscale.train.metrics import read_metrics
+from vidscale.train.record import read_record
 
 
 def config(root: Path, cache: Path | str, *extra: str) -> RunConfig:
@@ -28,10 +29,17 @@ def config(root: Path, cache: Path | str, *extra: str) -> RunConfig:
     return apply_overrides(cfg, sets)
 
 
-def forced(choice: dict[str, Any]) -> list[str]:
+def forced(choice: FastPathDecision) -> list[str]:
     """The overrides that fix `choice`'s setting explicitly."""
-    amp = "bf16" if choice["bf16"] else "off"
-    return [f"train.amp={amp}", f"train.channels_last={'on' if choice['channels_last'] else 'off'}"]
+    amp = "bf16" if choice.bf16 else "off"
+    return [f"train.amp={amp}", f"train.channels_last={'on' if choice.channels_last else 'off'}"]
+
+
+def recorded(path: Path) -> FastPathDecision:
+    """The fast-path decision checkpoint `path` records."""
+    decision = read_record(path).fast_path
+    assert decision is not None, f"{path} records no fast path"
+    return decision
 
 
 def losses(run: Path) -> list[float]:
@@ -57,8 +65,8 @@ def auto_run(tiny_demo: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_the_probe_changes_nothing_but_the_setting(
     auto_run: Path, tiny_demo: Path, tmp_path: Path
 ) -> None:
-    choice = load_checkpoint(auto_run / "checkpoints" / "last.pt")[RECORD_KEY]
-    assert choice["source"] == "probe" and choice["rounds"] > 0
+    choice = recorded(auto_run / "checkpoints" / "last.pt")
+    assert choice.source == "probe" and choice.rounds > 0
     summary = loop.train(config(tiny_demo, "off", *forced(choice)), run_dir=tmp_path / "forced")
     assert summary["fast_path_choice"]["source"] == "explicit"
     assert losses(tmp_path / "forced") == losses(auto_run)
@@ -76,12 +84,9 @@ def test_a_resume_continues_with_the_recorded_setting_without_probing(
     unused = tmp_path / "cache.json"  # a probe would write it
     summary = loop.train(config(tiny_demo, unused), run_dir=run)
     choice = summary["fast_path_choice"]
-    recorded = load_checkpoint(auto_run / "checkpoints" / "last.pt")[RECORD_KEY]
+    record = recorded(auto_run / "checkpoints" / "last.pt")
     assert choice["source"] == "checkpoint" and not unused.exists()
-    assert (choice["bf16"], choice["channels_last"]) == (
-        recorded["bf16"],
-        recorded["channels_last"],
-    )
+    assert (choice["bf16"], choice["channels_last"]) == (record.bf16, record.channels_last)
     second_epoch = losses(auto_run)[len(losses(auto_run)) // 2 :]
     assert losses(run) == second_epoch  # a new directory: its metrics start at the resume
 
@@ -91,11 +96,12 @@ def test_the_record_wins_over_a_new_measurement(
 ) -> None:
     run = tmp_path / "edited"
     (run / "checkpoints").mkdir(parents=True)
-    state = load_checkpoint(auto_run / "checkpoints" / "epoch_0001.pt")
-    measured = Candidate(state[RECORD_KEY]["bf16"], state[RECORD_KEY]["channels_last"])
+    source = auto_run / "checkpoints" / "epoch_0001.pt"
+    state, record = load_checkpoint(source), read_record(source)
+    measured = recorded(source).candidate
     other = Candidate(not measured.bf16, not measured.channels_last)
-    state[RECORD_KEY] = FastPathDecision(other.bf16, other.channels_last, "probe").record()
-    save_checkpoint(state, run / "checkpoints" / "epoch_0001.pt")
+    edited = replace(record, fast_path=FastPathDecision(other.bf16, other.channels_last, "probe"))
+    save_checkpoint({**state, **edited.state()}, run / "checkpoints" / "epoch_0001.pt")
     cfg = config(tiny_demo, tmp_path / "cache.json")
     env = init_distributed("cpu")
     trainer = loop.Trainer(cfg, run, env, resume="must")
@@ -107,8 +113,10 @@ def test_the_record_wins_over_a_new_measurement(
         == other
     )
     # A checkpoint written before decisions were recorded continues under the old rule.
-    del state[RECORD_KEY]
-    save_checkpoint(state, run / "checkpoints" / "epoch_0001.pt")
+    older = replace(record, fast_path=None).state()
+    earlier = {k: v for k, v in state.items() if k not in record.state()} | older
+    save_checkpoint(earlier, run / "checkpoints" / "epoch_0001.pt")
+    assert read_record(run / "checkpoints" / "epoch_0001.pt") == replace(record, fast_path=None)
     trainer = loop.Trainer(cfg, run, env, resume="must")
     loop.stop_loader_workers(trainer)
     assert trainer.fast_choice.source == "hardware" and trainer.fast.candidate == hardware_rule(

@@ -18,6 +18,7 @@ from vidscale.train.adaptive_batch import AdaptiveBatch
 from vidscale.train.checkpoint import newest_loadable
 from vidscale.train.checkpointer import Checkpointer, RunState
 from vidscale.train.phase_switch import PhaseSwitch
+from vidscale.train.record import RunRecord
 from vidscale.train.resilience import DivergenceGuard, Preempted, StopSignals
 from vidscale.train.resume import Progress
 from vidscale.train.run_log import RunLog
@@ -49,7 +50,7 @@ def run_state(env: DistEnv, *, seed: int, classes: int = 5) -> RunState:
 
 
 def checkpointer(run_dir: Path, parts: RunState, *, keep: int = 5) -> Checkpointer:
-    record = {"model_name": "tiny", "num_classes": 5}
+    record = RunRecord(model_name="tiny", num_classes=5)
     env = init_distributed("cpu")
     return Checkpointer(run_dir, env, parts, record=record, keep=keep, signals=StopSignals())
 
@@ -94,7 +95,8 @@ def test_a_load_falls_back_past_a_damaged_newest_file_and_restores_what_was_save
     assert sorted(p.name for p, _ in search.unreadable) == ["epoch_0001.pt", "last.pt"]
     assert search.state is not None
     assert search.state["progress"] == {"epoch": 0, "step": 3, "step_in_epoch": 3}
-    assert (search.state["model_name"], search.state["num_classes"]) == ("tiny", 5)
+    record = RunRecord.of(search.state, path=search.path)
+    assert (record.model_name, record.num_classes) == ("tiny", 5)
 
     fresh = run_state(env, seed=1)
     loader = checkpointer(tmp_path, fresh)

@@ -1,5 +1,6 @@
-"""`vidscale eval` on checkpoints that do not load: a file cut short (disk damage) and a pickle
-that `torch.load(weights_only=True)` refuses (a crafted file). One checkpoint asked for: one
+"""`vidscale eval` on checkpoints that do not load: a file cut short (disk damage), a pickle
+that `torch.load(weights_only=True)` refuses (a crafted file) and one whose record
+(`train.record`) holds a key of the wrong type. One checkpoint asked for: one
 line naming it, status 2. Several (`--last N`): the damaged ones left out of the mean and
 listed in the report (JSON and the lines for a person); none loading: one line naming each.
 
@@ -45,6 +46,8 @@ def make_run(root: Path, data: Path) -> Path:
 def damage(path: Path, kind: str) -> None:
     if kind == "truncated":  # the first half of the file, as a full disk leaves it
         path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    elif kind == "record":  # it loads, but its record says its model has "five" classes
+        save_checkpoint({**torch.load(path, weights_only=True), "num_classes": "five"}, path)
     else:  # a real torch file whose pickle names a class outside the allowlist
         torch.save({"model": Crafted()}, path)
 
@@ -57,7 +60,7 @@ def eval_cli(run: Path, *argv: str, capsys: pytest.CaptureFixture[str]) -> tuple
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["truncated", "refused"])
+@pytest.mark.parametrize("kind", ["truncated", "refused", "record"])
 def test_eval_names_a_damaged_checkpoint_or_leaves_it_out(
     kind: str, tiny_demo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -75,6 +78,7 @@ def test_eval_names_a_damaged_checkpoint_or_leaves_it_out(
     assert code == 2 and len(lines) == 1 and not out, err
     assert lines[0].startswith("vidscale: error: ")
     assert f"{ckpts / EPOCHS[2]}: not a readable checkpoint" in lines[0]
+    assert ("record key 'num_classes': str, not int" in lines[0]) is (kind == "record")
 
     damage(ckpts / EPOCHS[1], kind)
     code, out, _ = eval_cli(run, "--last", "3", "--json", capsys=capsys)

@@ -21,6 +21,7 @@ from vidscale.recipes import get_recipe
 from vidscale.train import loop
 from vidscale.train.checkpoint import load_checkpoint
 from vidscale.train.metrics import read_metrics
+from vidscale.train.record import read_record
 from vidscale.train.resilience import PREEMPTED_EXIT_CODE
 
 RECIPE = "demo_tsm_r18_8f_b32_e20"
@@ -137,7 +138,8 @@ def test_sigterm_to_one_torchrun_rank_stops_every_rank_at_the_same_step(
     assert proc.returncode != 0  # torchrun reports its workers' exit code 75 as a failure
     assert f"exitcode  : {PREEMPTED_EXIT_CODE}" in err or "75" in err, err[-3000:]
     saved = load_checkpoint(run / "checkpoints" / "last.pt")
-    assert saved["plan"]["world_size"] == 2
+    origin = read_record(run / "checkpoints" / "last.pt").origin
+    assert origin is not None and origin.sizes.world_size == 2
     assert logged_steps(run) == saved["progress"]["step"]
 
     run_to_end(cmd, timeout=240)

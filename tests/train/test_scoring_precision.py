@@ -24,10 +24,10 @@ from vidscale.distributed.env import init_distributed
 from vidscale.predict import load_run, run_probabilities
 from vidscale.recipes import get_recipe
 from vidscale.train import loop
-from vidscale.train.checkpoint import load_checkpoint
 from vidscale.train.eval_run import Views, evaluate_run
 from vidscale.train.evaluate import Average
 from vidscale.train.precision import scoring_arithmetic
+from vidscale.train.record import read_record
 
 BF16_RUN = ["train.epochs=1", "train.amp=bf16", "train.channels_last=on"]
 # fp32 on both sides, what remains is the order of sums (several videos a batch and
@@ -40,8 +40,8 @@ ATOL = 1e-6
 def train_run(recipe: str, overrides: list[str], out: Path) -> Path:
     cfg = apply_overrides(get_recipe(recipe), [*overrides, *BF16_RUN])
     loop.Trainer(cfg, out, init_distributed("cpu"), resume="never").run()
-    record = load_checkpoint(out / "checkpoints" / "epoch_0001.pt")["fast_path"]
-    assert record["bf16"] is True  # the run trained, and is recorded as trained, in bf16
+    record = read_record(out / "checkpoints" / "epoch_0001.pt").fast_path
+    assert record is not None and record.bf16  # the run trained, and is recorded so, in bf16
     return out
 
 

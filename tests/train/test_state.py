@@ -110,7 +110,7 @@ def test_a_checkpoint_holds_the_registered_parts_and_the_record(tmp_path: Path) 
     saver = checkpointer(tmp_path, parts)
     saver.save(epoch_end=False)
     written = load_checkpoint(tmp_path / "checkpoints" / "last.pt")
-    assert set(written) == set(parts.registry()) | set(saver.record)
+    assert set(written) == set(parts.registry()) | set(saver.record.state())
 
 
 def test_a_checkpoint_of_the_earlier_layout_loads_its_bad_step_count() -> None:

@@ -35,12 +35,13 @@ per device and per shape:
   setting (`decide` ends with that broadcast whatever the source).
 - **Cache** (`fastpath.cache`): the decision is stored under a key naming the device, torch,
   the model, the shape, threads, processes per node and the candidates; a hit skips the probe.
-- **Resume**: a checkpoint records the decision (`RECORD_KEY`); a resumed run takes it from there
-  without measuring, so it continues with the arithmetic it started with. The rule is one for
-  every start: per axis, an explicit setting of this start wins and an axis at "auto" takes the
-  record, whichever other axis is explicit and whatever this device can do. A recorded bf16 on
-  a device without bf16 units (a run moved from an AVX512-BF16 or AMX machine to an AVX2 one)
-  stays bf16, emulated by autocast: the same arithmetic, slower, and the start says so in one
+- **Resume**: a checkpoint records the decision (`train.record.RunRecord`, read back as a
+  `decision.Resumed`); a resumed run takes it from there without measuring, so it continues
+  with the arithmetic it started with. The rule is one for every start: per axis, an explicit
+  setting of this start wins and an axis at "auto" takes the record, whichever other axis is
+  explicit and whatever this device can do. A recorded bf16 on a device without bf16 units (a
+  run moved from an AVX512-BF16 or AMX machine to an AVX2 one) stays bf16, emulated by
+  autocast: the same arithmetic, slower, and the start says so in one
   line (`EMULATED_BF16`), as every start that trains in bf16 there does (explicit, probed,
   cached or resumed); `train.amp=off` switches such a run to fp32. A checkpoint from before
   decisions were recorded continues under the old hardware rule (`settings.hardware_rule`).
@@ -53,9 +54,8 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import nn
@@ -63,6 +63,7 @@ from torch import nn
 from vidscale.distributed.collectives import all_gather_object, broadcast_object, world_size
 from vidscale.fastpath import hardware
 from vidscale.fastpath.cache import cache_key, read_cached, write_cached
+from vidscale.fastpath.decision import FastPathDecision, Resumed
 from vidscale.fastpath.gradients import CHECK_VERSION
 from vidscale.fastpath.isolation import (
     LIMITS,
@@ -71,7 +72,7 @@ from vidscale.fastpath.isolation import (
     ProbeFailed,
     probe_isolated,
 )
-from vidscale.fastpath.rule import MIN_GAIN, RULE, SIGN_TEST_ALPHA, Choice, choose, reference_of
+from vidscale.fastpath.rule import MIN_GAIN, RULE, SIGN_TEST_ALPHA
 from vidscale.fastpath.settings import (
     Candidate,
     candidates,
@@ -84,159 +85,21 @@ from vidscale.fastpath.trials import PROBE, ProbeSettings, ProbeShape, probe
 
 __all__ = [
     "PROBE",
-    "RECORD_KEY",
     "FastPathDecision",
     "ProbeFailed",
     "ProbeSettings",
     "ProbeShape",
+    "Resumed",
     "decide",
     "probe",
     "probe_key",
     "settled",
 ]
 
-RECORD_KEY = "fast_path"  # the decision's record in a checkpoint
 EMULATED_BF16 = (
     "this device has no bf16 units, so bf16 autocast is emulated here: the same arithmetic, "
     "slower than fp32 (--set train.amp=off switches this run to fp32)"
 )
-
-Source = Literal["off", "explicit", "probe", "cache", "checkpoint", "hardware"]
-
-
-@dataclass(frozen=True)
-class FastPathDecision:
-    """The (bf16, channels_last) a run uses, where it came from, and the numbers behind it.
-
-    `source`: "off" (`train.fast_path=false`), "explicit" (both axes set), "probe" (measured
-    now), "cache" (measured before, `fastpath.cache`), "checkpoint" (recorded by the run being
-    resumed), "hardware" (a resumed checkpoint from before decisions were recorded).
-    `measured` maps each candidate's label to its `Measured` fields, computed by `choose` from
-    `samples` (seconds per round and candidate: `choose(samples)` gives the decision again);
-    `rounds` counts the samples per candidate over all ranks; `load_average` is rank 0's
-    1-minute load average when the probe started (above the core count, other work shared the
-    cores, and the noise shows it); `failed` names the candidates left out because they hung,
-    crashed or raised in the probe (`fastpath.isolation`), on any rank, with what happened;
-    `dropped` those its first rounds ruled out on any rank (`rule.hopeless`), why;
-    `seconds` how long the run waited for the probe (rank 0, until every rank had finished).
-    """
-
-    bf16: bool
-    channels_last: bool
-    source: Source
-    reason: str = ""
-    shape: tuple[int, ...] = ()
-    measured: dict[str, dict[str, float]] = field(default_factory=dict)
-    samples: dict[str, list[float]] = field(default_factory=dict)
-    rounds: int = 0
-    load_average: float | None = None
-    failed: dict[str, str] = field(default_factory=dict)
-    dropped: dict[str, str] = field(default_factory=dict)
-    seconds: float | None = None
-
-    @property
-    def candidate(self) -> Candidate:
-        return Candidate(self.bf16, self.channels_last)
-
-    @property
-    def reference(self) -> str:
-        """The candidate the probe's speedups are relative to ("" when nothing was probed)."""
-        return reference_of(self.measured) if self.measured else ""
-
-    def record(self) -> dict[str, Any]:
-        """JSON- and `torch.load(weights_only=True)`-safe: plain types only."""
-        return dataclasses.asdict(self) | {"shape": list(self.shape)}
-
-    @classmethod
-    def from_record(cls, record: Mapping[str, Any]) -> FastPathDecision:
-        return cls(
-            bf16=bool(record["bf16"]),
-            channels_last=bool(record["channels_last"]),
-            source=record["source"],
-            reason=str(record.get("reason", "")),
-            shape=tuple(int(n) for n in record.get("shape", ())),
-            measured={k: dict(v) for k, v in record.get("measured", {}).items()},
-            samples={k: [float(t) for t in v] for k, v in record.get("samples", {}).items()},
-            rounds=int(record.get("rounds", 0)),
-            load_average=record.get("load_average"),
-            failed={str(k): str(v) for k, v in record.get("failed", {}).items()},
-            dropped={str(k): str(v) for k, v in record.get("dropped", {}).items()},
-            seconds=record.get("seconds"),
-        )
-
-    @classmethod
-    def measured_by(
-        cls,
-        choice: Choice,
-        *,
-        samples: Mapping[str, Sequence[float]],
-        shape: ProbeShape,
-        load_average: float | None = None,
-        source: Source = "probe",
-        failed: Mapping[str, str] | None = None,
-        dropped: Mapping[str, str] | None = None,
-    ) -> FastPathDecision:
-        chosen = Candidate.from_label(choice.chosen)
-        reason = choice.reason
-        if dropped and len(samples) == 1:  # `choose` saw only the survivor
-            reason = "every other setting was ruled out in its first rounds"
-        return cls(
-            bf16=chosen.bf16,
-            channels_last=chosen.channels_last,
-            source=source,
-            reason=reason,
-            shape=shape.clips,
-            measured={k: dataclasses.asdict(m) for k, m in choice.measured.items()},
-            samples={k: list(v) for k, v in samples.items()},
-            rounds=len(samples[choice.chosen]),
-            load_average=load_average,
-            failed=dict(failed or {}),
-            dropped=dict(dropped or {}),
-        )
-
-    @classmethod
-    def from_probe(
-        cls, measured: IsolatedProbe, *, shape: ProbeShape, load_average: float | None = None
-    ) -> FastPathDecision:
-        """The decision `choose` makes from a probe's samples, naming what it left out."""
-        return cls.measured_by(
-            choose(measured.samples),
-            samples=measured.samples,
-            shape=shape,
-            load_average=load_average,
-            failed=measured.failed,
-            dropped=measured.dropped,
-        )
-
-    def numbers(self) -> str:
-        """The probe's medians, e.g. "fp32 0.35 s; bf16+cl 0.364 s = 0.96x (noise 1%, faster
-        in 0/10)": seconds per step, then the speedup over the reference."""
-        parts = []
-        for label, m in self.measured.items():
-            text = f"{label} {m['seconds']:.3g} s"
-            if label != self.reference:
-                rounds = f"faster in {m['faster_rounds']}/{self.rounds}"
-                text += f" = {m['speedup']:.2f}x (noise {m['noise']:.0%}, {rounds})"
-            parts.append(text)
-        return "; ".join(parts)
-
-    def describe(self) -> str:
-        label = self.candidate.label
-        if self.source in ("off", "explicit"):
-            return f"{label} ({self.reason})"
-        if self.source in ("checkpoint", "hardware"):
-            return f"{label}, {self.reason}"
-        shape = "x".join(map(str, self.shape))
-        where = "probe" if self.source == "probe" else "cached probe"
-        took = "" if self.seconds is None else f" in {self.seconds:.0f} s"
-        load = "" if self.load_average is None else f", load average {self.load_average:.1f}"
-        left_out = "".join(f"; left out {k}: {v}" for k, v in self.failed.items()) + "".join(
-            f"; {k} {v}" for k, v in self.dropped.items()
-        )
-        return (
-            f"auto chose {label} ({where} at {shape}, {self.rounds} rounds{took}{load}): "
-            f"{self.numbers()}; {self.reason}{left_out}"
-        )
 
 
 def _explicit(bf16: bool, cl: bool, *, amp: str, channels_last: str) -> FastPathDecision:
@@ -246,11 +109,10 @@ def _explicit(bf16: bool, cl: bool, *, amp: str, channels_last: str) -> FastPath
 
 
 def _recorded(
-    checkpoint: Mapping[str, Any], fixed: tuple[bool | None, bool | None], device: torch.device
+    checkpoint: Resumed, fixed: tuple[bool | None, bool | None], device: torch.device
 ) -> FastPathDecision:
     """The resumed run's own decision, explicit settings of this start winning per axis."""
-    record = checkpoint.get(RECORD_KEY)
-    if record is None:
+    if checkpoint.fast_path is None:
         rule = hardware_rule(device)
         found = FastPathDecision(
             rule.bf16,
@@ -260,7 +122,7 @@ def _recorded(
             "device has bf16 units; no decision recorded)",
         )
     else:
-        found = FastPathDecision.from_record(record)
+        found = checkpoint.fast_path
         where = f"{found.source}: {found.reason}" if found.reason else found.source
         found = dataclasses.replace(
             found, source="checkpoint", reason=f"as the resumed run recorded it ({where})"
@@ -353,7 +215,7 @@ def decide(
     shape: ProbeShape,
     key_fields: Mapping[str, Any],
     cache: Path | None,
-    checkpoint: Mapping[str, Any] | None,
+    checkpoint: Resumed | None,
     is_main: bool,
     settings: ProbeSettings = PROBE,
     host_memory: bool = False,
@@ -363,14 +225,15 @@ def decide(
     """The fast-path setting of a run, the same on every rank (a collective: every rank calls it).
 
     In order: `enabled=False` is all off; both axes explicit are used as given; a resumed run
-    (`checkpoint`: the state it continues) takes its recorded decision for the "auto" axes; a
-    cache hit (read by rank 0) is reused; otherwise every rank probes (`probe`, in a child
-    process that trains as this one: `host_memory` retention on CPU, its threads; a candidate
-    that hangs past `limits`, crashes or raises there is left out, `fastpath.isolation`) and
-    rank 0 chooses from the pooled samples (`choose`) and writes the cache. `build` must pickle.
-    `key_fields` name the run's model and process layout in the cache key, beside the device,
-    torch, `shape`, threads and candidates added here. `log` receives what is worth printing
-    (rank 0's). Raises `ProbeFailed` when the reference setting fails in the probe.
+    (`checkpoint`: the record of the checkpoint it continues) takes its recorded decision for
+    the "auto" axes; a cache hit (read by rank 0) is reused; otherwise every rank probes
+    (`probe`, in a child process that trains as this one: `host_memory` retention on CPU, its
+    threads; a candidate that hangs past `limits`, crashes or raises there is left out,
+    `fastpath.isolation`) and rank 0 chooses from the pooled samples (`choose`) and writes the
+    cache. `build` must pickle. `key_fields` name the run's model and process layout in the
+    cache key, beside the device, torch, `shape`, threads and candidates added here. `log`
+    receives what is worth printing (rank 0's). Raises `ProbeFailed` when the reference setting
+    fails in the probe.
     """
     decision = settled(
         device, enabled=enabled, amp=amp, channels_last=channels_last, checkpoint=checkpoint
@@ -402,11 +265,11 @@ def settled(
     enabled: bool,
     amp: str,
     channels_last: str,
-    checkpoint: Mapping[str, Any] | None,
+    checkpoint: Resumed | None,
 ) -> FastPathDecision | None:
-    """The decision where nothing needs measuring: all off, both axes explicit, or the record
-    of the resumed `checkpoint` (the state it continues) for the "auto" axes. None when the
-    cache or a probe must decide (a fresh run with an axis at "auto")."""
+    """The decision where nothing needs measuring: all off, both axes explicit, or the
+    decision recorded in the resumed `checkpoint` (its record) for the "auto" axes. None when
+    the cache or a probe must decide (a fresh run with an axis at "auto")."""
     fixed = requested(enabled=enabled, amp=amp, channels_last=channels_last)
     if not enabled:
         return FastPathDecision(False, False, "off", reason="train.fast_path=false")

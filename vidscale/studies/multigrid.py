@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from vidscale.config import ConfigError, RunConfig, apply_overrides, load_config, validate
+from vidscale.errors import InputError
 from vidscale.models.costs import model_info
 from vidscale.models.registry import ModelConfig
 from vidscale.recipes import get_recipe
@@ -41,7 +42,9 @@ from vidscale.studies.runs import (
 )
 from vidscale.studies.skeleton import Study, run_study, write_report_json
 from vidscale.train.builders import load_splits
+from vidscale.train.checkpoint import LAST
 from vidscale.train.metrics import validation_curve
+from vidscale.train.record import read_record
 from vidscale.train.timeline import Timeline, make_timeline, requested_global_batch, run_sizes
 
 VARIANTS: dict[str, tuple[bool, bool]] = {  # name: (long cycle, short cycle)
@@ -166,13 +169,13 @@ def collect_multigrid_run(run_dir: Path) -> dict[str, Any]:
 
 
 def _train_size(run_dir: Path) -> int:
-    """The training videos of the run (its checkpoint's plan)."""
-    import torch
-
-    # Memory-mapped: only the plan is read, not the weights and optimizer state.
-    path = run_dir / "checkpoints" / "last.pt"
-    state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    return int(state["plan"]["train_size"])
+    """The training videos of the run (the sizes its checkpoint's record holds); a checkpoint
+    without them is an `InputError` naming it."""
+    path = run_dir / "checkpoints" / LAST
+    origin = read_record(path).origin  # memory-mapped: the weights are not read
+    if origin is None:
+        raise InputError(f"{path}: records no run sizes (written by an earlier version)")
+    return origin.sizes.train_size
 
 
 def add_time_to_target(rows: list[dict[str, Any]], *, margin: float) -> float:

@@ -3,7 +3,8 @@
 - `loop`: `train()` and the `Trainer` (epochs, evaluation, batch adaptation), built by `builders`;
   each step is `step.run.train_step`.
 - Checkpoints: `state` (the registry of checkpointed parts), `checkpointer` (save, load, stop),
-  `checkpoint` (atomic files, finding the one to resume), `resume` (the plan rule).
+  `checkpoint` (atomic files, finding the one to resume), `record` (what a checkpoint says of
+  how the run was made: its one writer and reader), `resume` (the plan rule).
 - Survival: `resilience` (signals, the divergence guard), `watchdog` (hangs).
 - Sizes and phases: `timeline`, `adaptive_batch`, `phase_switch`, `precise_bn`.
 - Records: `run_log`, `metrics`, `summary`, `loggers` (+ `wandb_logger`), `expected_time`.

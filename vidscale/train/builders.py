@@ -25,18 +25,12 @@ from vidscale.data.splits import DataSplits, read_splits, recorded_flow
 from vidscale.distributed.env import DistEnv
 from vidscale.fastpath.cache import cache_file
 from vidscale.fastpath.host_memory import retain_freed_host_memory
-from vidscale.fastpath.probe import (
-    RECORD_KEY,
-    FastPathDecision,
-    ProbeShape,
-    decide,
-    settled,
-)
+from vidscale.fastpath.probe import FastPathDecision, ProbeShape, decide, settled
 from vidscale.fastpath.settings import FastPath, apply_to_model, resolve_fast_path
 from vidscale.models.registry import ModelConfig
 from vidscale.models.registry import build_model as build_registered_model
-from vidscale.train.checkpoint import read_checkpoint
 from vidscale.train.init_from import describe, initialise_from, normalisation_warning
+from vidscale.train.record import RunRecord, read_record
 
 
 def load_splits(cfg: RunConfig) -> DataSplits:
@@ -106,12 +100,13 @@ def fast_path(cfg: RunConfig, env: DistEnv, *, decision: FastPathDecision | None
 
 
 def decide_fast_path(
-    cfg: RunConfig, env: DistEnv, *, checkpoint: dict[str, Any] | None, micro_batch: int
+    cfg: RunConfig, env: DistEnv, *, checkpoint: RunRecord | None, micro_batch: int
 ) -> FastPathDecision:
     """`train.amp` / `train.channels_last` for this run on every rank (a collective): as set,
-    as the resumed `checkpoint` recorded, cached, or probed at the recipe's base shape with
-    `micro_batch` clips per process (`fastpath.probe.decide`). Call it with the process's
-    threads and host-memory retention already set: the probe times what training will run."""
+    as the resumed `checkpoint` recorded (its record, `record.RunRecord`), cached, or probed at
+    the recipe's base shape with `micro_batch` clips per process (`fastpath.probe.decide`).
+    Call it with the process's threads and host-memory retention already set: the probe times
+    what training will run."""
     spec = cfg.data.train_clip
     log = _main_printer(env)
     if cfg.multigrid.enabled and checkpoint is None:
@@ -130,7 +125,7 @@ def decide_model_fast_path(
     train: TrainConfig,
     *,
     env: DistEnv,
-    checkpoint: dict[str, Any] | None = None,
+    checkpoint: RunRecord | None = None,
     log: Callable[[str], None] = lambda _: None,
 ) -> FastPathDecision:
     """What training decides for `model` at `shape` under `train`'s fast-path settings, with
@@ -163,16 +158,15 @@ def decide_model_fast_path(
 def recorded_fast_path(cfg: RunConfig, env: DistEnv, checkpoint: Path) -> FastPath:
     """The fast path a run trained `checkpoint` with (its recorded decision; the hardware rule
     for a checkpoint from before decisions were recorded), explicit settings of `cfg` winning.
-    Reads only the record: the file is memory-mapped, its tensors are not loaded. A file that
-    does not load is an `UnreadableCheckpoint` naming it."""
-    state = read_checkpoint(checkpoint, mmap=True)
+    Reads only the record (`record.read_record`): the file is memory-mapped, its tensors are
+    not loaded. A file that does not load is an `UnreadableCheckpoint` naming it."""
     t = cfg.train
     decision = settled(
         env.device,
         enabled=t.fast_path,
         amp=t.amp,
         channels_last=t.channels_last,
-        checkpoint={k: v for k, v in state.items() if k == RECORD_KEY},
+        checkpoint=read_record(checkpoint),
     )
     return fast_path(cfg, env, decision=decision)
 

@@ -18,12 +18,11 @@ import torch
 from torch import nn
 
 from vidscale.atomic import atomic_link
-from vidscale.config import ConfigError, RunConfig
+from vidscale.config import ConfigError
 from vidscale.distributed.collectives import all_gather_object, barrier
 from vidscale.distributed.ddp import unwrap
 from vidscale.distributed.env import DistEnv
 from vidscale.distributed.parallel import DataParallel
-from vidscale.fastpath.probe import RECORD_KEY, FastPathDecision
 from vidscale.train.adaptive_batch import AdaptiveBatch
 from vidscale.train.checkpoint import (
     LAST,
@@ -34,6 +33,7 @@ from vidscale.train.checkpoint import (
     save_comm_state,
 )
 from vidscale.train.phase_switch import PhaseSwitch
+from vidscale.train.record import RunRecord
 from vidscale.train.resilience import (
     Diverged,
     DivergenceGuard,
@@ -41,10 +41,9 @@ from vidscale.train.resilience import (
     StopSignals,
     weights_finite,
 )
-from vidscale.train.resume import Progress, checkpoint_record
+from vidscale.train.resume import Progress
 from vidscale.train.run_log import RunLog
 from vidscale.train.state import Held, PartLoadError, StateRegistry
-from vidscale.train.timeline import RunSizes
 from vidscale.train.watchdog import Watchdog
 
 
@@ -77,20 +76,10 @@ class RunState:
         return parts
 
 
-def run_record(cfg: RunConfig, sizes: RunSizes, *, fast_path: FastPathDecision) -> dict[str, Any]:
-    """What every checkpoint of a run says of how it was made: its sizes at start and config
-    (what a resume checks), its fast-path choice (which a resume continues with), its model."""
-    return {
-        RECORD_KEY: fast_path.record(),
-        **checkpoint_record(cfg, sizes),
-        "model_name": cfg.model.name,
-        "num_classes": cfg.model.num_classes,
-    }
-
-
 class Checkpointer:
     """Saves and loads `parts` in `run_dir/checkpoints`. `record` is what every checkpoint
-    also says of how the run was made (its sizes, config, fast path, model): fixed at start.
+    also says of how the run was made (`record.RunRecord`: its sizes, config, fast path,
+    model): fixed at start.
     `save` and `stop` are collectives: every rank calls them."""
 
     def __init__(
@@ -99,7 +88,7 @@ class Checkpointer:
         env: DistEnv,
         parts: RunState,
         *,
-        record: dict[str, Any],
+        record: RunRecord,
         keep: int,
         signals: StopSignals,
         watchdog: Watchdog | None = None,
@@ -160,7 +149,7 @@ class Checkpointer:
             # rank's file before the last.pt that names it.
             state = self.state.state_dict()
             if self.env.is_main:
-                self._write({**state, **self.record}, epoch_end=epoch_end)
+                self._write({**state, **self.record.state()}, epoch_end=epoch_end)
         # No rank leaves before the checkpoint is on disk: one restarted at once must find it.
         barrier()
         self.last_good = f"{self.dir / LAST} (step {step})"

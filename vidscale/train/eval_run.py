@@ -28,14 +28,10 @@ from vidscale.distributed.env import init_distributed
 from vidscale.errors import InputError
 from vidscale.train import builders
 from vidscale.train.average_precision import ViewAggregation
-from vidscale.train.checkpoint import (
-    UnreadableCheckpoint,
-    epoch_checkpoints,
-    load_weights,
-    read_checkpoint,
-)
+from vidscale.train.checkpoint import UnreadableCheckpoint, epoch_checkpoints, load_weights
 from vidscale.train.evaluate import Average, EvalResult, Stream, evaluate
 from vidscale.train.precision import announce, scoring_arithmetic
+from vidscale.train.record import read_record
 
 
 @dataclass(frozen=True)
@@ -217,12 +213,13 @@ def by_video(result: EvalResult, items: list[Any]) -> dict[str, list[float]]:
 
 def split_damaged(checkpoints: list[Path]) -> tuple[list[Path], list[UnreadableCheckpoint]]:
     """(the checkpoints that load, the errors of those that do not), in the given order; only
-    each file's record is read (memory-mapped). None loading is `none_readable`'s error."""
+    each file's record is read (`record.read_record`: memory-mapped, its keys checked). None
+    loading is `none_readable`'s error."""
     intact: list[Path] = []
     damaged: list[UnreadableCheckpoint] = []
     for path in checkpoints:
         try:
-            read_checkpoint(path, mmap=True)
+            read_record(path)
         except UnreadableCheckpoint as err:
             damaged.append(err)
         else:

@@ -28,12 +28,13 @@ from vidscale.step.objective import objective_for
 from vidscale.step.run import StepContext, StepResult, seed_step, train_step
 from vidscale.train import builders
 from vidscale.train.adaptive_batch import AdaptiveBatch, sizes_for_batch
-from vidscale.train.checkpointer import Checkpointer, RunState, run_record
+from vidscale.train.checkpointer import Checkpointer, RunState
 from vidscale.train.evaluate import EvalResult, Stream, evaluate
 from vidscale.train.loggers import LoggerChoice
 from vidscale.train.phase_switch import PhaseSwitch
 from vidscale.train.precise_bn import pooled_precise_bn
 from vidscale.train.precision import announce, scoring_arithmetic
+from vidscale.train.record import RunRecord
 from vidscale.train.resilience import (
     BatchNormSnapshot,
     Diverged,
@@ -42,7 +43,7 @@ from vidscale.train.resilience import (
     StopSignals,
     any_rank,
 )
-from vidscale.train.resume import ResumeMode, find_start, prepare_run_dir
+from vidscale.train.resume import ResumeMode, Start, find_start, prepare_run_dir
 from vidscale.train.run_log import RunLog
 from vidscale.train.timeline import Phase, make_timeline
 from vidscale.train.watchdog import Watchdog
@@ -73,7 +74,7 @@ class Trainer:
         self.host_memory_retained = builders.retain_host_memory(cfg, env)
         start = find_start(cfg, run_dir, env, mode=resume, train_size=len(splits.train))
         self.resumed_from, state = start.path, start.state
-        self._build_model(state, micro_batch=start.sizes.micro_batch)
+        self._build_model(start)
         # The sizes the run was started with (what checkpoints record and resume checks), and
         # those it follows now: the same unless the batch size adapted.
         self.start_sizes, self.progress = start.sizes, start.progress
@@ -101,14 +102,14 @@ class Trainer:
         resumed_at = self.progress.step if state else None
         self.run_log.open(run_dir, resumed_at=resumed_at, config=to_dict(cfg))
 
-    def _build_model(self, state: dict[str, Any] | None, *, micro_batch: int) -> None:
+    def _build_model(self, start: Start) -> None:
         """The fast path, the model (fresh weights only without a checkpoint to load), its
         optimizer and the gradient strategy that wraps it."""
         cfg, env = self.cfg, self.env
         # "auto" measured at the base shape, or the resumed run's recorded choice; the same
         # on every rank, and leaving every random stream untouched.
         self.fast_choice = builders.decide_fast_path(
-            cfg, env, checkpoint=state, micro_batch=micro_batch
+            cfg, env, checkpoint=start.record, micro_batch=start.sizes.micro_batch
         )
         self.fast = builders.fast_path(cfg, env, decision=self.fast_choice)
         self.autocast = self.fast.autocast()
@@ -116,7 +117,7 @@ class Trainer:
         self.eval_arithmetic = scoring_arithmetic(cfg.train.eval_precision, env.device)
         announce(self.eval_arithmetic, is_main=env.is_main)
         torch.manual_seed(cfg.train.seed)  # the same initial weights on every rank and run
-        self.model = builders.build_model(cfg, env, self.fast, fresh=state is None)
+        self.model = builders.build_model(cfg, env, self.fast, fresh=start.state is None)
         if self.fast.compile:
             self.model.compile()  # in place: state_dict keys and DDP's no_sync stay as they are
         self.optimizer = build_optimizer(self.model, cfg.optim, lr=0.0)
@@ -135,7 +136,7 @@ class Trainer:
         self.phase_switch.enter(self.timeline.phase_at(self.progress.epoch))
 
     def _build_checkpointer(self) -> Checkpointer:
-        record = run_record(self.cfg, self.start_sizes, fast_path=self.fast_choice)
+        record = RunRecord.of_run(self.cfg, self.start_sizes, fast_path=self.fast_choice)
         parts = RunState(
             model=self.model,
             optimizer=self.optimizer,
@@ -247,8 +248,7 @@ class Trainer:
         self.run_log.step_done(result)
         epoch_end = p.step_in_epoch == phase.steps_per_epoch
         self.strategy.after_step(step_in_epoch=p.step_in_epoch, epoch_end=epoch_end)
-        own_record = self.strategy.log_each_round
-        traffic = self.strategy.take_traffic()
+        traffic, own_record = self.strategy.take_traffic(), self.strategy.log_each_round
         self.run_log.traffic(traffic, step=p.step, epoch=p.epoch, own_record=own_record)
         self.run_log.train_record(result, step=p.step, epoch=p.epoch)
         return result

@@ -22,18 +22,18 @@ global batch, steps per epoch, total steps, training videos) and the config. On 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from vidscale.atomic import atomic_write_text, remove_stale_tmp
-from vidscale.config import ConfigError, RunConfig, save_config, to_dict
+from vidscale.config import ConfigError, RunConfig, save_config
 from vidscale.distributed.collectives import all_gather_object
 from vidscale.distributed.env import DistEnv
 from vidscale.train.checkpoint import newest_loadable
 from vidscale.train.metrics import truncate_metrics
+from vidscale.train.record import RunRecord, flat_config
 from vidscale.train.timeline import RunSizes, requested_global_batch, run_sizes
 
 ResumeMode = Literal["auto", "never", "must"]
@@ -70,35 +70,11 @@ class Start:
     notes: list[str]
     path: Path | None = None  # the checkpoint it continues
     state: dict[str, Any] | None = None  # that checkpoint, loaded (to the CPU)
-
-
-def flat_config(cfg: RunConfig) -> dict[str, Any]:
-    """`section.field` -> value, JSON-normalised (tuples as lists)."""
-    out: dict[str, Any] = {}
-
-    def walk(prefix: str, value: Any) -> None:
-        if isinstance(value, dict):
-            for k, v in value.items():
-                walk(f"{prefix}.{k}" if prefix else k, v)
-        else:
-            out[prefix] = json.loads(json.dumps(value))
-
-    walk("", to_dict(cfg))
-    return out
-
-
-def fingerprint(flat: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(flat, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def checkpoint_record(cfg: RunConfig, sizes: RunSizes) -> dict[str, Any]:
-    """What a checkpoint stores of the run's sizes and config (under the format's key "plan")."""
-    flat = flat_config(cfg)
-    return {"plan": sizes.record(), "config": flat, "fingerprint": fingerprint(flat)}
+    record: RunRecord | None = None  # that checkpoint's record (`record.RunRecord`)
 
 
 def _checked_values(
-    flat: dict[str, Any], *, global_batch: int | str, train_size: int
+    flat: Mapping[str, Any], *, global_batch: int | str, train_size: int
 ) -> dict[str, Any]:
     schedule = (k for k in flat if k.startswith(("lr.", "multigrid.")))
     values = {k: flat.get(k) for k in (*CHECKED_FIELDS, *schedule)}
@@ -107,19 +83,19 @@ def _checked_values(
     return values
 
 
-def _diff(old: dict[str, Any], new: dict[str, Any], keys: Any) -> list[str]:
+def _diff(old: Mapping[str, Any], new: Mapping[str, Any], keys: Any) -> list[str]:
     return [f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in keys if old.get(k) != new.get(k)]
 
 
 def _changes(
-    cfg: RunConfig, state: dict[str, Any], old: RunSizes, *, train_size: int
+    cfg: RunConfig, old_flat: Mapping[str, Any], old: RunSizes, *, train_size: int
 ) -> tuple[list[str], list[str]]:
-    """The plan fields that `cfg` changes, and every other changed field (`field old -> new`).
+    """The plan fields that `cfg` changes from the checkpoint's config `old_flat` and sizes
+    `old`, and every other changed field (`field old -> new`).
 
     The global batch is compared as `cfg` would make it on the old process count, so a resume
     on another count is not a change.
     """
-    old_flat: dict[str, Any] = state["config"]
     new_flat = flat_config(cfg)
     try:
         asked: int | str = requested_global_batch(cfg, world_size=old.world_size)
@@ -159,20 +135,39 @@ def resolve_start(
     source: str = "",
 ) -> Start:
     """The sizes and starting point for `cfg` on `world_size` processes, from a checkpoint's
-    `state` (None: a fresh run). Raises `ConfigError` naming the fields of a refused change."""
-    if state is None or "plan" not in state:
+    `state` (None: a fresh run) read from `source`. Raises `ConfigError` naming the fields of a
+    refused change, `UnreadableCheckpoint` naming the key of a malformed record."""
+    if state is None:
         sizes = run_sizes(cfg, world_size=world_size, train_size=train_size)
-        if state is None:
-            return Start(sizes, Progress(), True, [])
-        # Written before run sizes were recorded: nothing to check against.
-        note = f"{source} records no plan: not checked, and this epoch's metrics restart"
-        return Start(sizes, Progress(**state["progress"]), True, [note])
+        return Start(sizes, Progress(), True, [])
+    record = RunRecord.of(state, path=source)
     progress = Progress(**state["progress"])
-    old = RunSizes(**state["plan"])
-    fixed = _diff(state["config"], flat_config(cfg), FIXED_FIELDS)
+    start = _continued(
+        cfg, record, progress, world_size=world_size, train_size=train_size, source=source
+    )
+    return dataclasses.replace(start, record=record)
+
+
+def _continued(
+    cfg: RunConfig,
+    record: RunRecord,
+    progress: Progress,
+    *,
+    world_size: int,
+    train_size: int,
+    source: str,
+) -> Start:
+    """`resolve_start` for a checkpoint with `record` that got to `progress`."""
+    if record.origin is None:
+        # Written before run sizes were recorded: nothing to check against.
+        sizes = run_sizes(cfg, world_size=world_size, train_size=train_size)
+        note = f"{source} records no plan: not checked, and this epoch's metrics restart"
+        return Start(sizes, progress, True, [note])
+    old, old_flat = record.origin.sizes, record.origin.config
+    fixed = _diff(old_flat, flat_config(cfg), FIXED_FIELDS)
     if fixed:
         raise ConfigError(f"--resume: {source} holds another model: {'; '.join(fixed)}")
-    changed, others = _changes(cfg, state, old, train_size=train_size)
+    changed, others = _changes(cfg, old_flat, old, train_size=train_size)
     notes = [f"changed since {source}: {'; '.join(others)}"] if others else []
     if not changed:
         sizes = run_sizes(
@@ -187,8 +182,8 @@ def resolve_start(
         )
     if (
         cfg.multigrid.enabled
-        or state["config"].get("multigrid.long_cycle")
-        or state["config"].get("multigrid.short_cycle")
+        or old_flat.get("multigrid.long_cycle")
+        or old_flat.get("multigrid.short_cycle")
     ):
         raise ConfigError(
             f"--resume: the plan of {source} would change: {'; '.join(changed)}; a multigrid "

@@ -21,6 +21,7 @@ from vidscale.atomic import atomic_write_text
 from vidscale.config import RunConfig, save_config, validate
 from vidscale.errors import InputError
 from vidscale.train.checkpoint import LAST, save_checkpoint
+from vidscale.train.record import RunRecord
 
 IMPORTED_EPOCH = "epoch_0000.pt"
 
@@ -41,7 +42,8 @@ def write_run(
 ) -> Path:
     """Write the run directory `out` (see the module docstring); returns RUN/checkpoints/last.pt.
 
-    `source` (strings only) is recorded in the checkpoint as "imported_from".
+    `source` (strings only) is the checkpoint's record of where the weights came from
+    (`train.record.RunRecord.imported_from`).
     """
     check_out(out)
     validate(cfg)
@@ -50,7 +52,7 @@ def write_run(
     checkpoints = out / "checkpoints"
     checkpoints.mkdir(parents=True, exist_ok=True)
     last = checkpoints / LAST
-    save_checkpoint({"model": weights, "imported_from": dict(source)}, last)
+    save_checkpoint({"model": weights, **RunRecord(imported_from=dict(source)).state()}, last)
     epoch = checkpoints / IMPORTED_EPOCH
     try:
         os.link(last, epoch)

@@ -192,6 +192,8 @@ class ScalingRun:
         out: dict[str, Any] = {}
         for spec in dataclasses.fields(self):
             value = getattr(self, spec.name)
+            if spec.name == "applied_steps" and value is None:
+                continue  # a file measured before it was counted is written back as it was
             if spec.name == "step_spread_s":
                 value = value.to_dict()
             elif spec.name == "ranks":
