@@ -254,3 +254,22 @@ def test_resume_modes() -> None:
 
     assert mode() == "auto" and mode("--resume") == "auto"  # safe in a first launch too
     assert mode("--resume", "never") == "never" and mode("--resume", "must") == "must"
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["plan", "--gpus", "8"], "--gpus"),  # once `plan`'s flag; a prefix of --gpus-per-node
+        (["bench", "models", "tsm_resnet18", "--thr", "1"], "--thr"),  # a prefix of --threads
+    ],
+)
+def test_a_flag_must_be_spelled_in_full(
+    argv: list[str], flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """argparse would read a prefix of a longer flag as that flag: a flag that no longer
+    exists was silently taken for another. Every command refuses it in one line."""
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    assert stopped.value.code == 2
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("vidscale: error: unrecognized arguments: " + flag) and "\n" not in line

@@ -82,7 +82,19 @@ def build_parser() -> argparse.ArgumentParser:
     plan_cmd.add_parsers(sub)
     study_cmds.add_parsers(sub)
     bench_cmds.add_parsers(sub)
+    _no_abbreviations(parser)
     return parser
+
+
+def _no_abbreviations(parser: argparse.ArgumentParser) -> None:
+    """Every flag must be spelled in full, in every command: argparse otherwise takes a prefix
+    of a longer flag, so a flag that no longer exists (`plan --gpus`, now `--world-size`) was
+    silently read as another one (`--gpus-per-node`)."""
+    parser.allow_abbrev = False
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in set(action.choices.values()):
+                _no_abbreviations(child)
 
 
 class _Parser(argparse.ArgumentParser):
