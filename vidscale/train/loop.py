@@ -18,23 +18,19 @@ from typing import Any
 import torch
 
 from vidscale.config import RunConfig, to_dict, validate
-from vidscale.data.loaders import stop_workers
 from vidscale.distributed.collectives import broadcast_object
 from vidscale.distributed.env import DistEnv, init_distributed
 from vidscale.distributed.failure import fail_together
 from vidscale.distributed.strategy import build_strategy
 from vidscale.optim.factory import build_optimizer
-from vidscale.step.objective import objective_for
-from vidscale.step.run import StepContext, StepResult, seed_step, train_step
+from vidscale.step.run import StepResult, seed_step, train_step
 from vidscale.train import builders
 from vidscale.train.adaptive_batch import AdaptiveBatch, sizes_for_batch
-from vidscale.train.checkpointer import Checkpointer, RunState
 from vidscale.train.evaluate import EvalResult, Stream, evaluate
 from vidscale.train.loggers import LoggerChoice
 from vidscale.train.phase_switch import PhaseSwitch
 from vidscale.train.precise_bn import pooled_precise_bn
 from vidscale.train.precision import announce, scoring_arithmetic
-from vidscale.train.record import RunRecord
 from vidscale.train.resilience import (
     BatchNormSnapshot,
     Diverged,
@@ -47,6 +43,7 @@ from vidscale.train.resume import ResumeMode, Start, find_start, prepare_run_dir
 from vidscale.train.run_log import RunLog
 from vidscale.train.timeline import Phase, make_timeline
 from vidscale.train.watchdog import Watchdog
+from vidscale.train.wiring import build_checkpointer, step_context, stop_loader_workers
 
 
 class Trainer:
@@ -90,7 +87,7 @@ class Trainer:
         self.guard = DivergenceGuard.of_run(cfg.train.max_bad_steps, bf16=self.fast.bf16)
         self.bn_snapshot = BatchNormSnapshot(self.model)
         self.watchdog = Watchdog.for_run(cfg, run_dir, env, self.train_data.loader, self.val_loader)
-        self.checkpointer = self._build_checkpointer()
+        self.checkpointer = build_checkpointer(self)
         self.step_context = step_context(self)
         if state is not None:
             self.checkpointer.load(state, exact=start.exact, source=self.resumed_from)
@@ -134,24 +131,6 @@ class Trainer:
         self.sizes, self.timeline = self.start_sizes, make_timeline(cfg, self.start_sizes)
         self.phase_switch = PhaseSwitch(self.model, env)
         self.phase_switch.enter(self.timeline.phase_at(self.progress.epoch))
-
-    def _build_checkpointer(self) -> Checkpointer:
-        record = RunRecord.of_run(self.cfg, self.start_sizes, fast_path=self.fast_choice)
-        parts = RunState(
-            model=self.model,
-            optimizer=self.optimizer,
-            strategy=self.strategy,
-            progress=self.progress,
-            run_log=self.run_log,
-            guard=self.guard,
-            adaptive=self.adaptive,
-            phase_switch=self.phase_switch,
-        )
-        env, keep = self.env, self.cfg.train.keep_checkpoints
-        signals, watchdog = self.signals, self.watchdog
-        return Checkpointer(
-            self.run_dir, env, parts, record=record, keep=keep, signals=signals, watchdog=watchdog
-        )
 
     # -- epochs ------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -296,33 +275,6 @@ class Trainer:
                 "eval_precision": self.eval_arithmetic.precision,
             },
         )
-
-
-def step_context(trainer: Trainer) -> StepContext:
-    """The context every step of `trainer`'s run uses (`step.run`), built once."""
-    signals = trainer.signals  # not `trainer`: a trainer in a reference cycle would outlive
-    # its last reference, and its loaders' persistent workers with it
-    return StepContext(
-        model=trainer.ddp_model,
-        optimizer=trainer.optimizer,
-        prepare=trainer.prepare,
-        device=trainer.env.device,
-        autocast=trainer.autocast,
-        micro_batch=trainer.strategy.micro_batch,
-        world_size=trainer.env.world_size,
-        clip_grad_norm=trainer.cfg.optim.clip_grad_norm,
-        stop_requested=lambda: signals.requested,
-        objective=objective_for(multi_label=trainer.cfg.data.multi_label),
-    )
-
-
-def stop_loader_workers(trainer: Trainer) -> None:
-    """End the trainer's loader worker processes now. They persist for the run and would
-    otherwise live until the loaders are collected: in a process that trains again (a sweep),
-    at an unknown moment, possibly while the next run forks its own workers."""
-    trainer.train_data.close()
-    stop_workers(trainer.val_loader)
-    del trainer.train_data, trainer.val_loader
 
 
 def train(cfg: RunConfig, *, run_dir: Path, resume: ResumeMode = "auto") -> dict[str, Any]:
