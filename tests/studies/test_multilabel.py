@@ -17,6 +17,8 @@ from vidscale.studies.multilabel import (
     train_command,
 )
 from vidscale.train.metrics import MetricsLog
+from vidscale.train.run_summary import summary_path
+from vidscale.train.summary import RunCounters
 
 
 @pytest.fixture(scope="module")
@@ -60,18 +62,18 @@ def fake_run(run_dir: Path, *, model: str, maps: list[float], chance: float) -> 
     for epoch, value in enumerate(maps, 1):
         log.write("epoch", step=epoch * 10, epoch=epoch, epoch_seconds=5.0, val_map=value)
     log.close()
-    summary = {
-        "model": model,
-        "recipe": RECIPES[run_dir.name],
-        "val_map": maps[-1],
-        "best_val_map": max(maps),
-        "chance_map": chance,
-        "val_top1": 40.0,
-        "val_videos": 192,
-        "world_size": 2,
-        "wall_seconds": 600.0,
-    }
-    (run_dir / "summary.json").write_text(json.dumps(summary))
+    counters = RunCounters(steps=30, wall_seconds=600.0, val_videos=192)
+    for value in maps:
+        counters.add_val(40.0, mean_ap=value, chance=chance)
+    summary = RunCounters.merge([counters.as_dict()]).summary(
+        model=model,
+        world_size=2,
+        global_batch=32,
+        epochs=len(maps),
+        num_classes=6,
+        extra={"recipe": RECIPES[run_dir.name]},
+    )
+    summary.write(summary_path(run_dir))
 
 
 def test_report_sets_each_run_against_chance(

@@ -16,7 +16,8 @@ from vidscale.studies import runs as study_runs
 from vidscale.studies import sweep as sw
 from vidscale.studies.runs import StudyRun
 from vidscale.train.metrics import MetricsLog, read_metrics
-from vidscale.train.summary import RunCounters, write_summary
+from vidscale.train.run_summary import summary_path
+from vidscale.train.summary import RunCounters
 from vidscale.train.timeline import run_sizes
 
 RECIPE = "demo_tsm_r18_8f_b32_e20"
@@ -99,7 +100,7 @@ def fake_run(run: StudyRun, *, val: list[float], losses: list[float]) -> None:
         num_classes=8,
         extra={"recipe": cfg.recipe, "base_lr": run.lr.peak_lr},
     )
-    write_summary(summary, run.run_dir / "summary.json")
+    summary.write(summary_path(run.run_dir))
 
 
 def test_report_from_finished_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -32,6 +32,7 @@ from vidscale.studies.runs import (
 )
 from vidscale.studies.skeleton import Study, run_study, write_report_json
 from vidscale.train.metrics import read_metrics
+from vidscale.train.run_summary import RunSummary, summary_path
 
 # Fields the study sets for every run; a --set of one of them would silently change it.
 CONTROLLED_KEYS = (
@@ -120,7 +121,7 @@ def design_aavg_study(spec: StudySpec) -> list[StudyRun]:
 # -- the report ---------------------------------------------------------------------------------
 def collect_study_run(run_dir: Path) -> dict[str, Any]:
     """One row of study.json from a finished run directory."""
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = RunSummary.read(summary_path(run_dir))
     cfg = json.loads((run_dir / "config.json").read_text())
     epochs: dict[int, dict[str, Any]] = {}
     syncs = 0
@@ -140,21 +141,21 @@ def collect_study_run(run_dir: Path) -> dict[str, Any]:
         "k": a["k"],
         "merged": a["merge_optimizer_state"] and a["merge_bn"],
         "adaptive": a["adaptive_batch"],
-        "world_size": summary["world_size"],
-        "epochs": int(summary["epochs"]),
-        "train_steps": int(summary["train_steps"]),
-        "final_val_top1": summary["val_top1"],
-        "best_val_top1": summary["best_val_top1"],
-        "chance_top1": summary["chance_top1"],
-        "comm_bytes": summary["comm_bytes"],  # rank 0's, over the run
-        "comm_seconds": summary["comm_seconds"],
-        "averagings": summary["comm_rounds"],
+        "world_size": summary.world_size,
+        "epochs": summary.epochs,
+        "train_steps": summary.train_steps,
+        "final_val_top1": summary.val_top1,
+        "best_val_top1": summary.best_val_top1,
+        "chance_top1": summary.chance_top1,
+        "comm_bytes": summary.comm_bytes,  # rank 0's, over the run
+        "comm_seconds": summary.comm_seconds,
+        "averagings": summary.comm_rounds,
         "sync_records": syncs,
-        "batch_history": summary.get("batch_history", []),
+        "batch_history": [list(h) for h in summary.batch_history or ()],
         "epoch": [int(r["epoch"]) for r in ordered],
         "val_top1": [r.get("val_top1") for r in ordered],
         "train_seconds": seconds,  # cumulative training time at each epoch end
-        "wall_seconds": summary["wall_seconds"],
+        "wall_seconds": summary.wall_seconds,
     }
 
 

@@ -20,7 +20,6 @@ target.
 
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import dataclass
 from functools import cache
@@ -45,6 +44,7 @@ from vidscale.train.builders import load_splits
 from vidscale.train.checkpoint import LAST
 from vidscale.train.metrics import validation_curve
 from vidscale.train.record import read_record
+from vidscale.train.run_summary import RunSummary, summary_path
 from vidscale.train.timeline import Timeline, make_timeline, requested_global_batch, run_sizes
 
 VARIANTS: dict[str, tuple[bool, bool]] = {  # name: (long cycle, short cycle)
@@ -147,21 +147,21 @@ def computed_macs(cfg: RunConfig, timeline: Timeline) -> float:
 
 
 def collect_multigrid_run(run_dir: Path) -> dict[str, Any]:
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = RunSummary.read(summary_path(run_dir))
     cfg = load_config(run_dir / "config.json")
-    plan = run_sizes(cfg, world_size=int(summary["world_size"]), train_size=_train_size(run_dir))
+    plan = run_sizes(cfg, world_size=summary.world_size, train_size=_train_size(run_dir))
     timeline = make_timeline(cfg, plan)
     curve = validation_curve(run_dir)
     return {
         "run": run_dir.name,
         "long_cycle": cfg.multigrid.long_cycle,
         "short_cycle": cfg.multigrid.short_cycle,
-        "epochs": int(summary["epochs"]),
-        "train_steps": int(summary["train_steps"]),
+        "epochs": summary.epochs,
+        "train_steps": summary.train_steps,
         "train_seconds": curve.train_seconds,
         "gmacs": computed_macs(cfg, timeline) / 1e9,
-        "final_val_top1": summary["val_top1"],
-        "best_val_top1": summary["best_val_top1"],
+        "final_val_top1": summary.val_top1,
+        "best_val_top1": summary.best_val_top1,
         "eval_epochs": curve.epochs,
         "eval_seconds": curve.seconds,  # cumulative training seconds at each evaluation
         "val_top1": curve.top1,

@@ -16,7 +16,6 @@ by the evaluation itself (`summary.json`: `chance_map`). The runs follow the stu
 
 from __future__ import annotations
 
-import json
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +34,7 @@ from vidscale.studies.runs import (
 from vidscale.studies.skeleton import Study, run_study, write_report_json
 from vidscale.train.builders import load_data
 from vidscale.train.metrics import read_metrics
+from vidscale.train.run_summary import RunSummary, summary_path
 from vidscale.train.timeline import requested_global_batch
 
 RECIPES = {
@@ -101,9 +101,10 @@ def design_multilabel_study(spec: MultiLabelStudySpec) -> list[StudyRun]:
 def collect_run(run_dir: Path) -> dict[str, Any]:
     """One row of study.json: the run's final and best val mAP, chance, the mAP per evaluated
     epoch (from metrics.jsonl), final hit@1 and wall time."""
-    summary = json.loads((run_dir / "summary.json").read_text())
-    if summary.get("val_map") is None:
-        raise ConfigError(f"{run_dir}: not a multi-label run (no val_map in summary.json)")
+    path = summary_path(run_dir)
+    summary = RunSummary.read(path)
+    if summary.val_map is None or summary.best_val_map is None or summary.chance_map is None:
+        raise ConfigError(f"{path}: not a multi-label run (no val_map or chance_map)")
     epochs = [
         r
         for r in read_metrics(run_dir / "metrics.jsonl")
@@ -111,18 +112,18 @@ def collect_run(run_dir: Path) -> dict[str, Any]:
     ]
     return {
         "run": run_dir.name,
-        "model": summary["model"],
-        "recipe": summary["recipe"],
-        "val_map": summary["val_map"],
-        "best_val_map": summary["best_val_map"],
-        "chance_map": summary["chance_map"],
-        "over_chance": summary["val_map"] - summary["chance_map"],
-        "val_hit1": summary["val_top1"],
+        "model": summary.model,
+        "recipe": summary.recipe,
+        "val_map": summary.val_map,
+        "best_val_map": summary.best_val_map,
+        "chance_map": summary.chance_map,
+        "over_chance": summary.val_map - summary.chance_map,
+        "val_hit1": summary.val_top1,
         "eval_epochs": [int(r["epoch"]) for r in epochs],
         "val_map_history": [float(r["val_map"]) for r in epochs],
-        "val_videos": summary["val_videos"],
-        "world_size": summary["world_size"],
-        "wall_seconds": summary["wall_seconds"],
+        "val_videos": summary.val_videos,
+        "world_size": summary.world_size,
+        "wall_seconds": summary.wall_seconds,
     }
 
 

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from vidscale.config import ConfigError, RunConfig, load_config, to_dict
 from vidscale.schedules.batch_scaling import LRRule
 from vidscale.train.builders import load_splits
+from vidscale.train.run_summary import summary_path
 from vidscale.train.timeline import run_sizes
 
 RunState = Literal["done", "resume", "fresh"]
@@ -57,7 +58,7 @@ def check_dataset_fits(runs: Sequence[StudyRun], *, nproc: int) -> dict[str, int
 
 def finished_runs_matching(out: Path, names: Sequence[str]) -> list[Path]:
     """The run directories `out/<name>` with a summary, in the order of `names`."""
-    return [out / n for n in names if (out / n / "summary.json").is_file()]
+    return [out / n for n in names if summary_path(out / n).is_file()]
 
 
 def all_runs_finished(out: Path, names: Sequence[str]) -> list[Path]:
@@ -72,7 +73,7 @@ def all_runs_finished(out: Path, names: Sequence[str]) -> list[Path]:
 
 def run_state(run_dir: Path) -> RunState:
     """done: summary.json written; resume: a checkpoint to continue from; fresh: neither."""
-    if (run_dir / "summary.json").exists():
+    if summary_path(run_dir).exists():
         return "done"
     if (run_dir / "checkpoints" / "last.pt").exists():
         return "resume"

@@ -16,18 +16,19 @@ from vidscale.schedules.batch_scaling import BASE_BATCH, SQRT_BASE_LR, rule_text
 from vidscale.schedules.lr import scaled_lr
 from vidscale.studies.skeleton import write_report_json
 from vidscale.train.metrics import read_metrics
+from vidscale.train.run_summary import SUMMARY_FILE, RunSummary, summary_path
 
 
 def collect_run(run_dir: Path) -> dict[str, Any]:
     """One row of sweep.json from a finished run directory."""
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = RunSummary.read(summary_path(run_dir))
     cfg = json.loads((run_dir / "config.json").read_text())
     epochs: dict[int, dict[str, Any]] = {}
     for record in read_metrics(run_dir / "metrics.jsonl"):
         if record["kind"] == "epoch":
             epochs[int(record["epoch"])] = record  # an epoch logged twice: the last one counts
     ordered = [epochs[e] for e in sorted(epochs)]
-    batch = int(summary["global_batch"])
+    batch = summary.global_batch
     lr_per_8 = float(cfg["optim"]["lr_per_8_clips"])
     return {
         "run": run_dir.name,
@@ -38,16 +39,16 @@ def collect_run(run_dir: Path) -> dict[str, Any]:
         "lr_rule": _rule(cfg),
         "warmup_epochs": cfg["lr"]["warmup_epochs"],
         "schedule": cfg["lr"]["schedule"],
-        "epochs": int(summary["epochs"]),
-        "train_steps": int(summary["train_steps"]),
-        "world_size": int(summary["world_size"]),
-        "final_val_top1": summary["val_top1"],
-        "best_val_top1": summary["best_val_top1"],
-        "chance_top1": summary["chance_top1"],
+        "epochs": summary.epochs,
+        "train_steps": summary.train_steps,
+        "world_size": summary.world_size,
+        "final_val_top1": summary.val_top1,
+        "best_val_top1": summary.best_val_top1,
+        "chance_top1": summary.chance_top1,
         "epoch": [int(r["epoch"]) for r in ordered],
         "train_loss": [r["train_loss"] for r in ordered],
         "val_top1": [r.get("val_top1") for r in ordered],
-        "wall_seconds": summary["wall_seconds"],
+        "wall_seconds": summary.wall_seconds,
     }
 
 
@@ -61,7 +62,7 @@ def _rule(cfg: dict[str, Any]) -> str | None:
 
 def finished_runs(out: Path) -> list[Path]:
     """Run directories `<optimizer>_b<batch>` under `out` with a summary, by optimizer then batch."""
-    dirs = [p.parent for p in out.glob("*_b*/summary.json")]
+    dirs = [p.parent for p in out.glob(f"*_b*/{SUMMARY_FILE}")]
     return sorted(dirs, key=lambda d: (d.name.rpartition("_b")[0], _batch_of(d.name)))
 
 

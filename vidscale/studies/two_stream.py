@@ -42,6 +42,7 @@ from vidscale.studies.runs import (
 from vidscale.studies.skeleton import Study, run_study, write_report_json
 from vidscale.train.builders import load_data
 from vidscale.train.metrics import validation_curve
+from vidscale.train.run_summary import RunSummary, summary_path
 from vidscale.train.timeline import requested_global_batch
 
 RGB_RECIPE = "demo_tsm_r18_8f_b32_e20"
@@ -141,25 +142,25 @@ def design_two_stream_study(spec: TwoStreamStudySpec) -> list[StudyRun]:
 def collect_stream_run(run_dir: Path) -> dict[str, Any]:
     """One row of study.json from a finished run: val top-1 per evaluated epoch, the best and
     the first epoch reaching it ("epochs to best", Fig. 8), final top-1 and training seconds."""
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = RunSummary.read(summary_path(run_dir))
     cfg = json.loads((run_dir / "config.json").read_text())
     curve = validation_curve(run_dir)
     best = max(curve.top1) if curve.top1 else None
     return {
         "run": run_dir.name,
-        "recipe": summary.get("recipe") or cfg.get("recipe", ""),
+        "recipe": summary.recipe or cfg.get("recipe", ""),
         "modality": cfg["data"]["train_clip"]["modality"],
         "init_from": cfg["model"]["init_from"],
-        "epochs": int(summary["epochs"]),
+        "epochs": summary.epochs,
         "eval_epochs": curve.epochs,
         "val_top1": curve.top1,
         "eval_seconds": curve.seconds,  # cumulative training seconds at each evaluation
         "best_val_top1": best,
         "best_epoch": curve.epochs[curve.top1.index(best)] if best is not None else None,
-        "final_val_top1": summary["val_top1"],
-        "chance_top1": summary["chance_top1"],
+        "final_val_top1": summary.val_top1,
+        "chance_top1": summary.chance_top1,
         "train_seconds": curve.train_seconds,
-        "wall_seconds": summary["wall_seconds"],
+        "wall_seconds": summary.wall_seconds,
     }
 
 

@@ -29,7 +29,8 @@ from vidscale.train.evaluate import EvalResult
 from vidscale.train.expected_time import duration, expected_training_time
 from vidscale.train.loggers import LoggerChoice
 from vidscale.train.metrics import MetricsLog, plot_run, progress, read_metrics
-from vidscale.train.summary import EpochTotals, RunCounters, write_summary
+from vidscale.train.run_summary import summary_path
+from vidscale.train.summary import EpochTotals, RunCounters
 from vidscale.train.timeline import RunSizes
 
 
@@ -257,15 +258,16 @@ class RunLog:
 
     def finish(self, **fields: Any) -> dict[str, Any]:
         """The run's summary from every rank's counters (a collective) with `fields` (model,
-        world_size, global_batch, epochs, num_classes, extra); rank 0 writes `summary.json`
-        and the plots, with the fast path and CPUs it announced at start. Closes the log."""
+        world_size, global_batch, epochs, num_classes, extra), as `summary.json` holds it
+        (`RunSummary.record()`); rank 0 writes the file and the plots, with the fast path and
+        CPUs it announced at start. Closes the log."""
         fields["extra"] = {**fields.get("extra", {}), **self.machine}
         summary = RunCounters.merge(self.counters_state()).summary(**fields)
         if self.env.is_main and self.run_dir is not None:
-            write_summary(summary, self.run_dir / "summary.json")
+            summary.write(summary_path(self.run_dir))
             plot_run(read_metrics(self.run_dir / "metrics.jsonl"), self.run_dir)
         self.close(completed=True)
-        return summary
+        return summary.record()
 
 
 def validation_line(val: EvalResult) -> str:

@@ -1,14 +1,13 @@
-"""Counters a run accumulates (and checkpoints), merged over ranks into `summary.json`."""
+"""Counters a run accumulates (and checkpoints), merged over ranks into the run's summary
+(`run_summary.RunSummary`, `summary.json`)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import Any, Protocol
 
-from vidscale.atomic import atomic_write_text
 from vidscale.distributed.traffic import Traffic
+from vidscale.train.run_summary import RunSummary
 
 
 class _Step(Protocol):
@@ -111,11 +110,12 @@ class MergedCounters:
         epochs: int,
         num_classes: int,
         extra: dict[str, Any],
-    ) -> dict[str, Any]:
+    ) -> RunSummary:
+        """The run's summary from the counters, with the caller's `extra` keys after them."""
         main = self.main
         wait = max(r.wait_seconds / r.step_seconds if r.step_seconds else 0.0 for r in self.ranks)
         hist = main.val_history
-        return {
+        record = {
             "model": model,
             "world_size": world_size,
             "global_batch": global_batch,
@@ -146,6 +146,7 @@ class MergedCounters:
             **_map_fields(main),
             **extra,
         }
+        return RunSummary.of_record(record)
 
 
 def _map_fields(main: RunCounters) -> dict[str, Any]:
@@ -210,7 +211,3 @@ class EpochTotals:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def write_summary(summary: dict[str, Any], path: Path) -> None:
-    atomic_write_text(path, json.dumps(summary, indent=2) + "\n")
