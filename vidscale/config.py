@@ -18,10 +18,10 @@ from typing import Any, Literal
 from vidscale.atomic import atomic_write_text
 from vidscale.data.clip import ClipSpec
 from vidscale.data.data_config import DataConfig as DataConfig
-from vidscale.distributed.aavg_config import AAVGConfig
-from vidscale.distributed.comm_hooks import CommConfig
+from vidscale.distributed.aavg.config import AAVGConfig
 from vidscale.distributed.env import DistConfig
 from vidscale.distributed.strategy import check_strategy_name
+from vidscale.distributed.sync.comm_hooks import CommConfig
 from vidscale.errors import ConfigError as ConfigError
 from vidscale.models.registry import ModelConfig
 from vidscale.optim.factory import OptimConfig

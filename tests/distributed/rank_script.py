@@ -33,7 +33,7 @@ import torch
 
 from vidscale.distributed.collectives import all_reduce_sum
 from vidscale.distributed.env import init_distributed, shutdown
-from vidscale.distributed.failure import fail_together
+from vidscale.distributed.peers.failure import fail_together
 
 AGREED_EXIT_CODE = 3
 POLL_S = 0.2

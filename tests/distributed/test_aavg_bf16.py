@@ -18,11 +18,11 @@ import pytest
 import torch
 
 from tests.distributed.multiproc import run_ranks
-from vidscale.distributed.aavg_config import AAVGConfig
+from vidscale.distributed.aavg.config import AAVGConfig
 from vidscale.distributed.collectives import all_gather_object
-from vidscale.distributed.comm_hooks import CommConfig
 from vidscale.distributed.env import DistEnv
 from vidscale.distributed.strategy import build_strategy
+from vidscale.distributed.sync.comm_hooks import CommConfig
 from vidscale.fastpath.settings import FastPath
 from vidscale.models.registry import ModelConfig, build_model
 from vidscale.optim.factory import OptimConfig, build_optimizer

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from vidscale.distributed.aavg_theory import (
+from vidscale.distributed.aavg.theory import (
     AAVGConstants,
     Theorem2Regime,
     best_k,

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from tests.distributed.multiproc import run_ranks
-from vidscale.distributed.averaging import FlatBuffers, average_replicas
+from vidscale.distributed.aavg.averaging import FlatBuffers, average_replicas
 from vidscale.distributed.env import DistEnv
 
 

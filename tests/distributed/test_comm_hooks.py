@@ -10,7 +10,8 @@ import torch
 from torch import nn
 
 from tests.distributed.multiproc import run_ranks
-from vidscale.distributed.comm_hooks import (
+from vidscale.distributed.env import DistEnv
+from vidscale.distributed.sync.comm_hooks import (
     BucketTimes,
     CommConfig,
     HookName,
@@ -18,8 +19,7 @@ from vidscale.distributed.comm_hooks import (
     exposed_seconds,
     union_seconds,
 )
-from vidscale.distributed.ddp import gradient_sync, wrap_ddp
-from vidscale.distributed.env import DistEnv
+from vidscale.distributed.sync.ddp import gradient_sync, wrap_ddp
 from vidscale.distributed.traffic import Traffic
 
 

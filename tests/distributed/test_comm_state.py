@@ -11,9 +11,9 @@ from torch import nn
 
 from tests.distributed.multiproc import run_ranks
 from tests.distributed.test_comm_hooks import backward_on_random_batch, deep_model, grad_of
-from vidscale.distributed.comm_hooks import CommConfig, CommHook, attach_comm_hook
-from vidscale.distributed.ddp import unwrap, wrap_ddp
 from vidscale.distributed.env import DistEnv
+from vidscale.distributed.sync.comm_hooks import CommConfig, CommHook, attach_comm_hook
+from vidscale.distributed.sync.ddp import unwrap, wrap_ddp
 
 STEPS = 6
 POWERSGD = CommConfig(hook="powersgd", powersgd_rank=2, powersgd_start_step=2)

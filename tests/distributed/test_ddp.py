@@ -9,8 +9,8 @@ from torch import nn
 
 from tests.distributed.multiproc import run_ranks
 from vidscale.data.inputs import ModelInput
-from vidscale.distributed.ddp import gradient_sync, wrap_ddp
 from vidscale.distributed.env import DistEnv
+from vidscale.distributed.sync.ddp import gradient_sync, wrap_ddp
 from vidscale.step.run import StepContext, train_step
 
 GLOBAL = 8  # clips per optimizer step over all ranks and micro-batches

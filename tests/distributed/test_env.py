@@ -10,9 +10,9 @@ import torch.distributed as dist
 
 from tests.distributed.multiproc import free_port, run_ranks
 from tests.distributed.test_comm_hooks import backward_on_random_batch, deep_model
-from vidscale.distributed.comm_hooks import CommConfig, attach_comm_hook
-from vidscale.distributed.ddp import wrap_ddp
 from vidscale.distributed.env import DistEnv, init_distributed, shutdown
+from vidscale.distributed.sync.comm_hooks import CommConfig, attach_comm_hook
+from vidscale.distributed.sync.ddp import wrap_ddp
 
 
 def powersgd_teardown_cycles(env: DistEnv, cycles: int) -> int:

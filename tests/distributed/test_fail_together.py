@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from vidscale.distributed.env import DistConfig, DistEnv
-from vidscale.distributed.failure import DEFAULT_POLL_S, fail_together, poll_interval
+from vidscale.distributed.peers.failure import DEFAULT_POLL_S, fail_together, poll_interval
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "tests" / "distributed" / "rank_script.py"

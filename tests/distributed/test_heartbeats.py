@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vidscale.distributed.heartbeats import Beats, neighbours
+from vidscale.distributed.peers.heartbeats import Beats, neighbours
 
 
 def test_neighbours_are_the_ring_neighbours() -> None:

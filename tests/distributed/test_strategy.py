@@ -11,10 +11,10 @@ import torch
 from torch import nn
 
 from tests.distributed.multiproc import run_ranks
-from vidscale.distributed.aavg_config import AAVGConfig
-from vidscale.distributed.comm_hooks import CommConfig
+from vidscale.distributed.aavg.config import AAVGConfig
 from vidscale.distributed.env import DistEnv, init_distributed
 from vidscale.distributed.strategy import build_strategy
+from vidscale.distributed.sync.comm_hooks import CommConfig
 from vidscale.distributed.traffic import Traffic
 from vidscale.optim.factory import OptimConfig, build_optimizer
 

@@ -10,11 +10,11 @@ import pytest
 
 from vidscale.cli import build_parser
 from vidscale.config import ConfigError, RunConfig, validate
-from vidscale.distributed.aavg_config import AAVGConfig
-from vidscale.distributed.comm_hooks import CommConfig
+from vidscale.distributed.aavg.config import AAVGConfig
 from vidscale.distributed.env import init_distributed
 from vidscale.distributed.parallel import STRATEGIES, DataParallel, register_strategy
 from vidscale.distributed.strategy import build_strategy, check_strategy_name, strategy_names
+from vidscale.distributed.sync.comm_hooks import CommConfig
 
 
 def with_strategy(name: str) -> RunConfig:

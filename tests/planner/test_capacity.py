@@ -16,7 +16,7 @@ import pytest
 from vidscale.bench.scaling.config import ScalingConfig, Variant
 from vidscale.bench.scaling.report import build_report
 from vidscale.bench.scaling.worker import StepSamples
-from vidscale.distributed.comm_hooks import HookName
+from vidscale.distributed.sync.comm_hooks import HookName
 from vidscale.models.costs import model_costs
 from vidscale.planner import capacity, clusters
 from vidscale.planner.capacity import PlanRequest

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from vidscale.distributed.powersgd_hook import _powersgd_bytes
+from vidscale.distributed.sync.powersgd_hook import _powersgd_bytes
 from vidscale.models.costs import model_costs
 from vidscale.planner.link_model import LinkVariant, powersgd_bytes, predict_step, ring_seconds
 

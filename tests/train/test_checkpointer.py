@@ -10,9 +10,9 @@ import torch
 from torch import nn
 
 from vidscale.config import ConfigError
-from vidscale.distributed.comm_hooks import CommConfig
 from vidscale.distributed.env import DistEnv, init_distributed
 from vidscale.distributed.strategy import build_strategy
+from vidscale.distributed.sync.comm_hooks import CommConfig
 from vidscale.recipes import get_recipe
 from vidscale.train.adaptive_batch import AdaptiveBatch
 from vidscale.train.checkpoint import newest_loadable

@@ -92,7 +92,7 @@ def test_mostly_unreadable_stops_with_one_line_on_every_torchrun_rank(
         text = log.read_text()
         assert "Traceback" not in text, text[-3000:]
         # The rank that stops first says why; the other says that rank's reason and stops
-        # (`distributed.failure`), or, stopping on its own, says why too.
+        # (`distributed.peers.failure`), or, stopping on its own, says why too.
         lines = text.strip().splitlines()
         assert 1 <= len(lines) <= 2 and all(line.startswith("vidscale: ") for line in lines)
         assert "training data mostly unreadable: " in lines[-1], text

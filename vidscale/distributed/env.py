@@ -20,7 +20,7 @@ gives every attempt a store of its own, 8 in 8 worked).
 TORCHELASTIC_RESTART_COUNT cannot name a namespace either: every agent counts its own
 restarts, and on several nodes the counts differ (pytorch/pytorch#135712). `init_distributed`
 therefore builds the store itself and has the ranks agree on a namespace no earlier launch
-used (`_fresh_namespace`); the process group and `vidscale.distributed.failure` use only keys
+used (`_fresh_namespace`); the process group and `vidscale.distributed.peers.failure` use only keys
 inside it.
 """
 
@@ -71,7 +71,7 @@ class DistConfig:
     backend: Literal["auto", "nccl", "gloo"] = "auto"
     # Seconds a rank may go without a word from a ring neighbour (its heartbeat through the
     # launch's store) or from the store itself before it declares the other lost and the run
-    # stops (`distributed.failure`): a link that goes down kills no process, and without this
+    # stops (`distributed.peers.failure`): a link that goes down kills no process, and without this
     # the ranks would wait for `timeout_s`.
     peer_silence_s: float = 30.0
 

@@ -36,9 +36,9 @@ from torch import nn
 from vidscale.distributed.traffic import Traffic
 
 if TYPE_CHECKING:
-    from vidscale.distributed.aavg_config import AAVGConfig
-    from vidscale.distributed.comm_hooks import CommConfig
+    from vidscale.distributed.aavg.config import AAVGConfig
     from vidscale.distributed.env import DistEnv
+    from vidscale.distributed.sync.comm_hooks import CommConfig
 
 
 class DataParallel(ABC):

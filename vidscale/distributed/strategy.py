@@ -1,9 +1,9 @@
 """Data parallelism as a strategy (`dist.strategy`), chosen once by `build_strategy`.
 
-- `ddp` (`vidscale.distributed.ddp.DDPStrategy`): synchronous data-parallel SGD (TSM paper §4),
+- `ddp` (`vidscale.distributed.sync.ddp.DDPStrategy`): synchronous data-parallel SGD (TSM paper §4),
   DDP's ring all-reduce of gradients every optimizer step, with the optional compression or
   PowerSGD hook of `comm_hooks`.
-- `aavg` (`vidscale.distributed.aavg.AAVGStrategy`): K-step model averaging (Cong et al.,
+- `aavg` (`vidscale.distributed.aavg.strategy.AAVGStrategy`): K-step model averaging (Cong et al.,
   Alg. 1 and 2): local steps without gradient all-reduce, replicas averaged every K steps.
 
 Importing this module registers every strategy (`parallel.register_strategy`), so the names it
@@ -16,12 +16,12 @@ The interface the loop calls is `vidscale.distributed.parallel.DataParallel`.
 
 from __future__ import annotations
 
-from vidscale.distributed.aavg import AAVGStrategy
-from vidscale.distributed.aavg_config import AAVGConfig
-from vidscale.distributed.comm_hooks import CommConfig
-from vidscale.distributed.ddp import DDPStrategy
+from vidscale.distributed.aavg.config import AAVGConfig
+from vidscale.distributed.aavg.strategy import AAVGStrategy
 from vidscale.distributed.env import DistConfig, DistEnv
 from vidscale.distributed.parallel import STRATEGIES, DataParallel
+from vidscale.distributed.sync.comm_hooks import CommConfig
+from vidscale.distributed.sync.ddp import DDPStrategy
 
 __all__ = [
     "AAVGStrategy",

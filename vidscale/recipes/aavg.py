@@ -56,7 +56,7 @@ from typing import Literal
 
 from vidscale.config import DataConfig, RunConfig, TrainConfig
 from vidscale.data.clip import ClipSpec, Modality
-from vidscale.distributed.aavg_config import AAVGConfig
+from vidscale.distributed.aavg.config import AAVGConfig
 from vidscale.distributed.env import DistConfig
 from vidscale.models.registry import ModelConfig
 from vidscale.optim.factory import OptimConfig

@@ -20,9 +20,9 @@ from torch import nn
 from vidscale.atomic import atomic_link
 from vidscale.config import ConfigError
 from vidscale.distributed.collectives import all_gather_object, barrier
-from vidscale.distributed.ddp import unwrap
 from vidscale.distributed.env import DistEnv
 from vidscale.distributed.parallel import DataParallel
+from vidscale.distributed.sync.ddp import unwrap
 from vidscale.train.adaptive_batch import AdaptiveBatch
 from vidscale.train.checkpoint import (
     LAST,

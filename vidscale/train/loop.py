@@ -20,7 +20,7 @@ import torch
 from vidscale.config import RunConfig, to_dict, validate
 from vidscale.distributed.collectives import broadcast_object
 from vidscale.distributed.env import DistEnv, init_distributed
-from vidscale.distributed.failure import fail_together
+from vidscale.distributed.peers.failure import fail_together
 from vidscale.distributed.strategy import build_strategy
 from vidscale.optim.factory import build_optimizer
 from vidscale.step.run import StepResult, seed_step, train_step

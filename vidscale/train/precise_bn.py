@@ -30,7 +30,7 @@ from torch import Tensor, nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.optim.swa_utils import update_bn
 
-from vidscale.distributed.averaging import merge_running_statistics
+from vidscale.distributed.aavg.averaging import merge_running_statistics
 
 
 def _call(model: nn.Module, batch: Tensor) -> object:

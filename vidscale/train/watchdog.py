@@ -59,7 +59,7 @@ from torch.utils.data import DataLoader
 from vidscale.config import RunConfig
 from vidscale.data.loaders import STACKS_SIGNAL, worker_pids
 from vidscale.distributed.env import DistEnv
-from vidscale.distributed.failure import flush_standard_streams
+from vidscale.distributed.peers.failure import flush_standard_streams
 
 # As timeout(1) exits when its command ran past its limit. Any non-zero exit makes torchrun
 # restart the group while it has restarts left.

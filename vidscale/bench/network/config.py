@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from vidscale.bench import options
 from vidscale.bench.options import option
 from vidscale.bench.scaling.config import ScalingConfig
-from vidscale.distributed.comm_handle import HookName
+from vidscale.distributed.sync.comm_handle import HookName
 from vidscale.errors import ConfigError
 from vidscale.netlab.link import Rate
 

@@ -6,7 +6,7 @@ orthogonalisation, the bf16 hook's casts).
 
 The model with the fast path's setting the two-node runs use (`--setting`: bf16 autocast,
 channels-last weights, whose gradients PowerSGD must reshape), under DistributedDataParallel
-in a one-rank group (`distributed.one_rank`), wrapped as training wraps it, trains the same random batch (the benchmark subject, `fastpath.subject`) for `WARMUP + STEPS`
+in a one-rank group (`distributed.sync.one_rank`), wrapped as training wraps it, trains the same random batch (the benchmark subject, `fastpath.subject`) for `WARMUP + STEPS`
 steps once plainly and once per hook (`attach_comm_hook`; PowerSGD compressing from its second
 step, as `bench scaling` runs it). The all-reduces of a one-rank group move nothing, so each
 hook's median step minus the plain median step is what the hook computes per step. Written as
@@ -25,8 +25,8 @@ from pathlib import Path
 
 import torch
 
-from vidscale.distributed.comm_hooks import CommConfig, attach_comm_hook
-from vidscale.distributed.one_rank import one_rank_ddp
+from vidscale.distributed.sync.comm_hooks import CommConfig, attach_comm_hook
+from vidscale.distributed.sync.one_rank import one_rank_ddp
 from vidscale.fastpath.settings import Candidate
 from vidscale.fastpath.subject import ProbeShape, Subject
 from vidscale.models.registry import ModelConfig, build_model

@@ -8,7 +8,7 @@ input about compute. Then, for each rate, two namespaces joined by a veth shaped
 with each hook and AAVG at `--aavg-k`, and again for AAVG at `--epoch-k`, each pass reading the
 baseline (`--baseline`), so that every row has its speed-up and efficiency. Each rate's link is
 also measured: one TCP stream's throughput, and gloo's all-reduce across it
-(`distributed.link_probe`: a small one's time, large ones' bandwidth), the link's two numbers
+(`distributed.peers.link_probe`: a small one's time, large ones' bandwidth), the link's two numbers
 in the paper's Eq. 1 for the planner. Each model's hooks' own compute is measured on one
 process (`hook_cost`).
 
@@ -111,7 +111,7 @@ def _probe(link: TwoNodeLink, rate: Rate, work: Path) -> LinkMeasurement:
         link,
         ["--out", str(out)],
         log_dir=work / f"probe_{rate.label}_logs",
-        module="vidscale.distributed.link_probe",
+        module="vidscale.distributed.peers.link_probe",
     )
     try:
         codes = job.wait(600)

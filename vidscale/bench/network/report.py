@@ -28,7 +28,7 @@ from vidscale.planner.link_model import LinkPrediction, LinkVariant, predict_ste
 @dataclass(frozen=True)
 class LinkMeasurement:
     """One rate's link: the `tc` rate (None: unshaped), one TCP stream's throughput, and gloo's
-    all-reduce across it (`distributed.link_probe`): a small one's time (`latency_s`, the
+    all-reduce across it (`distributed.peers.link_probe`): a small one's time (`latency_s`, the
     per-message cost) and the bandwidth of large ones (`allreduce_bytes_per_s`, bytes each node
     sends per second)."""
 

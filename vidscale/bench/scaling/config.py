@@ -11,8 +11,8 @@ from vidscale.bench import options
 from vidscale.bench.options import option
 from vidscale.data.layouts import VIDEO_LAYOUTS
 from vidscale.data.layouts.generic import GENERIC
-from vidscale.distributed.comm_handle import HookName
 from vidscale.distributed.strategy import DDPStrategy, strategy_names
+from vidscale.distributed.sync.comm_handle import HookName
 
 if TYPE_CHECKING:  # torch-heavy: imported where used, so the CLI starts without them
     from vidscale.fastpath.trials import ProbeShape

@@ -45,15 +45,15 @@ from vidscale.bench.scaling.config import SINGLE, ScalingConfig, Variant, varian
 from vidscale.bench.scaling.data import real_batches
 from vidscale.data.inputs import ModelInput
 from vidscale.data.loaders import loader_options
-from vidscale.distributed.aavg_config import AAVGConfig
+from vidscale.distributed.aavg.config import AAVGConfig
 from vidscale.distributed.collectives import all_gather_object, barrier
-from vidscale.distributed.comm_handle import CommConfig
-from vidscale.distributed.comm_timing import Mark, mark, seconds_between
-from vidscale.distributed.ddp import is_ddp
 from vidscale.distributed.env import DistEnv, init_distributed
-from vidscale.distributed.failure import fail_together
 from vidscale.distributed.parallel import DataParallel
+from vidscale.distributed.peers.failure import fail_together
 from vidscale.distributed.strategy import DDPStrategy, build_strategy
+from vidscale.distributed.sync.comm_handle import CommConfig
+from vidscale.distributed.sync.comm_timing import Mark, mark, seconds_between
+from vidscale.distributed.sync.ddp import is_ddp
 from vidscale.fastpath.hardware import load_average, synchronize
 from vidscale.fastpath.host_memory import retain_freed_host_memory
 from vidscale.fastpath.probe import decide

@@ -29,15 +29,15 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from vidscale.distributed.aavg_config import AAVGConfig
-from vidscale.distributed.averaging import FlatBuffers, average_replicas
-from vidscale.distributed.comm_hooks import Mark, mark, seconds_between
+from vidscale.distributed.aavg.averaging import FlatBuffers, average_replicas
+from vidscale.distributed.aavg.config import AAVGConfig
 from vidscale.distributed.env import DistEnv
 from vidscale.distributed.parallel import DataParallel, register_strategy
+from vidscale.distributed.sync.comm_hooks import Mark, mark, seconds_between
 from vidscale.distributed.traffic import Traffic
 
 if TYPE_CHECKING:
-    from vidscale.distributed.comm_hooks import CommConfig
+    from vidscale.distributed.sync.comm_hooks import CommConfig
 
 
 @register_strategy("aavg")

@@ -1,7 +1,7 @@
 """A link as gloo's all-reduce sees it: the time of a small all-reduce (the per-message cost)
 and the bandwidth of large ones, measured by the two ranks of a two-node job (`vidscale.netlab.nodes`).
 
-    python -m vidscale.distributed.link_probe --out FILE    (as each node's torchrun worker)
+    python -m vidscale.distributed.peers.link_probe --out FILE    (as each node's torchrun worker)
 
 The TSM paper's Eq. 1 (§3c) prices communication as latency + size / bandwidth; these are its
 two numbers for this link and this collective library, one process per node with one thread.

@@ -18,13 +18,13 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from vidscale.distributed.collectives import broadcast_buffers
-from vidscale.distributed.comm_hooks import CommConfig, CommHook, attach_comm_hook
 from vidscale.distributed.env import DistEnv
 from vidscale.distributed.parallel import DataParallel, register_strategy
+from vidscale.distributed.sync.comm_hooks import CommConfig, CommHook, attach_comm_hook
 from vidscale.distributed.traffic import Traffic
 
 if TYPE_CHECKING:
-    from vidscale.distributed.aavg_config import AAVGConfig
+    from vidscale.distributed.aavg.config import AAVGConfig
 
 
 def wrap_ddp(model: nn.Module, env: DistEnv, *, bucket_cap_mb: float = 25.0) -> nn.Module:

@@ -12,8 +12,8 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
 from torch.nn.parallel import DistributedDataParallel
 
-from vidscale.distributed.comm_handle import CommConfig, CommHook
-from vidscale.distributed.comm_timing import TrafficMeter
+from vidscale.distributed.sync.comm_handle import CommConfig, CommHook
+from vidscale.distributed.sync.comm_timing import TrafficMeter
 
 
 def _powersgd_bytes(bucket: dist.GradBucket, *, rank: int, compressing: bool) -> int:

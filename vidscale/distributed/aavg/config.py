@@ -1,5 +1,5 @@
 """The `aavg` section of a run: K-step averaging, Adam/BN merging and the adaptive batch size
-(Cong et al., Alg. 1-2). Apart from the strategy (`aavg.AAVGStrategy`), so that the strategy
+(Cong et al., Alg. 1-2). Apart from the strategy (`strategy.AAVGStrategy`), so that the strategy
 interface and the config can name it without importing the strategy."""
 
 from __future__ import annotations

@@ -31,8 +31,8 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
 from torch.nn.parallel import DistributedDataParallel
 
-from vidscale.distributed.comm_handle import CommConfig, CommHook, HookName
-from vidscale.distributed.comm_timing import (
+from vidscale.distributed.sync.comm_handle import CommConfig, CommHook, HookName
+from vidscale.distributed.sync.comm_timing import (
     BucketTimes,
     Mark,
     TrafficMeter,
@@ -41,7 +41,7 @@ from vidscale.distributed.comm_timing import (
     seconds_between,
     union_seconds,
 )
-from vidscale.distributed.powersgd_hook import PowerSGDHook, powersgd_counting_hook
+from vidscale.distributed.sync.powersgd_hook import PowerSGDHook, powersgd_counting_hook
 
 # The names the rest of the package imports from here, where they are defined (comm_handle,
 # comm_timing) or used (the hooks).

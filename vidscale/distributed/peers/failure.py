@@ -65,7 +65,7 @@ from typing import TypeVar
 import torch.distributed as dist
 
 from vidscale.distributed.env import DistEnv, group_store
-from vidscale.distributed.heartbeats import Beats, neighbours
+from vidscale.distributed.peers.heartbeats import Beats, neighbours
 
 T = TypeVar("T")
 

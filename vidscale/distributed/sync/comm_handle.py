@@ -5,7 +5,7 @@ PowerSGD's handle (`powersgd_hook.PowerSGDHook`) adds per-parameter state."""
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from vidscale.distributed.comm_timing import TrafficMeter
+from vidscale.distributed.sync.comm_timing import TrafficMeter
 from vidscale.distributed.traffic import Traffic
 
 HookName = Literal["none", "fp16", "bf16", "powersgd"]
