@@ -194,7 +194,7 @@ def config_keys() -> frozenset[str]:
     """Every `--set` key of the run config (`train.amp`, `data.train_clip.crop`) and every
     section (`data`, `data.train_clip`)."""
     from vidscale.config import RunConfig
-    from vidscale.train.record import flat_config
+    from vidscale.run.record import flat_config
 
     keys: set[str] = set()
     for key in flat_config(RunConfig()):

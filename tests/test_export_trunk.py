@@ -19,7 +19,7 @@ from vidscale.models.pretrained import load_pretrained
 from vidscale.models.registry import ModelConfig, build_model
 from vidscale.models.resnet import ResNet
 from vidscale.models.tsm import FrameClassifier
-from vidscale.train.checkpoint import save_checkpoint
+from vidscale.run.checkpoint import save_checkpoint
 
 CLASSES = ["a", "b", "c"]
 SIZE = 64

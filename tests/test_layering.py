@@ -30,6 +30,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("config", "recipes"),  # a run's description, composed of the components' configs
     ("step",),  # one optimizer step: what training, the probe and the benches run
     ("fastpath",),  # choosing the arithmetic by measurement
+    ("run", "scoring"),  # a run on disk and what reads it; how a model's scores are computed
     ("train", "predict", "predict_window", "export", "weights", "features"),  # uses of a run
     ("bench", "planner"),  # measuring this device; the analytic model and the planner
     ("studies",),  # runs that launch runs
@@ -182,6 +183,33 @@ def test_train_never_imports_bench_studies_or_planner() -> None:
         f"{a} imports {b}"
         for a, b in imports_of(("train",))
         if subject(b) in ("bench", "studies", "planner")
+    ]
+    assert wrong == [], "\n".join(wrong)
+
+
+# What launches or evaluates a run as the trainer does: the only modules outside train/ and
+# cli/ that import the trainer's package.
+TRAINER_USERS = {
+    "vidscale.studies.runs": {"vidscale.train.loop"},  # a study trains its runs
+    "vidscale.studies.two_stream": {"vidscale.train.two_stream_eval"},  # and fuses two of them
+    # benches that measure what the trainer would run: its fast-path decision, its loaders
+    "vidscale.bench.data.data_wait": {"vidscale.train.builders"},
+    "vidscale.bench.multigrid": {"vidscale.train.builders"},
+    "vidscale.bench.scaling.data": {"vidscale.train.builders"},
+}
+
+
+def test_a_run_on_disk_is_read_without_the_trainer() -> None:
+    """predict, export, the weights importers, feature extraction, the studies and the benches
+    read a run through `run/` and `scoring/`; only launching or evaluating a run as the
+    trainer does, or measuring what it would run, imports `train/` (`TRAINER_USERS`)."""
+    wrong = [
+        f"{a} imports {b}"
+        for a, targets in sorted(package_graph().items())
+        for b in sorted(targets)
+        if subject(b) == "train"
+        and subject(a) not in ("train", "cli")
+        and b not in TRAINER_USERS.get(a, set())
     ]
     assert wrong == [], "\n".join(wrong)
 

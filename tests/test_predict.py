@@ -30,9 +30,9 @@ from vidscale.predict import (
     view_probabilities,
 )
 from vidscale.recipes import get_recipe
-from vidscale.train.checkpoint import save_checkpoint
+from vidscale.run.checkpoint import save_checkpoint
+from vidscale.run.ref import checkpoint_path, locate
 from vidscale.train.loop import train
-from vidscale.train.run_ref import checkpoint_path, locate
 
 CLASSES = ["waving", "jumping", "clapping"]
 FRAMES, SIZE = 4, 32

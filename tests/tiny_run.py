@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from vidscale.train.builders import load_data
-from vidscale.train.eval_run import resolve_eval_config
+from vidscale.run.data import load_data
+from vidscale.run.ref import resolve_eval_config
 
 
 def tiny_overrides(root: Path) -> list[str]:

@@ -28,7 +28,7 @@ from vidscale.optim.factory import OptimConfig
 from vidscale.schedules.lr import LRConfig
 from vidscale.schedules.multigrid_config import MultigridConfig
 
-# The arithmetic a score is computed in (`train.precision`): one name for the trainer's
+# The arithmetic a score is computed in (`scoring.precision`): one name for the trainer's
 # evaluation and every command that scores videos.
 Precision = Literal["fp32", "bf16"]
 
@@ -52,7 +52,7 @@ class TrainConfig:
     # ~/.cache/vidscale/fast_path.json), off, or a file path (fastpath/cache.py)
     fast_path_cache: str = "auto"
     compile: bool = False  # torch.compile the model
-    # The arithmetic of the per-epoch evaluation (train/precision.py): fp32 whatever the
+    # The arithmetic of the per-epoch evaluation (scoring/precision.py): fp32 whatever the
     # training's autocast, as `eval` and `predict` score, unless bf16 is asked for.
     eval_precision: Precision = "fp32"
     device: Literal["auto", "cpu", "cuda"] = "auto"

@@ -16,7 +16,7 @@ every exporter used here records it. TorchScript uses `torch.jit.trace`. ONNX at
 older opsets for this model (its down-conversion fails and it keeps 18), so opsets 11-17, which
 older runtimes need, use the TorchScript-based exporter. The ONNX check runs the file in
 onnxruntime when it is installed (the `onnx` extra) and is reported as skipped otherwise. The
-check compares fp32 logits (`train.precision`'s rule: no autocast on either side), and the
+check compares fp32 logits (`scoring.precision`'s rule: no autocast on either side), and the
 result says so (`precision`).
 
 `trunk` hands an ImageNet run's weights to the video models (`export_trunk`): FILE is the run's
@@ -48,7 +48,7 @@ from vidscale.models.image import torchvision_resnet
 from vidscale.models.registry import ModelConfig, build_model, list_models
 from vidscale.models.resnet import ResNet
 from vidscale.predict import LoadedRun, load_run
-from vidscale.train.run_ref import run_config
+from vidscale.run.ref import run_config
 
 Format = Literal["torchscript", "onnx", "trunk", "mmaction2"]
 MIN_ONNX_OPSET = 11  # the oldest opset the check passes with
@@ -66,7 +66,7 @@ class ExportResult:
     format: Format
     max_abs_diff: float | None  # None: the exported file could not be run here
     check: str  # what was compared, or why the comparison was skipped
-    # the arithmetic of the logits compared (`train.precision`); None: tensors compared as saved
+    # the arithmetic of the logits compared (`scoring.precision`); None: tensors compared as saved
     precision: str | None = None
 
 

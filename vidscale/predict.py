@@ -11,7 +11,7 @@ may also be a checkpoint file inside a run (`locate`). The model runs on the CPU
 so a prediction needs neither a GPU nor the training dataset: the class names come from
 `RUN/classes.txt`, written by training (older runs: the class list under `data.root`). Scores
 are computed in fp32 unless bf16 is asked for (`precision`), as evaluation computes them
-(`train.precision`), whatever the run trained in.
+(`scoring.precision`), whatever the run trained in.
 
 A multi-label run (`data.multi_label`) gives each class an independent sigmoid probability (its
 views combined by the run's `data.eval_aggregate`, as evaluation combines them): the classes
@@ -39,11 +39,11 @@ from vidscale.data.media.decode import DecodeError
 from vidscale.data.sources import FlowSettings, file_source
 from vidscale.errors import InputError
 from vidscale.models.registry import build_model
-from vidscale.train.average_precision import ViewAggregation
-from vidscale.train.checkpoint import load_weights
-from vidscale.train.evaluate import Average, as_probabilities, video_scores
-from vidscale.train.precision import FP32, Arithmetic, announce, scoring_arithmetic
-from vidscale.train.run_ref import checkpoint_path, class_names, run_config
+from vidscale.run.checkpoint import load_weights
+from vidscale.run.ref import checkpoint_path, class_names, run_config
+from vidscale.scoring.average_precision import ViewAggregation
+from vidscale.scoring.evaluate import Average, as_probabilities, video_scores
+from vidscale.scoring.precision import FP32, Arithmetic, announce, scoring_arithmetic
 
 VIEWS_PER_FORWARD = 8  # views run through the model at once (bounds activation memory)
 PRESENT_AT = 0.5  # multi-label: a class is predicted present at this probability or above
@@ -108,7 +108,7 @@ def view_probabilities(
     arithmetic: Arithmetic = FP32,
 ) -> torch.Tensor:
     """One video's class probabilities (K,) from its views (V, C, T, H, W), averaged as the
-    evaluator averages them (`train.evaluate.video_scores`: the mean of the views' logits, or
+    evaluator averages them (`scoring.evaluate.video_scores`: the mean of the views' logits, or
     of their probabilities; for `multi_label`, the views' sigmoid probabilities combined by
     that rule) in `arithmetic` (fp32 unless asked), so predict and evaluation at the same
     precision score a video identically."""
@@ -158,7 +158,7 @@ class Prediction:
     """One video's prediction: the `top` classes by probability as (name, probability), best
     first; for a `multi_label` run also the classes `present` (probability >= `PRESENT_AT`),
     best first. Multi-label probabilities are independent sigmoids, not a distribution.
-    `precision`: the arithmetic the probabilities were computed in (`train.precision`)."""
+    `precision`: the arithmetic the probabilities were computed in (`scoring.precision`)."""
 
     top: list[tuple[str, float]]
     multi_label: bool = False
@@ -217,7 +217,7 @@ def predict_video(
     `flow_run`, the prediction is the two-stream late fusion: the `weights`-weighted mean of
     `run`'s and `flow_run`'s probabilities (the flow computed from the video as the flow run's
     data was); both runs must have the same classes and both be multi-label or neither. Every
-    probability is computed in `precision` (fp32 unless asked: `train.precision`).
+    probability is computed in `precision` (fp32 unless asked: `scoring.precision`).
     """
     arithmetic = scoring_arithmetic(precision, device)
     announce(arithmetic)

@@ -31,7 +31,7 @@ from vidscale.data.media.decode import DecodeError
 from vidscale.data.sources import file_source
 from vidscale.errors import InputError
 from vidscale.predict import LoadedRun, view_probabilities
-from vidscale.train.precision import FP32, Arithmetic
+from vidscale.scoring.precision import FP32, Arithmetic
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def predict_timeline(
 ) -> Timeline:
     """The timeline of `video` under `loaded` (module docstring); `on_window(done, total)` is
     called after each window; every window is scored in `arithmetic` (fp32 unless asked:
-    `train.precision`). Raises `DecodeError` naming `video` when it cannot be read."""
+    `scoring.precision`). Raises `DecodeError` naming `video` when it cannot be read."""
     data = loaded.cfg.data
     spec = dataclasses.replace(
         data.eval_clip,

@@ -21,7 +21,7 @@ from vidscale.config import apply_overrides
 from vidscale.errors import InputError
 from vidscale.fastpath.settings import Candidate
 from vidscale.recipes import get_recipe
-from vidscale.train.timeline import Shape, make_timeline, run_sizes
+from vidscale.run.timeline import Shape, make_timeline, run_sizes
 
 K400 = "slowfast_r50_k400_8x8_multigrid_b64_e239"
 

@@ -15,7 +15,7 @@ from tests.tiny_run import tiny_overrides
 from vidscale.cli import build_parser, main, resolve_config
 from vidscale.config import load_config, resolve, to_dict
 from vidscale.recipes import get_recipe
-from vidscale.train.metrics import read_metrics
+from vidscale.run.metrics import read_metrics
 
 RECIPE = "demo_tsm_r18_8f_b32_e20"
 JITTERED = "slowfast_r50_charades_16x8_multigrid_b128_e57"  # a short-side jitter crop

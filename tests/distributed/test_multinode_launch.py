@@ -19,8 +19,8 @@ import pytest
 import torch
 
 from vidscale.data.synthetic.videos import write_synthetic_dataset
-from vidscale.train.checkpoint import load_checkpoint
-from vidscale.train.metrics import read_metrics
+from vidscale.run.checkpoint import load_checkpoint
+from vidscale.run.metrics import read_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "multinode_local.sh"

@@ -28,10 +28,14 @@ from vidscale.fastpath.probe import (
 )
 from vidscale.fastpath.rule import choose
 from vidscale.fastpath.settings import Candidate, candidates
-from vidscale.train.record import RunRecord
+from vidscale.run.record import RunRecord
 
 CPU = torch.device("cpu")
-SHAPE = ProbeShape(batch=2, channels=3, frames=2, crop=16, num_classes=4)
+# 4 frames, not 2: torch 2.13's bf16 conv3d backward gives NaN or inf weight gradients for a
+# (3, 3, 3) convolution over depth 2 on an AVX512-BF16 CPU (intermittently, more often on one
+# thread), and the probe rightly leaves such a setting out (docs/benchmarks.md, "bf16 kernels
+# that give wrong gradients"); these tests time settings that train.
+SHAPE = ProbeShape(batch=2, channels=3, frames=4, crop=16, num_classes=4)
 # Every candidate in every round (3 rounds alone could not leave fp32: all else would stop).
 QUICK = ProbeSettings(warmup=1, repeats=3, settle=0, drop_hopeless=False)
 
@@ -118,7 +122,7 @@ def test_a_real_probe_times_every_candidate_and_leaves_the_rng_alone() -> None:
     assert all(len(s) == QUICK.repeats and min(s) > 0 for s in samples.values())
     choice = choose(samples)
     decision = FastPathDecision.measured_by(choice, samples=samples, shape=SHAPE)
-    assert decision.candidate.label == choice.chosen and decision.shape == (2, 3, 2, 16, 16)
+    assert decision.candidate.label == choice.chosen and decision.shape == (2, 3, 4, 16, 16)
     assert decision.rounds == QUICK.repeats and decision.reference == "fp32"
     assert choose(decision.samples).chosen == decision.candidate.label  # the record replays
     assert FastPathDecision.from_record(json.loads(json.dumps(decision.record()))) == decision
@@ -152,7 +156,7 @@ def test_the_cache_is_hit_by_the_same_key_only(tmp_path: Path) -> None:
     first = decide_tiny(path)
     assert first.source == "probe" and first.rounds == QUICK.repeats
     (key,) = json.loads(path.read_text())
-    for part in ("model=tiny", "clips=2x3x2x16x16", f"threads={torch.get_num_threads()}"):
+    for part in ("model=tiny", "clips=2x3x4x16x16", f"threads={torch.get_num_threads()}"):
         assert part in key.split(";")
     assert f"torch={torch.__version__}" in key and "device=cpu:" in key
     again = decide_tiny(path, build=never_built)

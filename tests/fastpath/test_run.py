@@ -16,10 +16,10 @@ from vidscale.distributed.env import init_distributed
 from vidscale.fastpath.probe import FastPathDecision
 from vidscale.fastpath.settings import Candidate, hardware_rule
 from vidscale.recipes import get_recipe
+from vidscale.run.checkpoint import load_checkpoint, save_checkpoint
+from vidscale.run.metrics import read_metrics
+from vidscale.run.record import read_record
 from vidscale.train import builders, loop
-from vidscale.train.checkpoint import load_checkpoint, save_checkpoint
-from vidscale.train.metrics import read_metrics
-from vidscale.train.record import read_record
 
 
 def config(root: Path, cache: Path | str, *extra: str) -> RunConfig:

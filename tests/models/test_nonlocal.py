@@ -20,7 +20,7 @@ from vidscale.models.pretrained import load_pretrained
 from vidscale.models.registry import ModelConfig, build_model
 from vidscale.models.resnet import ResNet
 from vidscale.recipes import get_recipe
-from vidscale.train.checkpoint import save_checkpoint
+from vidscale.run.checkpoint import save_checkpoint
 from vidscale.train.init_from import describe, initialise_from
 
 NL_MODELS = ("i3d_nl_resnet50_3x1x1", "i3d_nl_embedded_gaussian_resnet50_3x1x1")

@@ -23,7 +23,7 @@ import pytest
 from tests.tiny_run import tiny_overrides
 from vidscale.netlab import nodes
 from vidscale.netlab.link import Rate, TwoNodeLink
-from vidscale.train.metrics import read_metrics
+from vidscale.run.metrics import read_metrics
 
 RATE = "1gbit"
 SILENCE_S = 5.0

@@ -7,7 +7,7 @@ import pytest
 from vidscale.cli import main
 from vidscale.recipes import get_recipe
 from vidscale.recipes.kinetics import TABLE3_GPUS
-from vidscale.train.timeline import recipe_row
+from vidscale.run.timeline import recipe_row
 
 K400 = 240_000
 

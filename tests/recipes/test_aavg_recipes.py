@@ -15,10 +15,10 @@ from vidscale.data.transforms import eval_crops, multiscale_crop_box, train_tran
 from vidscale.models.registry import build_model, default_frames
 from vidscale.recipes import get_recipe, list_recipes
 from vidscale.recipes.aavg import CROP_SIDES, FRAME_HW, TEST_SAMPLES
+from vidscale.run.data import load_splits, resolve_num_classes
+from vidscale.run.timeline import recipe_row, run_sizes, step_lr
 from vidscale.train.adaptive_batch import AdaptiveBatch
-from vidscale.train.builders import load_splits, resolve_num_classes
 from vidscale.train.eval_run import Views
-from vidscale.train.timeline import recipe_row, run_sizes, step_lr
 
 TRAIN_SIZE = {"ucf101": 9537, "hmdb51": 3570}  # split 1 training videos
 CLASSES = {"ucf101": 101, "hmdb51": 51}

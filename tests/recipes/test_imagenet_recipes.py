@@ -7,8 +7,8 @@ import pytest
 from vidscale.cli import main
 from vidscale.config import apply_overrides
 from vidscale.recipes import get_recipe
+from vidscale.run.timeline import recipe_row, run_sizes, step_lr
 from vidscale.schedules.batch_scaling import batch_scaled_lr
-from vidscale.train.timeline import recipe_row, run_sizes, step_lr
 
 IMAGENET = 1_281_167  # ILSVRC-2012 training images
 

@@ -9,6 +9,8 @@ import pytest
 
 from vidscale.config import ConfigError
 from vidscale.data.synthetic.multilabel import write_multilabel_dataset
+from vidscale.run.metrics import MetricsLog
+from vidscale.run.summary import summary_path
 from vidscale.studies.multilabel import (
     RECIPES,
     MultiLabelStudySpec,
@@ -16,8 +18,6 @@ from vidscale.studies.multilabel import (
     multilabel_study,
     train_command,
 )
-from vidscale.train.metrics import MetricsLog
-from vidscale.train.run_summary import summary_path
 from vidscale.train.summary import RunCounters
 
 

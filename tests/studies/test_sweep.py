@@ -11,14 +11,14 @@ import pytest
 from tests.tiny_run import tiny_overrides
 from vidscale.cli import main
 from vidscale.config import ConfigError, save_config
+from vidscale.run.metrics import MetricsLog, read_metrics
+from vidscale.run.summary import summary_path
+from vidscale.run.timeline import run_sizes
 from vidscale.schedules.batch_scaling import SQRT_BASE_LR, batch_scaled_lr
 from vidscale.studies import runs as study_runs
 from vidscale.studies import sweep as sw
 from vidscale.studies.runs import StudyRun
-from vidscale.train.metrics import MetricsLog, read_metrics
-from vidscale.train.run_summary import summary_path
 from vidscale.train.summary import RunCounters
-from vidscale.train.timeline import run_sizes
 
 RECIPE = "demo_tsm_r18_8f_b32_e20"
 

@@ -13,6 +13,7 @@ from tests.tiny_run import is_share_of, tiny_overrides
 from vidscale.cli import build_parser, main, resolve_config
 from vidscale.config import ConfigError, to_dict
 from vidscale.data.prepared.prepare import prepare_from_layout
+from vidscale.run.data import load_splits, resolve_data
 from vidscale.studies.two_stream import (
     RECIPES,
     TwoStreamStudySpec,
@@ -20,7 +21,6 @@ from vidscale.studies.two_stream import (
     design_two_stream_study,
     train_command,
 )
-from vidscale.train.builders import load_splits, resolve_data
 
 
 @pytest.fixture(scope="module")

@@ -17,9 +17,9 @@ from tests.train.test_resilience import dies_after, losses, records
 from vidscale.config import RunConfig, apply_overrides
 from vidscale.data.prepared.prepare import prepare_from_layout
 from vidscale.recipes import get_recipe
+from vidscale.run.checkpoint import load_checkpoint
+from vidscale.scoring.evaluate import EvalResult
 from vidscale.train import loop
-from vidscale.train.checkpoint import load_checkpoint
-from vidscale.train.evaluate import EvalResult
 
 
 def aavg_config(root: Path, *extra: str) -> RunConfig:

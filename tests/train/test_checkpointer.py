@@ -14,11 +14,11 @@ from vidscale.distributed.env import DistEnv, init_distributed
 from vidscale.distributed.strategy import build_strategy
 from vidscale.distributed.sync.comm_hooks import CommConfig
 from vidscale.recipes import get_recipe
+from vidscale.run.checkpoint import newest_loadable
+from vidscale.run.record import RunRecord
 from vidscale.train.adaptive_batch import AdaptiveBatch
-from vidscale.train.checkpoint import newest_loadable
 from vidscale.train.checkpointer import Checkpointer, RunState
 from vidscale.train.phase_switch import PhaseSwitch
-from vidscale.train.record import RunRecord
 from vidscale.train.resilience import DivergenceGuard, Preempted, StopSignals
 from vidscale.train.resume import Progress
 from vidscale.train.run_log import RunLog

@@ -25,7 +25,7 @@ from tests.train.test_preemption import (
     train_losses,
     wait_for_step,
 )
-from vidscale.train.checkpoint import load_checkpoint
+from vidscale.run.checkpoint import load_checkpoint
 from vidscale.train.resilience import PREEMPTED_EXIT_CODE
 
 MAIN = Path(__file__).with_name("deterministic_main.py")

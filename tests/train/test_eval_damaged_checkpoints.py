@@ -1,6 +1,6 @@
 """`vidscale eval` on checkpoints that do not load: a file cut short (disk damage), a pickle
 that `torch.load(weights_only=True)` refuses (a crafted file) and one whose record
-(`train.record`) holds a key of the wrong type. One checkpoint asked for: one
+(`run.record`) holds a key of the wrong type. One checkpoint asked for: one
 line naming it, status 2. Several (`--last N`): the damaged ones left out of the mean and
 listed in the report (JSON and the lines for a person); none loading: one line naming each.
 
@@ -20,8 +20,8 @@ from vidscale.cli import main
 from vidscale.config import apply_overrides, save_config
 from vidscale.models.registry import build_model
 from vidscale.recipes import get_recipe
-from vidscale.train.builders import load_data
-from vidscale.train.checkpoint import save_checkpoint
+from vidscale.run.checkpoint import save_checkpoint
+from vidscale.run.data import load_data
 
 EPOCHS = ("epoch_0001.pt", "epoch_0002.pt", "epoch_0003.pt")
 

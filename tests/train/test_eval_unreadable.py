@@ -24,10 +24,11 @@ from vidscale.data.prepared.shards import ShardEntry
 from vidscale.distributed.env import DistEnv, init_distributed
 from vidscale.models.registry import build_model
 from vidscale.recipes import get_recipe
+from vidscale.run.checkpoint import epoch_checkpoints, load_checkpoint, save_checkpoint
+from vidscale.run.data import load_splits, resolve_data
+from vidscale.scoring.evaluate import EvalResult, Stream, evaluate
 from vidscale.train import builders, loop
-from vidscale.train.checkpoint import epoch_checkpoints, load_checkpoint, save_checkpoint
 from vidscale.train.eval_run import evaluate_run, resolve_eval_config
-from vidscale.train.evaluate import EvalResult, Stream, evaluate
 
 WITH_BAD = "val_with_unreadable.csv"  # 10 videos: the 8 of val.csv with 2 bad ones at 2 and 3
 READABLE = "val_readable_only.csv"  # the same 8 readable videos, in the same order
@@ -100,8 +101,8 @@ def evaluate_list(
     Module-level with plain arguments so that `run_ranks` can start it in fresh processes.
     """
     cfg = eval_config(run, val_list, batch_size=batch_size, workers=workers)
-    splits = builders.load_splits(cfg)
-    cfg = builders.resolve_data(cfg, splits.classes)
+    splits = load_splits(cfg)
+    cfg = resolve_data(cfg, splits.classes)
     return evaluate(
         Stream(trained_model(cfg, run), builders.model_input(cfg)),
         builders.build_eval_loader(cfg, env, splits.val),
@@ -118,8 +119,8 @@ def one_video_at_a_time(run: Path, val_list: str) -> tuple[float, float, int]:
     """top-1 (%), mean loss and count of `val_list`, each video through the model alone,
     without `evaluate` or `collate`: an independent reference."""
     cfg = eval_config(str(run), val_list, batch_size=1, workers=0)
-    splits = builders.load_splits(cfg)
-    cfg = builders.resolve_data(cfg, splits.classes)
+    splits = load_splits(cfg)
+    cfg = resolve_data(cfg, splits.classes)
     model = trained_model(cfg, str(run)).eval()
     prepare = builders.model_input(cfg).normalize
     dataset = VideoClipDataset(splits.val, cfg.data.eval_clip, train=False)
@@ -189,7 +190,7 @@ def test_corrupt_shard_records_are_left_out(run_dir: Path, tiny_demo: Path, tmp_
         eval_config(str(run_dir), "val.csv", batch_size=2, workers=0),
         [f"data.root={prepared}", "data.source=shards"],
     )
-    cfg = builders.resolve_data(cfg, data.classes)
+    cfg = resolve_data(cfg, data.classes)
     model = trained_model(cfg, str(run_dir))
     env = one_process()
 

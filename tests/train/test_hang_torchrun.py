@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.tiny_run import tiny_overrides
-from vidscale.train.metrics import read_metrics
+from vidscale.run.metrics import read_metrics
 from vidscale.train.watchdog import HANG_EXIT_CODE
 
 RECIPE = "demo_tsm_r18_8f_b32_e20"

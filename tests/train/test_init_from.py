@@ -12,14 +12,14 @@ from vidscale.config import save_config
 from vidscale.models.registry import ModelConfig, build_model
 from vidscale.models.transfer import TransferReport
 from vidscale.recipes.registry import get_recipe
-from vidscale.train.checkpoint import save_checkpoint
+from vidscale.run.checkpoint import save_checkpoint
+from vidscale.run.metrics import MetricsLog
 from vidscale.train.init_from import (
     checkpoint_file,
     describe,
     initialise_from,
     normalisation_warning,
 )
-from vidscale.train.metrics import MetricsLog
 
 RGB_CLASSES = 5
 STEM = "trunk.conv1.weight"

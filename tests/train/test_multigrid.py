@@ -21,8 +21,8 @@ from vidscale.data.synthetic.videos import write_synthetic_dataset
 from vidscale.distributed.sync_batchnorm import GroupSyncBatchNorm
 from vidscale.models.batchnorm import SubBatchNorm2d
 from vidscale.recipes import get_recipe
+from vidscale.run.timeline import make_timeline, run_sizes
 from vidscale.train import loop
-from vidscale.train.timeline import make_timeline, run_sizes
 
 
 @pytest.fixture(scope="module")

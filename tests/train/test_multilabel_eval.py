@@ -17,8 +17,8 @@ from vidscale.data.data_config import DataConfig
 from vidscale.data.inputs import ModelInput
 from vidscale.data.samplers import ExactEvalSampler
 from vidscale.distributed.env import DistEnv
+from vidscale.scoring.evaluate import Stream, evaluate
 from vidscale.step.objective import BinaryCrossEntropy, CrossEntropy, objective_for
-from vidscale.train.evaluate import Stream, evaluate
 from vidscale.train.two_stream_eval import fused_labels
 
 VIDEOS, VIEWS, CLASSES = 9, 3, 5  # odd: the two ranks hold 5 and 4 videos

@@ -20,10 +20,10 @@ from vidscale.config import apply_overrides
 from vidscale.data.synthetic.multilabel import MULTI_LABEL_CLASSES, write_multilabel_dataset
 from vidscale.predict import PRESENT_AT, predict_video
 from vidscale.recipes import get_recipe
+from vidscale.run.metrics import read_metrics
+from vidscale.run.ref import best_checkpoint
 from vidscale.train import loop
 from vidscale.train.eval_run import evaluate_run
-from vidscale.train.metrics import read_metrics
-from vidscale.train.run_ref import best_checkpoint
 
 RECIPE = "demo_tsm_r18_multilabel_8f_b32_e10"
 CLASSES = len(MULTI_LABEL_CLASSES)

@@ -22,10 +22,11 @@ from vidscale.data.samplers import ExactEvalSampler
 from vidscale.distributed.env import DistEnv, init_distributed
 from vidscale.models.registry import build_model
 from vidscale.recipes import get_recipe
+from vidscale.run.checkpoint import epoch_checkpoints, load_checkpoint
+from vidscale.run.data import load_splits, resolve_data
+from vidscale.scoring.evaluate import Stream, evaluate, video_scores
 from vidscale.train import builders, loop
-from vidscale.train.checkpoint import epoch_checkpoints, load_checkpoint
 from vidscale.train.eval_run import PAPER_VIEWS, Views, evaluate_run
-from vidscale.train.evaluate import Stream, evaluate, video_scores
 
 N_VIDEOS = 7  # odd: a padding sampler would count one twice on 2 ranks
 N_VIEWS = 6  # 2 clips x 3 crops
@@ -174,8 +175,8 @@ def test_evaluate_run_uses_the_requested_views(tiny_demo: Path, tmp_path: Path) 
     result = evaluate_run(run, last=3, views=views)
 
     # The same views built by hand, evaluated one view at a time.
-    cfg = builders.resolve_data(cfg, builders.load_splits(cfg).classes)
-    val = builders.load_splits(cfg).val
+    cfg = resolve_data(cfg, load_splits(cfg).classes)
+    val = load_splits(cfg).val
     dataset = VideoClipDataset(val, views.apply(cfg.data.eval_clip), train=False)
     model = build_model(cfg.model)
     model.load_state_dict(load_checkpoint(epoch_checkpoints(run)[-1])["model"])

@@ -18,10 +18,10 @@ from tests.tiny_run import tiny_overrides
 from vidscale.config import apply_overrides
 from vidscale.distributed.env import init_distributed
 from vidscale.recipes import get_recipe
+from vidscale.run.checkpoint import load_checkpoint
+from vidscale.run.metrics import read_metrics
+from vidscale.run.record import read_record
 from vidscale.train import loop
-from vidscale.train.checkpoint import load_checkpoint
-from vidscale.train.metrics import read_metrics
-from vidscale.train.record import read_record
 from vidscale.train.resilience import PREEMPTED_EXIT_CODE
 
 RECIPE = "demo_tsm_r18_8f_b32_e20"

@@ -20,9 +20,9 @@ from tests.tiny_run import tiny_overrides
 from vidscale.config import ConfigError, RunConfig, apply_overrides
 from vidscale.distributed.env import init_distributed
 from vidscale.recipes import get_recipe
+from vidscale.run.checkpoint import load_checkpoint
+from vidscale.run.metrics import read_metrics
 from vidscale.train import loop
-from vidscale.train.checkpoint import load_checkpoint
-from vidscale.train.metrics import read_metrics
 from vidscale.train.resilience import Diverged
 
 

@@ -11,8 +11,8 @@ from tests.tiny_run import tiny_overrides
 from vidscale.config import apply_overrides
 from vidscale.distributed.env import init_distributed
 from vidscale.recipes import get_recipe
+from vidscale.run.metrics import read_metrics
 from vidscale.train import loop
-from vidscale.train.metrics import read_metrics
 
 
 def config(root: Path, workers: int = 0):

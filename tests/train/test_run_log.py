@@ -9,10 +9,10 @@ import pytest
 
 from vidscale.distributed.env import init_distributed
 from vidscale.distributed.traffic import Traffic
+from vidscale.run.metrics import read_metrics
+from vidscale.scoring.evaluate import EvalResult
 from vidscale.step.agreement import StepAgreement
 from vidscale.step.run import StepResult
-from vidscale.train.evaluate import EvalResult
-from vidscale.train.metrics import read_metrics
 from vidscale.train.run_log import RunLog
 
 

@@ -13,7 +13,7 @@ import torch
 
 from tests.train.test_checkpointer import checkpointer, run_state, train_a_step
 from vidscale.distributed.env import init_distributed
-from vidscale.train.checkpoint import load_checkpoint, upgrade
+from vidscale.run.checkpoint import load_checkpoint, upgrade
 from vidscale.train.checkpointer import RunState
 from vidscale.train.state import Held, PartLoadError, StateRegistry
 

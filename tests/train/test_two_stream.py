@@ -25,9 +25,10 @@ from vidscale.distributed.env import init_distributed
 from vidscale.models.registry import build_model
 from vidscale.predict import load_run, run_probabilities, view_probabilities
 from vidscale.recipes import get_recipe
+from vidscale.run.checkpoint import save_checkpoint
+from vidscale.run.data import load_splits, resolve_data
+from vidscale.scoring.evaluate import Stream, evaluate
 from vidscale.train import builders
-from vidscale.train.checkpoint import save_checkpoint
-from vidscale.train.evaluate import Stream, evaluate
 from vidscale.train.two_stream_eval import evaluate_two_stream
 
 SMALL = [
@@ -50,7 +51,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         ("flow", "demo_tsm_r18_flow_8f_b32_e20", [f"data.root={prep}"]),
     ):
         cfg = apply_overrides(get_recipe(recipe), extra + SMALL)
-        cfg = builders.resolve_data(cfg, builders.load_splits(cfg).classes)
+        cfg = resolve_data(cfg, load_splits(cfg).classes)
         torch.manual_seed(len(name))
         model = build_model(cfg.model)
         run = root / name
@@ -65,7 +66,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def test_predict_gives_the_evaluators_per_video_scores(runs: dict[str, Path]) -> None:
     loaded = load_run(runs["rgb"])
     cfg = loaded.cfg
-    splits = builders.load_splits(cfg)
+    splits = load_splits(cfg)
     env = init_distributed("cpu")
     result = evaluate(
         Stream(loaded.model, builders.model_input(cfg)),
@@ -85,7 +86,7 @@ def test_fusion_is_the_weighted_mean_of_the_streams_probabilities(runs: dict[str
     result = evaluate_two_stream(runs["rgb"], runs["flow"], weights=weights)
     # Independently: each stream's views through `view_probabilities`, fused by hand.
     rgb, flow = load_run(runs["rgb"]), load_run(runs["flow"])
-    records = builders.load_splits(rgb.cfg).val
+    records = load_splits(rgb.cfg).val
     entries = {e.path: e for e in open_prepared(runs["prep"], modality="flow").val}
     flow_data = ShardClipDataset(list(entries.values()), flow.cfg.data.eval_clip, train=False)
     position = {e.path: i for i, e in enumerate(flow_data.entries)}

@@ -18,9 +18,9 @@ from vidscale.cli import main
 from vidscale.config import ConfigError, RunConfig, TrainConfig, apply_overrides, resolve
 from vidscale.distributed.env import init_distributed
 from vidscale.recipes import get_recipe
+from vidscale.run.metrics import read_metrics
 from vidscale.train import loop
 from vidscale.train.loggers import LoggerChoice
-from vidscale.train.metrics import read_metrics
 from vidscale.train.run_log import RunLog
 from vidscale.train.wandb_logger import RUN_ID_FILE, run_id
 

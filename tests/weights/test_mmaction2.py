@@ -32,8 +32,8 @@ from vidscale.errors import InputError
 from vidscale.export import export
 from vidscale.models.registry import ModelConfig, build_model, list_models
 from vidscale.predict import load_run, predict
+from vidscale.run.ref import checkpoint_path
 from vidscale.train.init_from import describe, initialise_from
-from vidscale.train.run_ref import checkpoint_path
 from vidscale.weights.mmaction2 import SOURCES, check_model, key_table, vidscale_to_mmaction2
 from vidscale.weights.pth import load_pth
 

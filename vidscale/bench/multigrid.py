@@ -3,7 +3,7 @@
 Wu et al. 2020 (§4, Table 1) state multigrid's saving in iterations and FLOPs; what a device
 gains in time depends on how well it runs the small shapes and the large batches of the long and
 short cycles. This measures it: the recipe's run is planned as `vidscale schedule` plans it
-(`train.timeline.make_timeline`: every phase, its short-cycle shapes, its steps) for the baseline
+(`run.timeline.make_timeline`: every phase, its short-cycle shapes, its steps) for the baseline
 (no multigrid) and for the long cycle, the short cycle and both; every distinct per-device shape
 (frames x crop^2 x clips) of those plans is timed on this device as a training forward and
 backward of the recipe's model, round-robin (`fastpath.timing`), and the optimizer step once; a
@@ -44,9 +44,9 @@ from vidscale.fastpath.settings import Candidate, FastPath, apply_to_model, reso
 from vidscale.fastpath.timing import spread, time_round_robin
 from vidscale.models.costs import model_info
 from vidscale.models.registry import build_model
+from vidscale.run.timeline import Shape, Timeline, make_timeline, run_sizes
 from vidscale.step.run import StepContext, forward_backward
 from vidscale.train.builders import decide_fast_path, model_input
-from vidscale.train.timeline import Shape, Timeline, make_timeline, run_sizes
 
 # (long cycle, short cycle) of each variant.
 VARIANTS = {

@@ -68,7 +68,7 @@ def resolve_config(args: argparse.Namespace, *, run_dir: Path | None = None) -> 
 
 def add_precision_flag(p: argparse.ArgumentParser) -> None:
     """`--precision`: one flag with one meaning in every command that scores videos
-    (`train.precision`)."""
+    (`scoring.precision`)."""
     p.add_argument(
         "--precision",
         choices=typing.get_args(Precision),

@@ -59,7 +59,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _eval_two_stream(args: argparse.Namespace, views: Any) -> int:
-    from vidscale.train.run_ref import checkpoint_path, locate
+    from vidscale.run.ref import checkpoint_path, locate
     from vidscale.train.two_stream_eval import evaluate_two_stream
 
     for flag, ref in zip(("RGB_RUN", "FLOW_RUN"), args.run, strict=True):
@@ -84,7 +84,7 @@ def _eval_two_stream(args: argparse.Namespace, views: Any) -> int:
 
 def cmd_predict(args: argparse.Namespace) -> int:
     from vidscale.predict import format_predictions, predict_video, predictions_as_dict
-    from vidscale.train.run_ref import checkpoint_path, locate
+    from vidscale.run.ref import checkpoint_path, locate
 
     if not args.video.is_file():
         raise ConfigError(f"VIDEO: {args.video} is not a file")
@@ -130,7 +130,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from vidscale.export import DYNAMO_MIN_OPSET, MIN_ONNX_OPSET, ExportMismatch, export
-    from vidscale.train.run_ref import checkpoint_path
+    from vidscale.run.ref import checkpoint_path
 
     _check_run("RUN", args.run)
     _check_parent("--out", args.out, made=True)

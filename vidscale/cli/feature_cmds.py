@@ -28,7 +28,7 @@ videos; the result does not depend on their number.
 def cmd_extract_features(args: argparse.Namespace) -> int:
     from vidscale.features.extract import ExtractOptions, extract_features
     from vidscale.features.parts import parts_dir
-    from vidscale.train.run_ref import checkpoint_path, locate
+    from vidscale.run.ref import checkpoint_path, locate
 
     try:
         run, checkpoint = locate(args.run)

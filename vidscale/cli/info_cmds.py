@@ -35,7 +35,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 def cmd_recipes(args: argparse.Namespace) -> int:
     from vidscale.config import resolve, to_dict
     from vidscale.recipes import DOCS, get_recipe, list_recipes
-    from vidscale.train.timeline import recipe_row
+    from vidscale.run.timeline import recipe_row
 
     if args.json and args.filter in list_recipes():
         # One recipe by its name: its whole config, the file `vidscale train --config` reads.

@@ -22,8 +22,8 @@ def cmd_predict_window(args: argparse.Namespace, run: Path, checkpoint: str) -> 
     from vidscale.atomic import atomic_write_json
     from vidscale.predict import load_run
     from vidscale.predict_window import plot_timeline, predict_timeline, timeline_as_dict
-    from vidscale.train.metrics import progress
-    from vidscale.train.precision import announce, scoring_arithmetic
+    from vidscale.run.metrics import progress
+    from vidscale.scoring.precision import announce, scoring_arithmetic
 
     if args.flow_run is not None:
         raise ConfigError(

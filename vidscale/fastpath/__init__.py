@@ -7,5 +7,6 @@
   fp32's, `rule` chooses, `isolation` runs it all in a child process.
 - `subject`: the benchmark subject, a model at a setting training on one fixed random batch with
   the trainer's step: what the probe and the benches that time a step build.
-- `hardware` (the machine, its load, its peak FLOP/s) and `host_memory` (glibc retention on CPU).
+- `hardware` (the machine, its load, its peak FLOP/s), `host_memory` (glibc retention on CPU) and
+  `threads` (each process's share of the node's CPUs).
 """

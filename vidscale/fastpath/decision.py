@@ -155,7 +155,7 @@ class FastPathDecision:
 
 class Resumed(Protocol):
     """What a resume hands the decision: the resumed checkpoint's record
-    (`train.record.RunRecord`), whose `fast_path` is None when it was written before
+    (`run.record.RunRecord`), whose `fast_path` is None when it was written before
     decisions were recorded."""
 
     @property

@@ -35,7 +35,7 @@ per device and per shape:
   setting (`decide` ends with that broadcast whatever the source).
 - **Cache** (`fastpath.cache`): the decision is stored under a key naming the device, torch,
   the model, the shape, threads, processes per node and the candidates; a hit skips the probe.
-- **Resume**: a checkpoint records the decision (`train.record.RunRecord`, read back as a
+- **Resume**: a checkpoint records the decision (`run.record.RunRecord`, read back as a
   `decision.Resumed`); a resumed run takes it from there without measuring, so it continues
   with the arithmetic it started with. The rule is one for every start: per axis, an explicit
   setting of this start wins and an axis at "auto" takes the record, whichever other axis is

@@ -10,7 +10,7 @@ in listing order (`listing`):
   for files given by name), and `classes` (the dataset's class names, by index);
 - `unreadable_paths`, `unreadable_reasons`: the videos left out;
 - `meta`: a JSON string (run, checkpoint, model, views, the classifier replaced, and the
-  `precision` the features were computed in: fp32 unless bf16 is asked for, `train.precision`).
+  `precision` the features were computed in: fp32 unless bf16 is asked for, `scoring.precision`).
 
 A feature is the vector the run's classifier reads (`pooled`). Each view is sampled exactly as
 `vidscale eval` and `predict` sample it (`predict.sample_views`). Under torchrun every rank
@@ -35,13 +35,13 @@ from vidscale.data.media.decode import DecodeError
 from vidscale.distributed.collectives import all_gather_object, barrier, broadcast_object
 from vidscale.distributed.env import DistEnv, init_distributed
 from vidscale.errors import InputError
+from vidscale.fastpath.threads import set_threads
 from vidscale.features.listing import Listing, Plan, Split, dataset_items, file_items, make_plan
 from vidscale.features.parts import ChunkWriter, assemble, finished_rows, open_parts, parts_dir
 from vidscale.features.pooled import as_feature_extractor, classifier_name, view_features
 from vidscale.predict import VIEWS_PER_FORWARD, LoadedRun, load_run, sample_views
-from vidscale.train.builders import set_threads
-from vidscale.train.metrics import progress
-from vidscale.train.precision import Arithmetic, announce, scoring_arithmetic
+from vidscale.run.metrics import progress
+from vidscale.scoring.precision import Arithmetic, announce, scoring_arithmetic
 
 FEATURE = "pooled trunk output before the classifier (the classifier replaced by the identity)"
 

@@ -2,7 +2,7 @@
 run must share with the run that started it (`Plan`).
 
 From a dataset root (`--data DIR`) the videos are the layout's listed ones, read as `vidscale
-eval` reads them (`train.eval_run.resolve_eval_config`: the run's `data.layout`, file names and
+eval` reads them (`train.resolve_eval_config`: the run's `data.layout`, file names and
 `--set` overrides, with `data.root` = DIR), train split first, then val, each path once; their
 labels are the dataset's class indices (-1 for a multi-label layout, whose videos have label
 sets). Given as files (`VIDEO...`), the videos are those files in the order given, unlabelled.
@@ -19,7 +19,7 @@ from typing import Any, Literal
 from vidscale.data.clip import ClipSpec
 from vidscale.data.splits import read_splits
 from vidscale.errors import InputError
-from vidscale.train.eval_run import resolve_eval_config
+from vidscale.run.ref import resolve_eval_config
 
 Split = Literal["train", "val", "all"]
 NO_LABEL = -1

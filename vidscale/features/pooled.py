@@ -66,7 +66,7 @@ def view_features(
 ) -> torch.Tensor:
     """float32 features (V, F) on the CPU of one video's uint8 views (V, C, T, H, W), at most
     `views_per_forward` views through the model at once (the result does not depend on it),
-    each forward pass inside `autocast` (fp32 without one: `train.precision`)."""
+    each forward pass inside `autocast` (fp32 without one: `scoring.precision`)."""
     device = next(model.parameters()).device
     parts = []
     for start in range(0, len(views), max(views_per_forward, 1)):

@@ -2,7 +2,7 @@
 
 Wu et al., "A Multigrid Method for Efficiently Training Video Models" (CVPR 2020) §3-4; the
 names follow PySlowFast's `MULTIGRID` config section. `schedules.multigrid` turns them, with the
-run's base shape, batch and LR schedule, into the per-epoch plan; `train.timeline` composes the two.
+run's base shape, batch and LR schedule, into the per-epoch plan; `run.timeline` composes the two.
 """
 
 from __future__ import annotations

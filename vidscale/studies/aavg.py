@@ -23,6 +23,8 @@ from typing import Any
 
 from vidscale.config import ConfigError, apply_overrides, validate
 from vidscale.recipes import get_recipe
+from vidscale.run.metrics import read_metrics
+from vidscale.run.summary import RunSummary, summary_path
 from vidscale.schedules.batch_scaling import LRRule
 from vidscale.studies.runs import (
     StudyRun,
@@ -31,8 +33,6 @@ from vidscale.studies.runs import (
     refuse_controlled,
 )
 from vidscale.studies.skeleton import Study, run_study, write_report_json
-from vidscale.train.metrics import read_metrics
-from vidscale.train.run_summary import RunSummary, summary_path
 
 # Fields the study sets for every run; a --set of one of them would silently change it.
 CONTROLLED_KEYS = (

@@ -31,6 +31,12 @@ from vidscale.errors import InputError
 from vidscale.models.costs import model_info
 from vidscale.models.registry import ModelConfig
 from vidscale.recipes import get_recipe
+from vidscale.run.checkpoint import LAST
+from vidscale.run.data import load_splits
+from vidscale.run.metrics import validation_curve
+from vidscale.run.record import read_record
+from vidscale.run.summary import RunSummary, summary_path
+from vidscale.run.timeline import Timeline, make_timeline, requested_global_batch, run_sizes
 from vidscale.schedules.batch_scaling import LRRule
 from vidscale.schedules.lr import scaled_lr
 from vidscale.studies.runs import (
@@ -40,12 +46,6 @@ from vidscale.studies.runs import (
     refuse_controlled,
 )
 from vidscale.studies.skeleton import Study, run_study, write_report_json
-from vidscale.train.builders import load_splits
-from vidscale.train.checkpoint import LAST
-from vidscale.train.metrics import validation_curve
-from vidscale.train.record import read_record
-from vidscale.train.run_summary import RunSummary, summary_path
-from vidscale.train.timeline import Timeline, make_timeline, requested_global_batch, run_sizes
 
 VARIANTS: dict[str, tuple[bool, bool]] = {  # name: (long cycle, short cycle)
     "baseline": (False, False),

@@ -23,6 +23,10 @@ from typing import Any
 
 from vidscale.config import ConfigError, apply_overrides, validate
 from vidscale.recipes import get_recipe
+from vidscale.run.data import load_data
+from vidscale.run.metrics import read_metrics
+from vidscale.run.summary import RunSummary, summary_path
+from vidscale.run.timeline import requested_global_batch
 from vidscale.schedules.batch_scaling import LRRule
 from vidscale.schedules.lr import scaled_lr
 from vidscale.studies.runs import (
@@ -32,10 +36,6 @@ from vidscale.studies.runs import (
     refuse_controlled,
 )
 from vidscale.studies.skeleton import Study, run_study, write_report_json
-from vidscale.train.builders import load_data
-from vidscale.train.metrics import read_metrics
-from vidscale.train.run_summary import RunSummary, summary_path
-from vidscale.train.timeline import requested_global_batch
 
 RECIPES = {
     "tsm": "demo_tsm_r18_multilabel_8f_b32_e10",

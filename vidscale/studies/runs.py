@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from vidscale.config import ConfigError, RunConfig, load_config, to_dict
+from vidscale.run.data import load_splits
+from vidscale.run.summary import summary_path
+from vidscale.run.timeline import run_sizes
 from vidscale.schedules.batch_scaling import LRRule
-from vidscale.train.builders import load_splits
-from vidscale.train.run_summary import summary_path
-from vidscale.train.timeline import run_sizes
 
 RunState = Literal["done", "resume", "fresh"]
 

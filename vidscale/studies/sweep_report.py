@@ -12,11 +12,11 @@ from typing import Any
 
 from vidscale.config import ConfigError
 from vidscale.recipes import get_recipe
+from vidscale.run.metrics import read_metrics
+from vidscale.run.summary import SUMMARY_FILE, RunSummary, summary_path
 from vidscale.schedules.batch_scaling import BASE_BATCH, SQRT_BASE_LR, rule_text
 from vidscale.schedules.lr import scaled_lr
 from vidscale.studies.skeleton import write_report_json
-from vidscale.train.metrics import read_metrics
-from vidscale.train.run_summary import SUMMARY_FILE, RunSummary, summary_path
 
 
 def collect_run(run_dir: Path) -> dict[str, Any]:

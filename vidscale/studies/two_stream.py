@@ -31,6 +31,10 @@ from typing import Any
 from vidscale.config import ConfigError, apply_overrides, validate
 from vidscale.data.prepared.prepare import FLOW_DIR
 from vidscale.recipes import get_recipe
+from vidscale.run.data import load_data
+from vidscale.run.metrics import validation_curve
+from vidscale.run.summary import RunSummary, summary_path
+from vidscale.run.timeline import requested_global_batch
 from vidscale.schedules.batch_scaling import LRRule
 from vidscale.schedules.lr import scaled_lr
 from vidscale.studies.runs import (
@@ -40,10 +44,6 @@ from vidscale.studies.runs import (
     refuse_controlled,
 )
 from vidscale.studies.skeleton import Study, run_study, write_report_json
-from vidscale.train.builders import load_data
-from vidscale.train.metrics import validation_curve
-from vidscale.train.run_summary import RunSummary, summary_path
-from vidscale.train.timeline import requested_global_batch
 
 RGB_RECIPE = "demo_tsm_r18_8f_b32_e20"
 FLOW_RECIPE = "demo_tsm_r18_flow_8f_b32_e20"

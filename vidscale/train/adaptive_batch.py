@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vidscale.config import RunConfig
-from vidscale.train.timeline import RunSizes, run_sizes
+from vidscale.run.timeline import RunSizes, run_sizes
 
 
 @dataclass

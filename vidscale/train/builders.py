@@ -12,7 +12,6 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
@@ -20,8 +19,6 @@ from vidscale.config import ConfigError, RunConfig, TrainConfig
 from vidscale.data.dataset import VideoClipDataset
 from vidscale.data.inputs import ModelInput
 from vidscale.data.loaders import Placement, TrainData, eval_dataset, eval_loader, train_data
-from vidscale.data.media.decode import usable_cpus
-from vidscale.data.splits import DataSplits, read_splits, recorded_flow
 from vidscale.distributed.env import DistEnv
 from vidscale.fastpath.cache import cache_file
 from vidscale.fastpath.host_memory import retain_freed_host_memory
@@ -29,50 +26,8 @@ from vidscale.fastpath.probe import FastPathDecision, ProbeShape, decide, settle
 from vidscale.fastpath.settings import FastPath, apply_to_model, resolve_fast_path
 from vidscale.models.registry import ModelConfig
 from vidscale.models.registry import build_model as build_registered_model
+from vidscale.run.record import RunRecord, read_record
 from vidscale.train.init_from import describe, initialise_from, normalisation_warning
-from vidscale.train.record import RunRecord, read_record
-
-
-def load_splits(cfg: RunConfig) -> DataSplits:
-    """The run's class list and train/val items (`data.splits.read_splits`), for a caller that
-    only counts them; a command that builds from them starts with `load_data`."""
-    return read_splits(cfg.data)
-
-
-def load_data(cfg: RunConfig) -> tuple[RunConfig, DataSplits]:
-    """The run's splits, and `cfg` with what they determine (`resolve_data`): what every
-    command that builds from a dataset starts with."""
-    splits = read_splits(cfg.data)
-    return resolve_data(cfg, splits.classes), splits
-
-
-def resolve_data(cfg: RunConfig, classes: list[str]) -> RunConfig:
-    """The config with what the data determines: the class count (`resolve_num_classes`) and,
-    for prepared optical flow, the flow settings it was prepared with (`recorded_flow`)."""
-    cfg = resolve_num_classes(cfg, classes)
-    flow = recorded_flow(cfg.data)
-    return cfg if flow == cfg.data.flow else replace(cfg, data=replace(cfg.data, flow=flow))
-
-
-def resolve_num_classes(cfg: RunConfig, classes: list[str]) -> RunConfig:
-    """`model.num_classes = 0` means "from the class list"; a mismatch is a config error."""
-    if cfg.model.num_classes == 0:
-        return replace(cfg, model=replace(cfg.model, num_classes=len(classes)))
-    if cfg.model.num_classes != len(classes):
-        raise ConfigError(
-            f"model.num_classes={cfg.model.num_classes} but {cfg.data.classes} lists "
-            f"{len(classes)} classes (set model.num_classes=0 to take it from the list)"
-        )
-    return cfg
-
-
-def set_threads(cfg: RunConfig, env: DistEnv) -> None:
-    """Share the CPUs this node's processes were given among them (torch defaults to every
-    core of the machine in each, whatever a scheduler bound the job to)."""
-    if env.device.type != "cpu":
-        return
-    threads = cfg.train.threads or max(1, usable_cpus() // env.local_world_size)
-    torch.set_num_threads(threads)
 
 
 def retain_host_memory(cfg: RunConfig, env: DistEnv) -> bool:

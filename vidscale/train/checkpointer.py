@@ -23,8 +23,7 @@ from vidscale.distributed.collectives import all_gather_object, barrier
 from vidscale.distributed.env import DistEnv
 from vidscale.distributed.parallel import DataParallel
 from vidscale.distributed.sync.ddp import unwrap
-from vidscale.train.adaptive_batch import AdaptiveBatch
-from vidscale.train.checkpoint import (
+from vidscale.run.checkpoint import (
     LAST,
     first_line,
     prune_checkpoints,
@@ -32,8 +31,9 @@ from vidscale.train.checkpoint import (
     save_checkpoint,
     save_comm_state,
 )
+from vidscale.run.record import RunRecord
+from vidscale.train.adaptive_batch import AdaptiveBatch
 from vidscale.train.phase_switch import PhaseSwitch
-from vidscale.train.record import RunRecord
 from vidscale.train.resilience import (
     Diverged,
     DivergenceGuard,

@@ -8,7 +8,7 @@ the non-local paper); the TSM code adds 3 crops of 256 x 256 along the long side
 video counts once; unreadable ones are counted in no accuracy and listed in the report). A
 multi-label run (`data.multi_label`) is scored by mAP over its sigmoid scores, the views
 aggregated by its `data.eval_aggregate`, and the report adds the mAP's mean and std. Every
-score is computed in fp32 unless bf16 is asked for (`train.precision`), whatever the run
+score is computed in fp32 unless bf16 is asked for (`scoring.precision`), whatever the run
 trained in; the report's `precision` names it.
 """
 
@@ -22,16 +22,19 @@ from typing import Any
 
 import torch
 
-from vidscale.config import ConfigError, Precision, RunConfig, apply_overrides, load_config
+from vidscale.config import Precision
 from vidscale.data.clip import ClipSpec
 from vidscale.distributed.env import init_distributed
 from vidscale.errors import InputError
+from vidscale.fastpath.threads import set_threads
+from vidscale.run.checkpoint import UnreadableCheckpoint, epoch_checkpoints, load_weights
+from vidscale.run.data import load_data
+from vidscale.run.record import read_record
+from vidscale.run.ref import resolve_eval_config
+from vidscale.scoring.average_precision import ViewAggregation
+from vidscale.scoring.evaluate import Average, EvalResult, Stream, evaluate
+from vidscale.scoring.precision import announce, scoring_arithmetic
 from vidscale.train import builders
-from vidscale.train.average_precision import ViewAggregation
-from vidscale.train.checkpoint import UnreadableCheckpoint, epoch_checkpoints, load_weights
-from vidscale.train.evaluate import Average, EvalResult, Stream, evaluate
-from vidscale.train.precision import announce, scoring_arithmetic
-from vidscale.train.record import read_record
 
 
 @dataclass(frozen=True)
@@ -78,26 +81,6 @@ class Views:
 PAPER_VIEWS = Views(num_clips=10, num_crops=3, short_side=256, crop_size=256)
 
 
-def resolve_eval_config(
-    run_dir: Path, *, overrides: list[str] | None = None, data: Path | None = None
-) -> RunConfig:
-    """The run's saved config with `data.root=data` (if given) and `--set` overrides applied.
-
-    A missing or malformed RUN/config.json is a `ConfigError` naming the file.
-    """
-    path = Path(run_dir) / "config.json"
-    if not path.is_file():
-        raise ConfigError(f"{run_dir}: not a training run (no config.json)")
-    try:
-        cfg = load_config(path)
-    except ValueError as err:  # malformed JSON, or fields this version does not know
-        raise ConfigError(f"{path}: {err}") from err
-    extra = list(overrides or [])
-    if data is not None:
-        extra.insert(0, f"data.root={data}")
-    return apply_overrides(cfg, extra)
-
-
 def evaluate_run(
     run_dir: Path,
     *,
@@ -114,7 +97,7 @@ def evaluate_run(
     `views` replaces the run's evaluation views (default: the run's `data.eval_clip` as saved).
     A checkpoint that does not load (truncated, damaged, refused by `weights_only`) is left out
     of the mean and listed in the report's `damaged`; when none loads, an `InputError` names
-    them all. Scores are computed in `precision` whatever the run trained in (`train.precision`;
+    them all. Scores are computed in `precision` whatever the run trained in (`scoring.precision`;
     the report's `precision` says which); the model keeps the memory layout the run recorded.
     `keep_scores` adds each row's `video_scores`: every scored video's probabilities by video.
     """
@@ -124,8 +107,8 @@ def evaluate_run(
         cfg = replace(cfg, data=replace(cfg.data, eval_clip=views.apply(cfg.data.eval_clip)))
     intact, damaged = split_damaged(last_checkpoints(run_dir, last))
     env = init_distributed(cfg.train.device)
-    cfg, splits = builders.load_data(cfg)
-    builders.set_threads(cfg, env)
+    cfg, splits = load_data(cfg)
+    set_threads(cfg, env)
     # The layout as the run trained (speed only); the arithmetic by the scoring rule.
     fast = builders.recorded_fast_path(cfg, env, intact[-1])
     arithmetic = scoring_arithmetic(precision, env.device)

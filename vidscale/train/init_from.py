@@ -17,8 +17,8 @@ from torch import Tensor, nn
 from vidscale.errors import InputError
 from vidscale.models.pretrained import InflateInit
 from vidscale.models.transfer import TransferReport, transfer_state_dict
-from vidscale.train.checkpoint import first_line, load_checkpoint
-from vidscale.train.run_ref import checkpoint_path, locate
+from vidscale.run.checkpoint import first_line, load_checkpoint
+from vidscale.run.ref import checkpoint_path, locate
 
 
 def checkpoint_file(ref: str | Path) -> Path:
@@ -75,7 +75,7 @@ def normalisation_warning(
     """A warning when run `ref` was trained on RGB input normalised otherwise than `mean`/`std`
     (an imported PyTorchVideo or PySlowFast run: 0.45 / 0.225): fine-tuning then starts from
     weights that expect other input. None when they agree, or `ref` has no readable config."""
-    from vidscale.train.run_ref import run_config
+    from vidscale.run.ref import run_config
 
     try:
         source = run_config(locate(Path(ref))[0]).data

@@ -12,25 +12,12 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from vidscale.config import TrainConfig
 from vidscale.errors import InputError
+from vidscale.run.metrics import RunLogger
 from vidscale.train.wandb_logger import WandbLogger, WandbSettings, import_wandb
-
-
-class RunLogger(Protocol):
-    """One destination of the run's scalars."""
-
-    def log_config(self, config: Mapping[str, Any]) -> None:
-        """The resolved run config (`config.json`'s content), once per process that logs."""
-
-    def log_scalars(self, scalars: Mapping[str, float], *, step: int) -> None:
-        """Finite numbers named `kind/field`, at optimizer `step` (non-decreasing)."""
-
-    def finish(self, *, completed: bool) -> None:
-        """Flush and close; nothing is logged after. `completed`: the run reached its end (not
-        stopped by a signal or an error)."""
 
 
 class TensorBoardLogger:

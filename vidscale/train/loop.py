@@ -22,15 +22,18 @@ from vidscale.distributed.collectives import broadcast_object
 from vidscale.distributed.env import DistEnv, init_distributed
 from vidscale.distributed.peers.failure import fail_together
 from vidscale.distributed.strategy import build_strategy
+from vidscale.fastpath.threads import set_threads
 from vidscale.optim.factory import build_optimizer
+from vidscale.run.data import load_data
+from vidscale.run.timeline import Phase, make_timeline
+from vidscale.scoring.evaluate import EvalResult, Stream, evaluate
+from vidscale.scoring.precision import announce, scoring_arithmetic
 from vidscale.step.run import StepResult, seed_step, train_step
 from vidscale.train import builders
 from vidscale.train.adaptive_batch import AdaptiveBatch, sizes_for_batch
-from vidscale.train.evaluate import EvalResult, Stream, evaluate
 from vidscale.train.loggers import LoggerChoice
 from vidscale.train.phase_switch import PhaseSwitch
 from vidscale.train.precise_bn import pooled_precise_bn
-from vidscale.train.precision import announce, scoring_arithmetic
 from vidscale.train.resilience import (
     BatchNormSnapshot,
     Diverged,
@@ -41,7 +44,6 @@ from vidscale.train.resilience import (
 )
 from vidscale.train.resume import ResumeMode, Start, find_start, prepare_run_dir
 from vidscale.train.run_log import RunLog
-from vidscale.train.timeline import Phase, make_timeline
 from vidscale.train.watchdog import Watchdog
 from vidscale.train.wiring import build_checkpointer, step_context, stop_loader_workers
 
@@ -64,10 +66,10 @@ class Trainer:
     ) -> None:
         validate(cfg)
         loggers = LoggerChoice.checked(cfg.train)  # a missing package stops the run here
-        cfg, splits = builders.load_data(cfg)
+        cfg, splits = load_data(cfg)
         self.cfg, self.run_dir, self.env, self.splits = cfg, run_dir, env, splits
         self.signals = signals or StopSignals()
-        builders.set_threads(cfg, env)
+        set_threads(cfg, env)
         self.host_memory_retained = builders.retain_host_memory(cfg, env)
         start = find_start(cfg, run_dir, env, mode=resume, train_size=len(splits.train))
         self.resumed_from, state = start.path, start.state

@@ -20,8 +20,8 @@ from torch import Tensor, nn
 from vidscale.distributed.env import DistEnv
 from vidscale.distributed.sync_batchnorm import set_batchnorm_sync, sync_group_size
 from vidscale.models.batchnorm import load_split_state, set_batchnorm_splits, split_state
+from vidscale.run.timeline import Phase
 from vidscale.train.run_log import RunLog
-from vidscale.train.timeline import Phase
 
 
 class PhaseSwitch:

@@ -31,10 +31,10 @@ from vidscale.atomic import atomic_write_text, remove_stale_tmp
 from vidscale.config import ConfigError, RunConfig, save_config
 from vidscale.distributed.collectives import all_gather_object
 from vidscale.distributed.env import DistEnv
-from vidscale.train.checkpoint import newest_loadable
-from vidscale.train.metrics import truncate_metrics
-from vidscale.train.record import RunRecord, flat_config
-from vidscale.train.timeline import RunSizes, requested_global_batch, run_sizes
+from vidscale.run.checkpoint import newest_loadable
+from vidscale.run.metrics import truncate_metrics
+from vidscale.run.record import RunRecord, flat_config
+from vidscale.run.timeline import RunSizes, requested_global_batch, run_sizes
 
 ResumeMode = Literal["auto", "never", "must"]
 RESUME_MODES: tuple[str, ...] = ("auto", "never", "must")

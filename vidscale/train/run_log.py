@@ -23,15 +23,15 @@ from vidscale.distributed.env import DistEnv
 from vidscale.distributed.traffic import Traffic
 from vidscale.fastpath.probe import FastPathDecision
 from vidscale.fastpath.settings import FastPath
+from vidscale.run.metrics import MetricsLog, plot_run, progress, read_metrics
+from vidscale.run.summary import summary_path
+from vidscale.run.timeline import RunSizes
+from vidscale.scoring.evaluate import EvalResult
 from vidscale.step.run import StepResult
 from vidscale.train.adaptive_batch import AdaptiveBatch
-from vidscale.train.evaluate import EvalResult
 from vidscale.train.expected_time import duration, expected_training_time
 from vidscale.train.loggers import LoggerChoice
-from vidscale.train.metrics import MetricsLog, plot_run, progress, read_metrics
-from vidscale.train.run_summary import summary_path
 from vidscale.train.summary import EpochTotals, RunCounters
-from vidscale.train.timeline import RunSizes
 
 
 class RunLog:

@@ -14,8 +14,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from vidscale.config import RunConfig
+from vidscale.run.timeline import Timeline, make_timeline, run_sizes
 from vidscale.schedules.multigrid_table import format_table, write_csv
-from vidscale.train.timeline import Timeline, make_timeline, run_sizes
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
 from vidscale.distributed.traffic import Traffic
-from vidscale.train.run_summary import RunSummary
+from vidscale.run.summary import RunSummary
 
 
 class _Step(Protocol):

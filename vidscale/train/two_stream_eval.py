@@ -5,7 +5,7 @@ networks are trained separately; at test time each scores its own samples of eve
 paper: 5 samples during training's validation, 25 at the final test, `--clips 25`) and the
 video's prediction is the weighted mean of the two streams' probabilities ("simple averaging";
 TSN weighs flow 1.5). Both runs are evaluated on the videos both validation sets hold, paired on
-the source video, through the evaluator (`train.evaluate.evaluate` with two `Stream`s), so the
+the source video, through the evaluator (`scoring.evaluate.evaluate` with two `Stream`s), so the
 numbers are the same exact, sharded evaluation as a single run's. Two multi-label runs
 (`data.multi_label`) fuse their independent sigmoid probabilities the same way, each stream's
 views aggregated by the RGB run's `data.eval_aggregate`, and are scored by mAP (fused and per
@@ -27,13 +27,14 @@ from vidscale.data.paired import PairedDataset
 from vidscale.data.samplers import ExactEvalSampler
 from vidscale.distributed.env import DistEnv, init_distributed
 from vidscale.models.registry import build_model
+from vidscale.run.checkpoint import load_weights
+from vidscale.run.data import load_data
+from vidscale.run.ref import checkpoint_path, locate
+from vidscale.scoring.average_precision import ViewAggregation
+from vidscale.scoring.evaluate import EvalResult, Stream, evaluate
+from vidscale.scoring.precision import announce, scoring_arithmetic
 from vidscale.train import builders
-from vidscale.train.average_precision import ViewAggregation
-from vidscale.train.checkpoint import load_weights
 from vidscale.train.eval_run import Views, resolve_eval_config
-from vidscale.train.evaluate import EvalResult, Stream, evaluate
-from vidscale.train.precision import announce, scoring_arithmetic
-from vidscale.train.run_ref import checkpoint_path, locate
 
 STREAMS = ("rgb", "flow")
 
@@ -72,7 +73,7 @@ def evaluate_two_stream(
     `checkpoint` ("last", "best", an epoch name) applies to both runs; "" takes what each
     reference names (a run directory: its last checkpoint). `data` replaces each run's
     `data.root`; `views` each run's evaluation views. Both streams are scored in `precision`
-    (`train.precision`; the report's `precision` says which).
+    (`scoring.precision`; the report's `precision` says which).
     """
     if len(weights) != 2 or min(weights) < 0 or sum(weights) <= 0:
         raise ValueError(f"weights must be two numbers >= 0, not both 0: {weights}")
@@ -86,7 +87,7 @@ def evaluate_two_stream(
         run, named, cfg = stream_config(
             Path(ref), name, views=views, data=root, overrides=list(overrides or [])
         )
-        cfg, splits = builders.load_data(cfg)
+        cfg, splits = load_data(cfg)
         model = build_model(replace(cfg.model, pretrained=None, init_from=""))
         path = checkpoint_path(run, checkpoint or named)
         load_weights(path, model, map_location="cpu")

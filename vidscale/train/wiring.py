@@ -21,16 +21,16 @@ from vidscale.data.loaders import TrainData, stop_workers
 from vidscale.distributed.env import DistEnv
 from vidscale.distributed.parallel import DataParallel
 from vidscale.fastpath.decision import FastPathDecision
+from vidscale.run.record import RunRecord
+from vidscale.run.timeline import RunSizes
 from vidscale.step.objective import objective_for
 from vidscale.step.run import StepContext
 from vidscale.train.adaptive_batch import AdaptiveBatch
 from vidscale.train.checkpointer import Checkpointer, RunState
 from vidscale.train.phase_switch import PhaseSwitch
-from vidscale.train.record import RunRecord
 from vidscale.train.resilience import DivergenceGuard, StopSignals
 from vidscale.train.resume import Progress
 from vidscale.train.run_log import RunLog
-from vidscale.train.timeline import RunSizes
 from vidscale.train.watchdog import Watchdog
 
 

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from vidscale.errors import InputError
-from vidscale.train.checkpoint import first_line
+from vidscale.run.checkpoint import first_line
 from vidscale.weights.pth import Opaque
 
 

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from vidscale.errors import InputError
-from vidscale.train.checkpoint import first_line
+from vidscale.run.checkpoint import first_line
 
 
 class Opaque:

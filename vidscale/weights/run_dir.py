@@ -20,8 +20,8 @@ from torch import Tensor
 from vidscale.atomic import atomic_write_text
 from vidscale.config import RunConfig, save_config, validate
 from vidscale.errors import InputError
-from vidscale.train.checkpoint import LAST, save_checkpoint
-from vidscale.train.record import RunRecord
+from vidscale.run.checkpoint import LAST, save_checkpoint
+from vidscale.run.record import RunRecord
 
 IMPORTED_EPOCH = "epoch_0000.pt"
 
@@ -43,7 +43,7 @@ def write_run(
     """Write the run directory `out` (see the module docstring); returns RUN/checkpoints/last.pt.
 
     `source` (strings only) is the checkpoint's record of where the weights came from
-    (`train.record.RunRecord.imported_from`).
+    (`run.record.RunRecord.imported_from`).
     """
     check_out(out)
     validate(cfg)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vidscale.config import ConfigError, DataConfig, RunConfig
+from vidscale.run.data import load_data, load_splits
 
 if TYPE_CHECKING:
     from vidscale.bench.scaling.config import ScalingConfig
@@ -57,13 +58,12 @@ def classes_of(cfg: ScalingConfig) -> int:
     """How many classes `cfg.data` has (read once, in the launcher), after checking that its
     training split fills at least one batch per process. ConfigError naming `--data` or the
     file otherwise."""
-    from vidscale.train import builders
 
     if not Path(cfg.data).is_dir():
         raise ConfigError(f"--data: {cfg.data} is not a directory")
     run = run_config(cfg, cfg.models[0])
     try:
-        splits = builders.load_splits(run)
+        splits = load_splits(run)
     except ConfigError as err:
         raise ConfigError(f"--data: {err}") from err
     need = cfg.batch * max(cfg.procs or (1,))
@@ -81,7 +81,7 @@ def real_batches(cfg: ScalingConfig, env: DistEnv, model: str) -> Iterator[dict[
     from vidscale.train import builders
 
     run = run_config(cfg, model)
-    run, splits = builders.load_data(run)
+    run, splits = load_data(run)
     data = builders.build_train_data(run, env, splits.train, micro_batch=cfg.batch)
     per_epoch = len(splits.train) // env.world_size // cfg.batch
     epoch = 0

@@ -16,16 +16,17 @@ from tests.tiny_run import tiny_overrides
 from vidscale.config import apply_overrides
 from vidscale.distributed.env import init_distributed
 from vidscale.recipes import get_recipe
-from vidscale.train import loop, run_summary
-from vidscale.train.evaluate import EvalResult
-from vidscale.train.run_log import RunLog
-from vidscale.train.run_summary import (
+from vidscale.run import summary as run_summary
+from vidscale.run.summary import (
     SUMMARY_FILE,
     PathReason,
     RunSummary,
     UnreadableSummary,
     summary_path,
 )
+from vidscale.scoring.evaluate import EvalResult
+from vidscale.train import loop
+from vidscale.train.run_log import RunLog
 
 RECIPE = "demo_tsm_r18_8f_b32_e20"
 VIDSCALE = Path(__file__).resolve().parents[2] / "vidscale"
@@ -232,7 +233,7 @@ def test_no_other_module_opens_summary_json() -> None:
     read it through `RunSummary.read`; none spells the name to open it itself."""
     found = {}
     for path in sorted(VIDSCALE.rglob("*.py")):
-        if path.name == "run_summary.py" and path.parent.name == "train":
+        if path.name == "summary.py" and path.parent.name == "run":
             continue
         names = file_names(ast.parse(path.read_text(), filename=str(path)))
         if names:

@@ -4,7 +4,7 @@
 an earlier version, or one a caller added), so that nothing written is lost. `write()` is the
 one writer (atomic); `RunSummary.read(path)` the one reader: a file that is not a JSON object,
 a key missing or of the wrong type, is one `UnreadableSummary` line naming the file and the
-key. No other module opens the file (tests/train/test_run_summary.py); they name it through
+key. No other module opens the file (tests/run/test_summary.py); they name it through
 `summary_path`.
 
 Keys are written in one order, the trainer's: what every version wrote (model ... skipped),

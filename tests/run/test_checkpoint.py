@@ -4,7 +4,7 @@ from typing import Any
 import pytest
 import torch
 
-from vidscale.train import checkpoint as ckpt
+from vidscale.run import checkpoint as ckpt
 
 
 def test_save_load_round_trip_weights_only(tmp_path: Path) -> None:

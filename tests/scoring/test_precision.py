@@ -1,4 +1,4 @@
-"""One rule for the arithmetic of every score (`train.precision`): `eval` and `predict` give a
+"""One rule for the arithmetic of every score (`scoring.precision`): `eval` and `predict` give a
 video the same probabilities for a run recorded as trained in bf16, views and aggregation
 included, on a single-label dataset (2 clips, logits and softmax averaging) and on a timed
 multi-label one (Charades layout, the max over 2 clips).
@@ -23,11 +23,11 @@ from vidscale.config import Precision, apply_overrides
 from vidscale.distributed.env import init_distributed
 from vidscale.predict import load_run, run_probabilities
 from vidscale.recipes import get_recipe
+from vidscale.run.record import read_record
+from vidscale.scoring.evaluate import Average
+from vidscale.scoring.precision import scoring_arithmetic
 from vidscale.train import loop
 from vidscale.train.eval_run import Views, evaluate_run
-from vidscale.train.evaluate import Average
-from vidscale.train.precision import scoring_arithmetic
-from vidscale.train.record import read_record
 
 BF16_RUN = ["train.epochs=1", "train.amp=bf16", "train.channels_last=on"]
 # fp32 on both sides, what remains is the order of sums (several videos a batch and

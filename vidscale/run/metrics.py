@@ -6,17 +6,14 @@ import json
 import math
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from tqdm import tqdm
 
 from vidscale.atomic import atomic_write_text
-
-if TYPE_CHECKING:  # for annotations only: reading a run's records needs no run config
-    from vidscale.train.loggers import RunLogger
 
 # tqdm's monitor thread starts and exits with the bars; a thread exiting while a DataLoader forks
 # its workers can leave the child deadlocked (CPython 3.11), and the monitor only tunes how
@@ -24,9 +21,23 @@ if TYPE_CHECKING:  # for annotations only: reading a run's records needs no run 
 tqdm.monitor_interval = 0
 
 
+class RunLogger(Protocol):
+    """One destination of the run's scalars."""
+
+    def log_config(self, config: Mapping[str, Any]) -> None:
+        """The resolved run config (`config.json`'s content), once per process that logs."""
+
+    def log_scalars(self, scalars: Mapping[str, float], *, step: int) -> None:
+        """Finite numbers named `kind/field`, at optimizer `step` (non-decreasing)."""
+
+    def finish(self, *, completed: bool) -> None:
+        """Flush and close; nothing is logged after. `completed`: the run reached its end (not
+        stopped by a signal or an error)."""
+
+
 class MetricsLog:
     """Appends one JSON object per event to `metrics.jsonl` and hands its finite numbers to the
-    run's loggers (`loggers.RunLogger`: TensorBoard, W&B) as `kind/field` scalars.
+    run's loggers (`RunLogger`: TensorBoard, W&B, `train.loggers`) as `kind/field` scalars.
 
     Only rank 0 writes; other ranks hold a disabled log so call sites need no rank checks.
     """

@@ -41,7 +41,7 @@ from torch import nn
 
 from vidscale.data.inputs import ModelInput
 from vidscale.distributed.collectives import all_gather_object, all_reduce_sum
-from vidscale.train.average_precision import (
+from vidscale.scoring.average_precision import (
     ViewAggregation,
     aggregate_views,
     mean_average_precision,

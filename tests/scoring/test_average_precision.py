@@ -11,7 +11,7 @@ import torch
 from tests.distributed.multiproc import run_ranks
 from vidscale.distributed.collectives import all_gather_object
 from vidscale.distributed.env import DistEnv
-from vidscale.train.average_precision import (
+from vidscale.scoring.average_precision import (
     MeanAP,
     aggregate_views,
     average_precision,

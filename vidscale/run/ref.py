@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vidscale.config import ConfigError, RunConfig, load_config
+from vidscale.config import ConfigError, RunConfig, apply_overrides, load_config
 from vidscale.data.annotations import read_class_names
-from vidscale.train.checkpoint import CHECKPOINT_PATTERN, epoch_checkpoints
-from vidscale.train.metrics import read_metrics
+from vidscale.run.checkpoint import CHECKPOINT_PATTERN, epoch_checkpoints
+from vidscale.run.metrics import read_metrics
 
 
 def resolve_path(root: str, name: str) -> Path:
@@ -94,3 +94,23 @@ def run_config(run: Path) -> RunConfig:
         return load_config(path)
     except ValueError as err:  # malformed JSON, or fields this version does not know
         raise ConfigError(f"{path}: {err}") from err
+
+
+def resolve_eval_config(
+    run_dir: Path, *, overrides: list[str] | None = None, data: Path | None = None
+) -> RunConfig:
+    """The run's saved config with `data.root=data` (if given) and `--set` overrides applied.
+
+    A missing or malformed RUN/config.json is a `ConfigError` naming the file.
+    """
+    path = Path(run_dir) / "config.json"
+    if not path.is_file():
+        raise ConfigError(f"{run_dir}: not a training run (no config.json)")
+    try:
+        cfg = load_config(path)
+    except ValueError as err:  # malformed JSON, or fields this version does not know
+        raise ConfigError(f"{path}: {err}") from err
+    extra = list(overrides or [])
+    if data is not None:
+        extra.insert(0, f"data.root={data}")
+    return apply_overrides(cfg, extra)

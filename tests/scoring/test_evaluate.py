@@ -12,7 +12,7 @@ from tests.distributed.multiproc import run_ranks
 from vidscale.data.inputs import ModelInput
 from vidscale.data.samplers import ExactEvalSampler
 from vidscale.distributed.env import DistEnv
-from vidscale.train.evaluate import Stream, evaluate
+from vidscale.scoring.evaluate import Stream, evaluate
 
 
 class Scaled(ModelInput):

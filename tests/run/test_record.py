@@ -1,4 +1,4 @@
-"""The run's record in a checkpoint (`train.record`): one writer, one reader, every earlier
+"""The run's record in a checkpoint (`run.record`): one writer, one reader, every earlier
 version's checkpoints read as they were written, and no other module reading its keys."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import torch
 from vidscale.config import RunConfig, apply_overrides
 from vidscale.fastpath.probe import FastPathDecision
 from vidscale.recipes import get_recipe
-from vidscale.train.checkpoint import UnreadableCheckpoint, save_checkpoint, upgrade
-from vidscale.train.record import RECORD_KEYS, Origin, RunRecord, read_record
+from vidscale.run.checkpoint import UnreadableCheckpoint, save_checkpoint, upgrade
+from vidscale.run.record import RECORD_KEYS, Origin, RunRecord, read_record
+from vidscale.run.timeline import run_sizes
 from vidscale.train.resume import resolve_start
-from vidscale.train.timeline import run_sizes
 
 PACKAGE = Path(__file__).resolve().parents[2] / "vidscale"
 TRAIN_VIDEOS = 64
@@ -182,11 +182,11 @@ def test_only_the_record_reads_its_keys_from_a_checkpoint() -> None:
     reads = [
         (rel, expr)
         for path in sorted(PACKAGE.rglob("*.py"))
-        if (rel := path.relative_to(PACKAGE).as_posix()) != "train/record.py"
+        if (rel := path.relative_to(PACKAGE).as_posix()) != "run/record.py"
         for expr in key_reads(path.read_text())
     ]
     outside = [f"{rel}: {expr}" for rel, expr in reads if (rel, expr) not in NOT_CHECKPOINTS]
-    assert outside == [], f"a checkpoint's record read by key outside train/record.py: {outside}"
+    assert outside == [], f"a checkpoint's record read by key outside run/record.py: {outside}"
     # The guard sees what it guards against: the reads this module replaced.
     earlier = 'int(state["plan"]["train_size"]); checkpoint.get("fast_path"); s["config"]'
     assert sorted(key_reads(earlier)) == [

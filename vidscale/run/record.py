@@ -9,7 +9,7 @@ weights and "imported_from" (where they came from) only.
 
 `RunRecord` is the one writer (`state()`: plain types that `torch.load(weights_only=True)`
 reads) and the one reader (`RunRecord.of`, `read_record`): nothing else reads these keys from a
-checkpoint (tests/train/test_record.py). Checkpoints written by earlier versions read as
+checkpoint (tests/run/test_record.py). Checkpoints written by earlier versions read as
 they were written: one from before run sizes were recorded has no `origin`, one from before
 fast-path decisions were recorded no `fast_path` (a resume takes the hardware rule).
 """
@@ -26,8 +26,8 @@ from typing import Any, TypeVar, get_args
 
 from vidscale.config import RunConfig, to_dict
 from vidscale.fastpath.decision import FastPathDecision, Source
-from vidscale.train.checkpoint import UnreadableCheckpoint, read_checkpoint
-from vidscale.train.timeline import RunSizes
+from vidscale.run.checkpoint import UnreadableCheckpoint, read_checkpoint
+from vidscale.run.timeline import RunSizes
 
 # The record's keys in a checkpoint, as every version wrote them; private, so that no other
 # module reads them from a checkpoint (`RECORD_KEYS` names them for the guard that checks it).

@@ -10,8 +10,8 @@ from vidscale.config import ConfigError, apply_overrides, resolve
 from vidscale.data.clip import ClipSpec
 from vidscale.data.samplers import BatchRequest
 from vidscale.recipes import get_recipe
+from vidscale.run.timeline import Phase, Shape, make_timeline, run_sizes, steps_in_epoch
 from vidscale.schedules.lr import lr_at
-from vidscale.train.timeline import Phase, Shape, make_timeline, run_sizes, steps_in_epoch
 
 DEMO = "demo_tsm_r18_8f_b32_e20"
 
