@@ -68,8 +68,7 @@ def wrong_candidates(
     candidate's), so that a setting that hangs or crashes here is named as in its timed turns
     (`isolation`)."""
     tell = on_turn or (lambda _: None)
-    order = list(subjects)
-    tell(order[0])
+    tell(next(iter(subjects)))
     expected = _gradients(reference)
     wrong = {}
     for i, (label, subject) in enumerate(subjects.items()):
@@ -101,9 +100,10 @@ def probe(
     on_turn: Callable[[str], None] | None = None,
 ) -> Timed:
     """Seconds per training step (`subject.Subject`: the trainer's step on one process, a
-    subject per candidate, the same weights and batch) of each candidate whose gradients are fp32's (`wrong_candidates`; the others are
-    left out, `Timed.wrong`), per timed round. Raises `WrongGradients` when the first
-    candidate's are not: the setting asked for, or the reference, would not train.
+    subject per candidate, the same weights and batch) of each candidate whose gradients are
+    fp32's (`wrong_candidates`; the others are left out, `Timed.wrong`), per timed round.
+    Raises `WrongGradients` when the first candidate's are not: the setting asked for, or the
+    reference, would not train.
 
     With `settings.drop_hopeless`, a candidate is timed no more once its rounds so far rule it
     out of `choose` over the `settings.repeats` x `ranks` rounds its samples will be pooled
