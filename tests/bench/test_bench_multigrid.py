@@ -1,5 +1,6 @@
-"""`vidscale bench multigrid`: the plans it times are the trainer's, every micro-batch is counted
-once, and a plan's compute time is the sum of its shapes' measured times."""
+"""`vidscale bench multigrid`: the plans it times are the trainer's, every step and micro-batch is
+counted once, each shape is timed as the trainer's step through the one benchmark subject, and a
+plan's compute time is the sum of its steps' measured times."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from vidscale.bench.multigrid import (
     MultigridConfig,
     micro_batch_counts,
     plan_variants,
-    shape_key,
+    step_key,
 )
 from vidscale.config import apply_overrides
 from vidscale.errors import InputError
@@ -32,10 +33,13 @@ def test_every_step_of_every_phase_is_counted_once() -> None:
     assert list(plans) == ["baseline", "long", "short", "both"]
     for timeline, counts in plans.values():
         accumulate = timeline.phases[0].accumulate
-        assert sum(counts.values()) == timeline.total_steps * accumulate
-    # The baseline is the recipe without multigrid: one shape, 8 clips per device, 239 epochs.
+        assert sum(counts.values()) == timeline.total_steps
+        assert {k for _, k in counts} == {accumulate}
+        assert sum(micro_batch_counts(timeline).values()) == timeline.total_steps * accumulate
+    # The baseline is the recipe without multigrid: one shape, 8 clips per device, 239 epochs,
+    # 8 micro-batches a step on one process (a global batch of 64).
     baseline, base_counts = plans["baseline"]
-    assert [shape_key(s) for s in base_counts] == ["32x224^2x8"]
+    assert [step_key(s, k) for s, k in base_counts] == ["32x224^2x8 x8"]
     assert baseline.total_steps == 239 * (240_000 // 64)
     # Both cycles: the trainer's own plan of the recipe, and PySlowFast's 3.42x fewer iterations.
     both, counts = plans["both"]
@@ -43,7 +47,7 @@ def test_every_step_of_every_phase_is_counted_once() -> None:
     assert both.phases == own.phases
     assert both.multigrid is not None
     assert both.multigrid.iteration_saving() == pytest.approx(3.42, abs=0.005)
-    assert {s.frames * s.crop**2 * s.micro_batch for s in counts} <= {
+    assert {s.frames * s.crop**2 * s.micro_batch for s, _ in counts} <= {
         32 * 224**2 * 8,
         8 * 158**2 * 64,
         16 * 158**2 * 32,
@@ -64,9 +68,10 @@ def test_counts_equal_a_step_by_step_walk_of_the_run() -> None:
     assert micro_batch_counts(timeline) == walked
 
 
-def test_bench_sums_the_measured_shapes(tmp_path: Path) -> None:
-    """Each plan's compute is its micro-batch counts x the shapes' measured seconds plus one
-    optimizer step per step; the given setting is the one timed, and the progress goes to
+def test_bench_sums_the_measured_steps(tmp_path: Path) -> None:
+    """Each plan's compute is its step counts x the measured seconds of a step at their shape
+    (its micro-batches and the update, the trainer's step on the one subject, every timed step
+    counted as applied or not); the given setting is the one timed, and the progress goes to
     `echo`."""
     cfg = apply_overrides(
         get_recipe("demo_tsm_r18_8f_multigrid_b32_e20"),
@@ -80,14 +85,20 @@ def test_bench_sums_the_measured_shapes(tmp_path: Path) -> None:
     assert json.loads(out.read_text()) == result.to_dict()
     seconds = {r["shape"]: r["seconds"] for r in result.shapes}
     for v in result.variants:
-        counted = sum(r["micro_batches"][v["variant"]] * r["seconds"] for r in result.shapes)
-        assert v["compute_s"] == pytest.approx(counted + v["steps"] * result.optimizer_step_s)
-        assert v["micro_batches"] == sum(r["micro_batches"][v["variant"]] for r in result.shapes)
+        name = v["variant"]
+        assert v["compute_s"] == pytest.approx(
+            sum(r["steps"][name] * r["seconds"] for r in result.shapes)
+        )
+        assert v["steps"] == sum(r["steps"][name] for r in result.shapes)
+        assert v["micro_batches"] == sum(r["micro_batches"][name] for r in result.shapes)
+        assert v["micro_batches"] == sum(r["steps"][name] * r["accumulate"] for r in result.shapes)
     base, both = result.variants
     assert base["measured_speedup"] == 1.0 and base["model_mac_saving"] == 1.0
     assert both["steps"] < base["steps"] and both["model_mac_saving"] > 1.0
     assert both["measured_speedup"] == pytest.approx(base["compute_s"] / both["compute_s"])
     assert all(s > 0 for s in seconds.values())
+    # One timed step per shape (no warm-up, one round of one call), each counted by the subject.
+    assert result.timed_steps == len(result.shapes) and result.applied_steps == result.timed_steps
     # The setting given is the one timed; the shapes' count, then each round.
     assert result.fast_path == "fp32" and result.config == bench
     assert lines[0].startswith("demo: ") and lines[1:] == ["  round 1/1"]

@@ -5,10 +5,13 @@ gains in time depends on how well it runs the small shapes and the large batches
 short cycles. This measures it: the recipe's run is planned as `vidscale schedule` plans it
 (`run.timeline.make_timeline`: every phase, its short-cycle shapes, its steps) for the baseline
 (no multigrid) and for the long cycle, the short cycle and both; every distinct per-device shape
-(frames x crop^2 x clips) of those plans is timed on this device as a training forward and
-backward of the recipe's model, round-robin (`fastpath.timing`), and the optimizer step once; a
-plan's compute time is then sum over its micro-batches of the shape's time plus its optimizer
-steps. The ratio to the baseline is multigrid's measured speed-up in compute, beside the
+(frames x crop^2 x clips) of those plans, with its phase's micro-batches per step, is timed on
+this device as a training step of the recipe's model, round-robin (`fastpath.timing`): the
+benchmark subject (`fastpath.subject.Subject`) stepping through the one training step
+(`step.run.train_step`: `accumulate` forwards and backwards in the autocast, the gradient norm,
+the agreement, the update if finite); a plan's compute time is then the sum over its steps of
+their shape's step time. The ratio to the baseline is multigrid's measured speed-up in compute,
+beside the
 theoretical savings (iterations; FLOPs as clips x frames x crop^2, as the paper counts them) and
 the saving in the model's own multiply-accumulates, counted at each shape.
 
@@ -16,9 +19,11 @@ What it leaves out, by design: data loading (the shapes are random tensors on th
 gradient communication (one device; a multigrid plan all-reduces once per step, so fewer steps
 also means fewer all-reduces: `vidscale plan` models that side). Every shape runs
 plain BN: a phase's sub-batch BN (a regrouping of the same statistics) or synchronised BN (a
-small all-gather per layer) is not applied. The model, optimizer and fast
-path are the trainer's (`train.fast_path`: "auto" runs the trainer's probe at the base shape
-unless a setting is given).
+small all-gather per layer) is not applied. The fast path is the trainer's (`train.fast_path`:
+"auto" runs the trainer's probe at the base shape unless a setting is given); the clips are the
+subject's (float, on the device) and its optimizer the benches' SGD (`step.fixed_batch`). Every
+timed step counts whether it applied its update, and a bench none of whose steps did is refused
+(`step.applied`).
 """
 
 from __future__ import annotations
@@ -27,11 +32,11 @@ import statistics
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from vidscale.bench import options
 from vidscale.bench.options import option
@@ -40,12 +45,12 @@ from vidscale.config import RunConfig
 from vidscale.distributed.env import DistEnv
 from vidscale.errors import InputError
 from vidscale.fastpath import hardware
-from vidscale.fastpath.settings import Candidate, FastPath, apply_to_model, resolve_fast_path
+from vidscale.fastpath.settings import Candidate, FastPath, resolve_fast_path
+from vidscale.fastpath.subject import ProbeShape, Subject, random_batch
 from vidscale.fastpath.timing import spread, time_round_robin
 from vidscale.models.costs import model_info
 from vidscale.models.registry import build_model
 from vidscale.run.timeline import Shape, Timeline, make_timeline, run_sizes
-from vidscale.step.run import StepContext, forward_backward
 from vidscale.train.builders import decide_fast_path, model_input
 
 # (long cycle, short cycle) of each variant.
@@ -89,24 +94,34 @@ def micro_batch_counts(timeline: Timeline) -> Counter[Shape]:
     """Micro-batches per shape over the whole run: every step of every phase, its short-cycle
     shape, `accumulate` times."""
     counts: Counter[Shape] = Counter()
+    for (shape, accumulate), steps in step_counts(timeline).items():
+        counts[shape] += steps * accumulate
+    return counts
+
+
+def step_counts(timeline: Timeline) -> Counter[tuple[Shape, int]]:
+    """Optimizer steps per (shape, micro-batches per step) over the whole run: every step of
+    every phase, at its short-cycle shape."""
+    counts: Counter[tuple[Shape, int]] = Counter()
     for phase in timeline.phases:
         cycle, rest = divmod(phase.steps_per_epoch, len(phase.shapes))
         for i, shape in enumerate(phase.shapes):
             steps = cycle + (1 if i < rest else 0)
-            counts[shape] += steps * phase.epochs * phase.accumulate
+            counts[shape, phase.accumulate] += steps * phase.epochs
     return counts
 
 
-def plan_variants(
-    cfg: RunConfig, bench: MultigridBenchConfig
-) -> dict[str, tuple[Timeline, Counter[Shape]]]:
-    """Each variant's timeline (the baseline first) and its micro-batches per shape."""
+Plans = dict[str, tuple[Timeline, Counter[tuple[Shape, int]]]]
+
+
+def plan_variants(cfg: RunConfig, bench: MultigridBenchConfig) -> Plans:
+    """Each variant's timeline (the baseline first) and its steps per (shape, accumulate)."""
     out = {}
     for name in ("baseline", *bench.variants):
         variant = variant_config(cfg, name)
         plan = run_sizes(variant, world_size=bench.world_size, train_size=bench.dataset_size)
         timeline = make_timeline(variant, plan)
-        out[name] = (timeline, micro_batch_counts(timeline))
+        out[name] = (timeline, step_counts(timeline))
     return out
 
 
@@ -129,37 +144,46 @@ def _fast_path(
     )
 
 
-def _shape_calls(
-    cfg: RunConfig, shapes: Sequence[Shape], *, fast: FastPath, device: torch.device
-) -> tuple[dict[str, Callable[[], object]], Callable[[], None]]:
-    """One forward + backward per shape, run as training runs it (`step.run.forward_backward`:
-    uint8 clips normalised on the device, the autocast, the loss in float32; gradients
-    accumulate, as in an accumulated step), and the optimizer step, on one model in training
-    mode."""
-    torch.manual_seed(cfg.train.seed)
-    model = apply_to_model(build_model(cfg.model).to(device), fast)
-    model.train()
-    optimizer = torch.optim.SGD(model.parameters(), lr=1e-6, momentum=0.9, weight_decay=1e-4)
-    prepare = model_input(cfg)
-    ctx = StepContext(model, optimizer, prepare, device, autocast=fast.autocast())
+def _subject(
+    cfg: RunConfig, base: Shape, *, fast: FastPath, device: torch.device
+) -> tuple[Subject, int]:
+    """The benchmark subject: the recipe's model at the fast path on a batch of the base shape
+    (the model's input channels: 3, or 2 for flow); and those channels."""
+    channels = model_input(cfg).channels
+    shape = ProbeShape(base.micro_batch, channels, base.frames, base.crop, cfg.model.num_classes)
+    subject = Subject.build(
+        lambda: build_model(cfg.model), setting=fast.candidate, shape=shape, device=device
+    )
+    return subject, channels
+
+
+def _step_calls(
+    cfg: RunConfig, steps: Sequence[tuple[Shape, int]], subject: Subject, channels: int
+) -> dict[str, Callable[[], object]]:
+    """One training step per (shape, accumulate) (`Subject.on`: `accumulate` micro-batches of
+    the shape's random clips, one update), all on the subject's one model and optimizer."""
     calls: dict[str, Callable[[], object]] = {}
-    for shape in shapes:
-        size = (shape.micro_batch, prepare.channels, shape.frames, shape.crop, shape.crop)
-        batch = {
-            "inputs": {prepare.name: torch.randint(256, size, dtype=torch.uint8, device=device)},
-            "label": torch.randint(cfg.model.num_classes, (shape.micro_batch,), device=device),
-        }
-        calls[shape_key(shape)] = partial(forward_backward, ctx, batch, clips=shape.micro_batch)
+    for shape, accumulate in steps:
+        batch = ProbeShape(
+            shape.micro_batch, channels, shape.frames, shape.crop, cfg.model.num_classes
+        )
+        clips, labels = random_batch(batch, subject.clips.device)
 
-    def step() -> None:
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=False)
+        def step(clips: Tensor = clips, labels: Tensor = labels, k: int = accumulate) -> object:
+            return subject.on(clips, labels, accumulate=k)
 
-    return calls, step
+        calls[step_key(shape, accumulate)] = step
+    return calls
 
 
 def shape_key(shape: Shape) -> str:
     return f"{shape.frames}x{shape.crop}^2x{shape.micro_batch}"
+
+
+def step_key(shape: Shape, accumulate: int) -> str:
+    """The shape, and its micro-batches per step where there are several."""
+    key = shape_key(shape)
+    return key if accumulate == 1 else f"{key} x{accumulate}"
 
 
 @dataclass(frozen=True)
@@ -177,9 +201,10 @@ class MultigridConfig:
 @dataclass(frozen=True)
 class MultigridResult:
     """What `bench multigrid` measured: the recipe and its model, the timing settings
-    (`config`), the device, the fast path timed, the optimizer step's seconds, one row per
-    shape (its measured seconds, micro-batches per variant) and one per variant (the baseline
-    first: compute seconds, measured and theoretical savings). `to_dict()` is what
+    (`config`), the device, the fast path timed, how many of the timed steps applied their
+    update (`applied_steps` of `timed_steps`), one row per (shape, micro-batches per step) (its
+    measured seconds per step, steps and micro-batches per variant) and one per variant (the
+    baseline first: compute seconds, measured and theoretical savings). `to_dict()` is what
     `--out-json` writes."""
 
     recipe: str
@@ -187,7 +212,8 @@ class MultigridResult:
     config: MultigridBenchConfig
     device: dict[str, Any]
     fast_path: str
-    optimizer_step_s: float
+    timed_steps: int
+    applied_steps: int
     shapes: list[dict[str, Any]]
     variants: list[dict[str, Any]]
 
@@ -204,33 +230,34 @@ def run(
     device: str | torch.device = "auto",
     echo: Callable[[str], None] = print,
 ) -> MultigridResult:
-    """Time every shape of the variants' plans on `device` and sum them per plan; the
+    """Time a step at every shape of the variants' plans on `device` and sum them per plan; the
     per-shape rows, the per-variant rows and the device, written to `out_json` atomically.
-    `progress` sends the shapes' count and each round to `echo`. Raises ValueError for bad
-    variants or counts (`MultigridBenchConfig.validate`)."""
+    `progress` sends the shapes' count and each round to `echo`. Raises `InputError` for bad
+    variants or counts (`MultigridBenchConfig.validate`), and `NothingTrained` when none of
+    the timed steps applied its update."""
     bench, cfg = config.bench, config.config
     bench.validate()
     if cfg.model.num_classes == 0:  # "take it from the data": there is none here
         cfg = replace(cfg, model=replace(cfg.model, num_classes=400))
     dev = hardware.resolve_device(device)
     plans = plan_variants(cfg, bench)
-    shapes = sorted({s for _, counts in plans.values() for s in counts}, key=_size_order)
+    steps = sorted({s for _, counts in plans.values() for s in counts}, key=_size_order)
     base = plans["baseline"][0].phases[0].shapes[0]
     fast = _fast_path(cfg, dev, config.setting, micro_batch=base.micro_batch)
     say = echo if progress else (lambda line: None)
-    say(f"{config.recipe}: {len(shapes)} shapes on {hardware.device_name(dev)}, {fast.describe()}")
-    calls, step = _shape_calls(cfg, shapes, fast=fast, device=dev)
-    calls["optimizer step"] = step
+    say(f"{config.recipe}: {len(steps)} shapes on {hardware.device_name(dev)}, {fast.describe()}")
+    subject, channels = _subject(cfg, base, fast=fast, device=dev)
     samples = time_round_robin(
-        calls,
+        _step_calls(cfg, steps, subject, channels),
         warmup=bench.warmup,
         repeats=bench.repeats,
         steps=bench.steps,
         sync=lambda: hardware.synchronize(dev),
         on_round=lambda r: say(f"  round {r + 1}/{bench.warmup + bench.repeats}"),
     )
+    subject.applied.check(f"{config.recipe} at {fast.candidate.label}")
     seconds = {k: statistics.median(v) for k, v in samples.seconds.items()}
-    shape_rows = [_shape_row(cfg, s, seconds, samples.seconds, plans) for s in shapes]
+    shape_rows = [_shape_row(cfg, s, seconds, samples.seconds, plans) for s in steps]
     gmacs = {r["shape"]: r["gmacs_per_clip"] for r in shape_rows}
     variant_rows = [
         _variant_row(name, timeline, counts, seconds, gmacs)
@@ -246,7 +273,8 @@ def run(
         config=bench,
         device=hardware.describe(dev),
         fast_path=fast.candidate.label,
-        optimizer_step_s=seconds["optimizer step"],
+        timed_steps=subject.applied.measured,
+        applied_steps=subject.applied.applied,
         shapes=shape_rows,
         variants=variant_rows,
     )
@@ -254,50 +282,55 @@ def run(
     return result
 
 
-def _size_order(shape: Shape) -> tuple[int, int, int]:
-    return (shape.frames * shape.crop * shape.crop, shape.frames, shape.micro_batch)
+def _size_order(step: tuple[Shape, int]) -> tuple[int, int, int, int]:
+    shape, accumulate = step
+    return (shape.frames * shape.crop * shape.crop, shape.frames, shape.micro_batch, accumulate)
 
 
 def _shape_row(
     cfg: RunConfig,
-    shape: Shape,
+    step: tuple[Shape, int],
     seconds: dict[str, float],
     samples: dict[str, list[float]],
-    plans: dict[str, tuple[Timeline, Counter[Shape]]],
+    plans: Plans,
 ) -> dict[str, Any]:
-    key = shape_key(shape)
+    shape, accumulate = step
+    key = step_key(shape, accumulate)
     macs = model_info(cfg.model, frames=shape.frames, size=shape.crop).macs
     return {
         "shape": key,
         "frames": shape.frames,
         "crop": shape.crop,
         "clips": shape.micro_batch,
+        "accumulate": accumulate,
         "gmacs_per_clip": macs / 1e9,
-        "seconds": seconds[key],
+        "seconds": seconds[key],  # one step: `accumulate` micro-batches and the update
         "spread": spread(samples[key]),
-        "clips_per_s": shape.micro_batch / seconds[key],
-        "micro_batches": {name: counts[shape] for name, (_, counts) in plans.items()},
+        "clips_per_s": shape.micro_batch * accumulate / seconds[key],
+        "steps": {name: counts[step] for name, (_, counts) in plans.items()},
+        "micro_batches": {name: counts[step] * accumulate for name, (_, counts) in plans.items()},
     }
 
 
 def _variant_row(
     name: str,
     timeline: Timeline,
-    counts: Counter[Shape],
+    counts: Counter[tuple[Shape, int]],
     seconds: dict[str, float],
     gmacs: dict[str, float],
 ) -> dict[str, Any]:
-    forward_backward = sum(n * seconds[shape_key(s)] for s, n in counts.items())
-    steps = timeline.total_steps
+    def over_steps(per_step: Callable[[Shape, int], float]) -> float:
+        return sum(n * per_step(s, k) for (s, k), n in counts.items())
+
     schedule = timeline.multigrid
     return {
         "variant": name,
-        "steps": steps,
-        "micro_batches": sum(counts.values()),
-        "clips": sum(n * s.micro_batch for s, n in counts.items()),
+        "steps": timeline.total_steps,
+        "micro_batches": round(over_steps(lambda s, k: k)),
+        "clips": round(over_steps(lambda s, k: k * s.micro_batch)),
         # The model's forward multiply-accumulates over the run, at each clip's shape.
-        "gmacs": sum(n * s.micro_batch * gmacs[shape_key(s)] for s, n in counts.items()),
-        "compute_s": forward_backward + steps * seconds["optimizer step"],
+        "gmacs": over_steps(lambda s, k: k * s.micro_batch * gmacs[step_key(s, k)]),
+        "compute_s": over_steps(lambda s, k: seconds[step_key(s, k)]),
         "theoretical_iteration_saving": 1.0 if schedule is None else schedule.iteration_saving(),
         "theoretical_flop_saving": 1.0 if schedule is None else schedule.flop_saving(),
     }
@@ -307,16 +340,19 @@ def format_report(result: MultigridResult) -> str:
     """The shapes table, then the variants table, as printed."""
     names = [v["variant"] for v in result.variants]
     lines = [
-        f"{'shape (T x S^2 x clips)':>24s} {'GMACs/clip':>10s} {'s/micro-batch':>13s} "
+        f"{'shape (T x S^2 x clips)':>28s} {'GMACs/clip':>10s} {'s/step':>8s} "
         f"{'spread':>6s} {'clips/s':>8s}  " + " ".join(f"{n:>9s}" for n in names)
     ]
     for r in result.shapes:
-        counts = " ".join(f"{r['micro_batches'][n]:9d}" for n in names)
+        counts = " ".join(f"{r['steps'][n]:9d}" for n in names)
         lines.append(
-            f"{r['shape']:>24s} {r['gmacs_per_clip']:10.2f} {r['seconds']:13.4f} "
+            f"{r['shape']:>28s} {r['gmacs_per_clip']:10.2f} {r['seconds']:8.4f} "
             f"{r['spread']:6.1%} {r['clips_per_s']:8.1f}  {counts}"
         )
-    lines.append(f"optimizer step: {result.optimizer_step_s:.4f} s")
+    lines.append(
+        f"steps per variant; x N: N micro-batches a step; "
+        f"{result.applied_steps} of {result.timed_steps} timed steps applied their update"
+    )
     lines.append("")
     lines.append(
         f"{'variant':>9s} {'steps':>9s} {'compute':>10s} {'measured x':>10s} "

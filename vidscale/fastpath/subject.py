@@ -51,6 +51,14 @@ class ProbeShape:
         return "x".join(str(n) for n in self.clips)
 
 
+def random_batch(shape: ProbeShape, device: torch.device) -> tuple[Tensor, Tensor]:
+    """A subject's batch of `shape`: float N(0, 1) clips and uniform labels, on `device`, drawn
+    from the global generator (`Subject.build` draws its own right after `SEED`)."""
+    clips = torch.randn(shape.clips, device=device)
+    labels = torch.randint(shape.num_classes, (shape.batch,), device=device)
+    return clips, labels
+
+
 class Subject:
     """A model (`model`, the setting applied; `forward`, what runs forward: the model, compiled,
     or a wrapper of it) with its fixed batch (`clips`, `labels`) and the trainer's step on it.
@@ -93,8 +101,7 @@ class Subject:
             compiled = torch.compile(model, backend=compile_backend)
             assert isinstance(compiled, nn.Module)
             forward = compiled
-        clips = torch.randn(shape.clips, device=device)
-        labels = torch.randint(shape.num_classes, (shape.batch,), device=device)
+        clips, labels = random_batch(shape, device)
         return cls(model, fast=fast, clips=clips, labels=labels, forward=forward)
 
     @property
@@ -116,10 +123,10 @@ class Subject:
     def __call__(self) -> StepResult:
         return self.on(self.clips, self.labels)
 
-    def on(self, clips: Tensor, labels: Tensor) -> StepResult:
+    def on(self, clips: Tensor, labels: Tensor, *, accumulate: int = 1) -> StepResult:
         """One step on other clips of the same kind (float, on the device): a bench that feeds
-        decoded batches."""
-        result = self.step.on(clips, labels)
+        decoded batches, or times other shapes (`accumulate` micro-batches of them a step)."""
+        result = self.step.on(clips, labels, accumulate=accumulate)
         self.applied.add(result)
         return result
 

@@ -65,11 +65,17 @@ class FixedBatchStep:
     def optimizer(self) -> torch.optim.Optimizer:
         return self.context.optimizer
 
-    def on(self, clips: torch.Tensor, labels: torch.Tensor) -> StepResult:
-        """One step on other clips of the same kind (a bench that feeds decoded batches)."""
+    def on(self, clips: torch.Tensor, labels: torch.Tensor, *, accumulate: int = 1) -> StepResult:
+        """One step on other clips of the same kind (a bench that feeds decoded batches, or
+        times other shapes): `accumulate` micro-batches of `clips`, one update, as training's
+        accumulated step runs them."""
         batch = {"inputs": {CLIPS: clips}, "label": labels, "skipped": []}
         return train_step(
-            self.context, itertools.repeat(batch), accumulate=1, clips=len(labels), lr=self.lr
+            self.context,
+            itertools.repeat(batch),
+            accumulate=accumulate,
+            clips=len(labels) * accumulate,
+            lr=self.lr,
         )
 
     def __call__(self) -> StepResult:
