@@ -27,12 +27,14 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Protocol
 
 from vidscale.errors import InputError
 
 PREFIX = "vsnet-"
 SUBNET = "10.231.0.{}/30"
-_NAME = re.compile(rf"^{PREFIX}(\d+)-\d+-[01]$")  # vsnet-PID-INDEX-NODE
+# vsnet-PID-INDEX-NODE: a two-node link's (NODE 0 or 1) and a cluster's (nK, sw).
+_NAME = re.compile(rf"^{PREFIX}(\d+)-\d+-(?:[01]|n\d+|sw)$")
 # tbf needs a bucket of at least one MTU-sized packet per timer tick; this many seconds of
 # traffic at the link's rate (and never less than 64 KiB) keeps it from capping the rate below
 # the one set at any rate used here (checked by the suite's throughput test).
@@ -82,6 +84,22 @@ class Rate:
         return max(_MIN_BURST, int(self.bits_per_s / 8 * _BURST_S))
 
 
+class Network(Protocol):
+    """Nodes a job can run on: node K is namespace `namespaces[K]`, its interface `devices[K]`
+    at `addresses[K]`; `exec_prefix(K)` runs a program there."""
+
+    @property
+    def namespaces(self) -> tuple[str, ...]: ...
+
+    @property
+    def devices(self) -> tuple[str, ...]: ...
+
+    @property
+    def addresses(self) -> tuple[str, ...]: ...
+
+    def exec_prefix(self, node: int) -> list[str]: ...
+
+
 def unavailable() -> str | None:
     """Why two namespaces cannot be made here, or None when they can (tried for real)."""
     if os.geteuid() != 0:
@@ -97,10 +115,25 @@ def unavailable() -> str | None:
     return None
 
 
-def _ip(*args: str) -> None:
+def ip(*args: str) -> None:
     done = subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
     if done.returncode:
         raise LinkError(f"ip {' '.join(args)}: {done.stderr.strip() or done.returncode}")
+
+
+def tbf(namespace: str, device: str, rate: Rate, previous: Rate) -> None:
+    """Limit what `device` (in `namespace`) sends to `rate` with a token bucket; an unshaped
+    rate removes the limit `previous` set (if any)."""
+    if rate.bits_per_s is None:
+        if previous.bits_per_s is not None:
+            _tc(namespace, "qdisc", "del", "dev", device, "root")
+        return
+    _tc(
+        namespace,
+        *("qdisc", "replace", "dev", device, "root", "tbf"),
+        *("rate", f"{int(rate.bits_per_s)}bit"),
+        *("burst", str(rate.burst_bytes()), "latency", "100ms"),
+    )
 
 
 def _tc(namespace: str, *args: str) -> None:
@@ -170,17 +203,17 @@ class TwoNodeLink:
         """Make the namespaces, the veth between them, its addresses; bring it all up."""
         sweep_stale()
         for ns in self.namespaces:
-            _ip("netns", "add", ns)
+            ip("netns", "add", ns)
             self._made.append(ns)
         temp = (f"vst{os.getpid() % 100000}a", f"vst{os.getpid() % 100000}b")
-        _ip("link", "add", temp[0], "type", "veth", "peer", "name", temp[1])
+        ip("link", "add", temp[0], "type", "veth", "peer", "name", temp[1])
         for node in (0, 1):
             ns, dev = self.namespaces[node], self.devices[node]
-            _ip("link", "set", temp[node], "netns", ns)
-            _ip("-n", ns, "link", "set", temp[node], "name", dev)
-            _ip("-n", ns, "addr", "add", SUBNET.format(node + 1), "dev", dev)
-            _ip("-n", ns, "link", "set", "lo", "up")
-            _ip("-n", ns, "link", "set", dev, "up")
+            ip("link", "set", temp[node], "netns", ns)
+            ip("-n", ns, "link", "set", temp[node], "name", dev)
+            ip("-n", ns, "addr", "add", SUBNET.format(node + 1), "dev", dev)
+            ip("-n", ns, "link", "set", "lo", "up")
+            ip("-n", ns, "link", "set", dev, "up")
 
     def close(self) -> None:
         """Delete the namespaces (and so the veth); safe to call more than once."""
@@ -196,19 +229,9 @@ class TwoNodeLink:
         """Limit both directions to `rate` (a token bucket on each end's egress); an unshaped
         rate removes the limit."""
         for node in (0, 1):
-            ns, dev = self.namespaces[node], self.devices[node]
-            if rate.bits_per_s is None:
-                if self.rate.bits_per_s is not None:
-                    _tc(ns, "qdisc", "del", "dev", dev, "root")
-                continue
-            _tc(
-                ns,
-                *("qdisc", "replace", "dev", dev, "root", "tbf"),
-                *("rate", f"{int(rate.bits_per_s)}bit"),
-                *("burst", str(rate.burst_bytes()), "latency", "100ms"),
-            )
+            tbf(self.namespaces[node], self.devices[node], rate, self.rate)
         self.rate = rate
 
     def set_up(self, up: bool) -> None:
         """Bring node 0's end up or down: down, neither end has carrier (a pulled cable)."""
-        _ip("-n", self.namespaces[0], "link", "set", self.devices[0], "up" if up else "down")
+        ip("-n", self.namespaces[0], "link", "set", self.devices[0], "up" if up else "down")

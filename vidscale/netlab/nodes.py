@@ -1,9 +1,10 @@
-"""One torchrun agent per node of a `TwoNodeLink`: a two-node job over the real link.
+"""One torchrun agent per node of a `Network` (a `TwoNodeLink` or a `Cluster`): a multi-node job
+over the real links.
 
-Each agent runs in its node's namespace, pinned to one core (`cores`), with `nproc` workers,
-and the agents meet by torchrun's c10d rendezvous at node 0's address: node 0's agent hosts
-the rendezvous store (`is_host`, stated rather than guessed, since both namespaces share the
-host's name), and the workers' process group is formed over the veth (gloo is told the
+Each agent runs in its node's namespace, pinned to one core (`cores`, node K on
+`cores[K % len(cores)]`), with `nproc` workers, and the agents meet by torchrun's c10d
+rendezvous at node 0's address: node 0's agent hosts the rendezvous store (`is_host`, stated
+rather than guessed, since every namespace shares the host's name), and the workers' process group is formed over the veth (gloo is told the
 interface with `GLOO_SOCKET_IFNAME`, each node its own end). The job's processes are children
 of this one: `stop` ends them (their whole process groups), so none outlives a harness that is
 interrupted.
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from vidscale.netlab.link import TwoNodeLink
+from vidscale.netlab.link import Network
 
 RENDEZVOUS_PORT = 29531
 # How long the other agent may take to end on its own once one has failed (it normally does
@@ -32,10 +33,10 @@ BAD_EXIT_GRACE_S = 15.0
 
 
 @dataclass
-class TwoNodeJob:
-    """Two running torchrun agents; `wait` collects their exit codes and output files."""
+class NodeJob:
+    """One running torchrun agent per node; `wait` collects their exit codes and output files."""
 
-    link: TwoNodeLink
+    link: Network
     procs: list[subprocess.Popen[bytes]]
     logs: list[Path]
     started: float = field(default_factory=time.monotonic)
@@ -79,13 +80,16 @@ class TwoNodeJob:
                 time.sleep(0.05)
 
 
+TwoNodeJob = NodeJob  # the name the two-node tests and harness know it by
+
+
 def _signal_group(pid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, sig)
 
 
 def agent_command(
-    link: TwoNodeLink,
+    link: Network,
     node: int,
     args: Sequence[str],
     *,
@@ -100,7 +104,7 @@ def agent_command(
     return [
         *link.exec_prefix(node),
         *(sys.executable, "-m", "torch.distributed.run"),
-        *("--nnodes", "2", "--nproc-per-node", str(nproc)),
+        *("--nnodes", str(len(link.addresses)), "--nproc-per-node", str(nproc)),
         *("--rdzv-backend", "c10d", "--rdzv-endpoint", f"{link.addresses[0]}:{port}"),
         *("--rdzv-id", run_id, "--rdzv-conf", f"is_host={host}"),
         # The workers' store address: without it torchrun takes the host's name, which
@@ -112,24 +116,25 @@ def agent_command(
 
 
 def start(
-    link: TwoNodeLink,
+    link: Network,
     args: Sequence[str],
     *,
     log_dir: Path,
-    cores: tuple[int, int] | None = (0, 1),
+    cores: tuple[int, ...] | None = (0, 1),
     threads: int = 1,
     nproc: int = 1,
     max_restarts: int = 0,
     port: int = RENDEZVOUS_PORT,
     env: dict[str, str] | None = None,
     module: str = "vidscale",
-) -> TwoNodeJob:
-    """Start `python -m MODULE ARGS` (vidscale's command line by default) on both nodes, node N's agent (and so its workers)
-    pinned to core `cores[N]` (None: unpinned), its output in `log_dir/node{N}.log`."""
+) -> NodeJob:
+    """Start `python -m MODULE ARGS` (vidscale's command line by default) on every node, node
+    N's agent (and so its workers) pinned to core `cores[N % len(cores)]` (None: unpinned), its
+    output in `log_dir/node{N}.log`."""
     log_dir.mkdir(parents=True, exist_ok=True)
     run_id = uuid.uuid4().hex[:12]
     procs, logs = [], []
-    for node in (0, 1):
+    for node in range(len(link.addresses)):
         node_env = {
             **os.environ,
             **(env or {}),
@@ -139,7 +144,7 @@ def start(
         }
         log = log_dir / f"node{node}.log"
         handle: IO[bytes] = log.open("wb")
-        core = None if cores is None else cores[node]
+        core = None if cores is None else cores[node % len(cores)]
         cmd = agent_command(
             link,
             node,
@@ -162,7 +167,7 @@ def start(
         )
         handle.close()
         logs.append(log)
-    return TwoNodeJob(link, procs, logs)
+    return NodeJob(link, procs, logs)
 
 
 def _pin(core: int) -> Callable[[], None]:

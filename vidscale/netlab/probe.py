@@ -1,6 +1,6 @@
-"""What a `TwoNodeLink` carries, measured with plain TCP between its namespaces: the throughput
-of one stream from node 0 to node 1, by a short Python program in each namespace (the receiver
-on node 1, whose clock it is; the sender on node 0).
+"""What a network's link carries (a `TwoNodeLink`'s or a `Cluster`'s), measured with plain TCP
+between namespaces: the throughput of one stream from one node to another (node 0 to node 1
+by default), by a short Python program in each namespace (the receiver's clock is the one read).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from vidscale.netlab.link import TwoNodeLink
+from vidscale.netlab.link import Network
 
 PORT = 5999
 _SENDER = """
@@ -31,17 +31,20 @@ print(n * 8 / (time.time() - t))
 """
 
 
-def _serve_and_run(link: TwoNodeLink, server: str, client: list[str], *, timeout: float) -> str:
-    """Start `server` on node 1, run the client program on node 0; the output it names."""
+def _serve_and_run(
+    link: Network, server: str, client: list[str], *, timeout: float, nodes: tuple[int, int]
+) -> str:
+    """Start `server` on node `nodes[1]`, run the client program on `nodes[0]`; the output it
+    names."""
     serving = subprocess.Popen(
-        [*link.exec_prefix(1), sys.executable, "-c", server, str(PORT)],
+        [*link.exec_prefix(nodes[1]), sys.executable, "-c", server, str(PORT)],
         stdout=subprocess.PIPE,
         text=True,
     )
     try:
         time.sleep(0.3)  # the server listens
         done = subprocess.run(
-            [*link.exec_prefix(0), sys.executable, "-c", *client],
+            [*link.exec_prefix(nodes[0]), sys.executable, "-c", *client],
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -55,7 +58,10 @@ def _serve_and_run(link: TwoNodeLink, server: str, client: list[str], *, timeout
     return out if out.strip() else done.stdout
 
 
-def throughput_bits(link: TwoNodeLink, *, seconds: float = 2.0) -> float:
-    """Bits per second one TCP stream carries from node 0 to node 1."""
-    client = [_SENDER, link.addresses[1], str(PORT), str(seconds)]
-    return float(_serve_and_run(link, _RECEIVER, client, timeout=seconds + 30))
+def throughput_bits(
+    link: Network, *, seconds: float = 2.0, sender: int = 0, receiver: int = 1
+) -> float:
+    """Bits per second one TCP stream carries from node `sender` to node `receiver`."""
+    client = [_SENDER, link.addresses[receiver], str(PORT), str(seconds)]
+    done = _serve_and_run(link, _RECEIVER, client, timeout=seconds + 30, nodes=(sender, receiver))
+    return float(done)
