@@ -1,5 +1,5 @@
-"""Each bench's flags are its config's fields (`cli.flags`, `bench.options`): one flag per
-field with the field's default and help, a bad value refused in one line naming the flag, each
+"""Each bench's flags are its config's fields, and each study's its spec's (`cli.flags`,
+`bench.options`, `studies.options`): one flag per field with the field's default and help, a bad value refused in one line naming the flag, each
 retired spelling refused naming its successor, and a `ValueError` from inside a bench run left
 a bug (its traceback), never passed off as bad input."""
 
@@ -24,9 +24,21 @@ from vidscale.bench.multigrid import MultigridBenchConfig
 from vidscale.bench.network.config import NetworkConfig
 from vidscale.bench.options import HELP, check_options, flag_name
 from vidscale.bench.scaling.config import ScalingConfig
-from vidscale.cli import bench_cmds, bench_gpu_cmds, bench_network_cmd, build_parser, main
+from vidscale.cli import (
+    bench_cmds,
+    bench_gpu_cmds,
+    bench_network_cmd,
+    build_parser,
+    main,
+    study_cmds,
+)
 from vidscale.cli.flags import config_fields, format_default
 from vidscale.errors import InputError
+from vidscale.studies.aavg import StudySpec
+from vidscale.studies.multigrid import MultigridStudySpec
+from vidscale.studies.multilabel import MultiLabelStudySpec
+from vidscale.studies.sweep import SweepSpec
+from vidscale.studies.two_stream import TwoStreamStudySpec
 
 # (bench command, config, the fields it sets another way than by a derived flag)
 DERIVED = [
@@ -46,9 +58,19 @@ DERIVED = [
 ]
 
 
-def bench_parser(name: str) -> argparse.ArgumentParser:
+# (study command, its spec)
+STUDIES = [
+    ("batch-size", SweepSpec),
+    ("aavg", StudySpec),
+    ("multigrid", MultigridStudySpec),
+    ("two-stream", TwoStreamStudySpec),
+    ("multilabel", MultiLabelStudySpec),
+]
+
+
+def bench_parser(name: str, group: str = "bench") -> argparse.ArgumentParser:
     (top,) = (a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    (sub,) = (a for a in top.choices["bench"]._actions if isinstance(a, argparse._SubParsersAction))
+    (sub,) = (a for a in top.choices[group]._actions if isinstance(a, argparse._SubParsersAction))
     parser: argparse.ArgumentParser = sub.choices[name]
     return parser
 
@@ -63,10 +85,29 @@ def default_of(f: dataclasses.Field[object]) -> object:
 def test_every_field_is_a_flag_with_its_default_and_help(
     command: str, cls: type, skip: tuple[str, ...]
 ) -> None:
-    actions = {a.dest: a for a in bench_parser(command)._actions}
+    check_derived(bench_parser(command), cls, skip)
+
+
+@pytest.mark.parametrize(("command", "spec"), STUDIES, ids=[c for c, _ in STUDIES])
+def test_every_study_setting_is_a_flag_from_its_spec(command: str, spec: type) -> None:
+    """Every field of the spec but the shared flags' (and the AAVG study's fixed Adam rate and
+    batch cap) is a derived flag; given none, the spec is its defaults."""
+    skip = study_cmds._not_derived(spec)
+    assert set(skip) <= {*study_cmds.SHARED, *study_cmds.UNFLAGGED}
+    parser = bench_parser(command, group="study")
+    check_derived(parser, spec, skip)
+    args = parser.parse_args(["--out", "o", "--data", "d"])
+    shared = {name: getattr(args, name) for name in skip if name in study_cmds.SHARED}
+    defaults = spec(**shared)
+    built = study_cmds._spec(spec, args, **shared)
+    assert built == defaults
+
+
+def check_derived(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...]) -> None:
+    actions = {a.dest: a for a in parser._actions}
     for f in config_fields(cls, skip=skip):
         action = actions.get(f.name)
-        assert action is not None, f"bench {command}: {cls.__name__}.{f.name} has no flag"
+        assert action is not None, f"{parser.prog}: {cls.__name__}.{f.name} has no flag"
         assert action.option_strings == [flag_name(f)]
         assert action.default is None  # "the config's": the flag not given keeps it
         assert action.help is not None and action.help.startswith(f.metadata[HELP])
@@ -87,6 +128,15 @@ def test_every_field_is_a_flag_with_its_default_and_help(
         (["bench", "multigrid", "demo_tsm_r18_8f_b32_e20", "--repeats", "0"], "--repeats"),
         (["bench", "models", "--quick", "--settle", "-1"], "--settle: must be >= 0, got -1"),
         (["bench", "data", "--count", "0"], "--count: must be >= 1, got 0"),
+        (["study", "aavg", "--out", "o", "--nproc", "0"], "--nproc: must be >= 1, got 0"),
+        (
+            ["study", "multigrid", "--out", "o", "--margin", "-1"],
+            "--margin: must be >= 0, got -1.0",
+        ),
+        (
+            ["study", "two-stream", "--data", "d", "--out", "o", "--weights", "1,-1"],
+            "--weights: must be >= 0, got -1.0",
+        ),
     ],
 )
 def test_a_bad_value_is_one_line_naming_the_flag(

@@ -150,8 +150,13 @@ def test_cli_sweep_plot_only_and_config_errors(
     doc = json.loads(capsys.readouterr().out)  # stdout holds the report alone
     assert doc == json.loads((tmp_path / "sweep.json").read_text())
     assert main(["study", "batch-size", "--out", str(tmp_path), "--set", "train.epochs=3"]) == 2
-    assert main(["study", "batch-size", "--out", str(tmp_path), "--batches", "32,x"]) == 2
     assert "train.epochs" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as bad:  # the flag's type, from SweepSpec.batches
+        main(["study", "batch-size", "--out", str(tmp_path), "--batches", "32,x"])
+    assert bad.value.code == 2
+    assert "argument --batches: expected an integer, got 'x'" in capsys.readouterr().err
+    assert main(["study", "batch-size", "--out", str(tmp_path), "--batches", "32,0"]) == 2
+    assert capsys.readouterr().err == "vidscale: error: --batches: must be >= 1, got 0\n"
 
 
 # -- a real sweep, end to end -------------------------------------------------------------------

@@ -1,11 +1,12 @@
-"""A bench's flags derived from its config dataclass, and the config built back from them.
+"""A command's flags derived from its config dataclass (a bench's, a study's spec), and the config
+built back from them.
 
 `add_config_flags(p, Config, skip=...)` adds one flag per field (`bench.options.option`):
 `--field-name` (or the field's `flag`), its type from the annotation (`int`, `float`, `str`,
 `Path`, `bool` as a switch, a `Literal` or the field's `choices` as choices, `X | None` as
-`X`, `tuple[X, ...]` as a comma-separated list), its help from the field's `help` with the
-default appended. Every derived flag's argparse default is None, "the config's": so
-`config_from_args(Config, args, base=...)` keeps `base`'s value (default: `Config()`'s) for
+`X`, `tuple[X, ...]` as a comma-separated list, `tuple[X, X]` as exactly two), its help from
+the field's `help` with the default appended. Every derived flag's argparse default is None,
+"the config's": so `config_from_args(Config, args, base=...)` keeps `base`'s value (default: `Config()`'s) for
 each flag not given, then checks the result (`check_options`), raising `InputError` naming the
 flag. A field the command sets another way is named in `skip`.
 
@@ -130,7 +131,9 @@ def _argument(hint: Any, choices: tuple[str, ...] | None) -> dict[str, Any]:
     if typing.get_origin(hint) is tuple:
         item, *rest = typing.get_args(hint)
         if rest != [Ellipsis]:
-            raise TypeError(f"no flag for a fixed-length {hint}")
+            if any(other is not item for other in rest):
+                raise TypeError(f"no flag for a tuple of mixed types {hint}")
+            return {"type": _fixed_list(_scalar(item), 1 + len(rest))}
         names = _choices(item) or choices
         listed = {"metavar": ",".join(names)} if names else {}
         return {"type": _comma_list(_scalar(item), names), **listed}
@@ -170,6 +173,20 @@ def _parse(kind: type) -> Callable[[str], Any]:
             return kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {words[kind]}, got {text!r}") from None
+
+    return parse
+
+
+def _fixed_list(one: Callable[[str], Any], count: int) -> Callable[[str], tuple[Any, ...]]:
+    """Exactly `count` comma-separated values (`1,1.5`), in order, repeats kept."""
+
+    def parse(text: str) -> tuple[Any, ...]:
+        items = [item.strip() for item in text.split(",")]
+        if len(items) != count or not all(items):
+            raise argparse.ArgumentTypeError(
+                f"expected {count} comma-separated values, got {text!r}"
+            )
+        return tuple(one(item) for item in items)
 
     return parse
 

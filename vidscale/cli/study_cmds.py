@@ -1,35 +1,38 @@
 """`vidscale study NAME`: the studies (`batch-size`, `aavg`, `multigrid`, `two-stream`,
 `multilabel`), their parsers and commands; the earlier top-level names (`sweep`, `aavg-study`,
-...) are aliases for one release. Every study takes the same flags for where and how its runs
-train (`add_study_args`)."""
+...) are aliases for one release. Every study takes the same flags for where its runs start and
+go (`add_study_args`); its other flags are its spec's fields (`studies.options`, derived by
+`cli.flags`: `--epochs`, `--nproc` and the study's own)."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
-from vidscale.cli.args import _at_least, _weights, _with_data_root
-from vidscale.cli.flags import add_renamed
+from vidscale.cli.args import _with_data_root
+from vidscale.cli.flags import add_config_flags, add_renamed, config_from_args
 from vidscale.cli.output import add_json_flag, print_json_file, progress_to_stderr
-from vidscale.config import ConfigError
 
 DEMO_RECIPE = "demo_tsm_r18_8f_b32_e20"
+
+S = TypeVar("S")
 
 
 def add_study_args(
     p: argparse.ArgumentParser,
+    spec: type,
     *,
     report: str,
-    nproc: int,
-    epochs: int | None,
     recipe: bool = True,
     data_help: str = "dataset directory (sets data.root)",
 ) -> None:
-    """The flags every study shares: --recipe (where the study has one), --data, --out,
-    --epochs, --nproc, --set, --plot-only and --json. `report` names the files --plot-only
-    rebuilds; `epochs` None keeps the recipe's."""
+    """The flags every study shares: --recipe (where the study has one), --data, --out, --set,
+    --plot-only and --json; then one flag per field of the study's `spec` dataclass but those
+    (`cli.flags.add_config_flags`). `report` names the files --plot-only rebuilds."""
     if recipe:
         p.add_argument(
             "--recipe",
@@ -39,13 +42,6 @@ def add_study_args(
     p.add_argument("--data", type=Path, required=not recipe, help=data_help)
     p.add_argument("--out", type=Path, required=True, help="study directory, one run per subdir")
     p.add_argument(
-        "--epochs",
-        type=_at_least(1),
-        default=epochs,
-        help="epochs of every run" + (f" ({epochs})" if epochs else " (default: the recipe's)"),
-    )
-    p.add_argument("--nproc", type=_at_least(1), default=nproc, help="processes (torchrun if > 1)")
-    p.add_argument(
         "--set",
         dest="overrides",
         action="append",
@@ -53,17 +49,27 @@ def add_study_args(
         metavar="KEY=VALUE",
         help="override a config field of every run (repeatable)",
     )
+    add_config_flags(p, spec, skip=_not_derived(spec))
     p.add_argument("--plot-only", action="store_true", help=f"rebuild {report} from finished runs")
     add_json_flag(p)
 
 
-def _list(flag: str, text: str, cast: type) -> tuple:
-    from vidscale.studies.runs import parse_list
+SHARED = ("recipe", "data", "out", "overrides")  # set by add_study_args's own flags
+# Spec fields a study fixes for its own reasons, not flags: Adam's rate and the largest
+# per-learner batch of the AAVG study's adaptive runs.
+UNFLAGGED = ("adam_lr", "max_batch")
 
-    try:
-        return parse_list(text, cast)
-    except ConfigError as err:
-        raise ConfigError(f"{flag}: {err}") from err
+
+def _not_derived(spec: type) -> tuple[str, ...]:
+    """The fields of `spec` set by the shared flags, and those it keeps off the command line."""
+    names = {f.name for f in dataclasses.fields(spec)}
+    return tuple(name for name in (*SHARED, *UNFLAGGED) if name in names)
+
+
+def _spec(spec: type[S], args: argparse.Namespace, **shared: object) -> S:
+    """`spec` from the shared flags (`shared`: recipe, out, overrides, data as the study has
+    them) and the flags derived from its fields, checked (`InputError` naming the flag)."""
+    return config_from_args(spec, args, skip=_not_derived(spec), base=spec(**shared))
 
 
 def _run(args: argparse.Namespace, study: Callable[[], object], *, report: Path) -> int:
@@ -78,29 +84,14 @@ def _run(args: argparse.Namespace, study: Callable[[], object], *, report: Path)
 def cmd_sweep(args: argparse.Namespace) -> int:
     from vidscale.studies.sweep import SweepSpec, sweep
 
-    spec = SweepSpec(
-        recipe=args.recipe,
-        out=args.out,
-        overrides=_with_data_root(args),
-        batches=_list("--batches", args.batches, int),
-        optimizers=_list("--optimizers", args.optimizers, str),
-        epochs=args.epochs,
-        nproc=args.nproc,
-    )
+    spec = _spec(SweepSpec, args, recipe=args.recipe, out=args.out, overrides=_with_data_root(args))
     return _run(args, lambda: sweep(spec, plot_only=args.plot_only), report=spec.out / "sweep.json")
 
 
 def cmd_aavg_study(args: argparse.Namespace) -> int:
     from vidscale.studies.aavg import StudySpec, aavg_study
 
-    spec = StudySpec(
-        recipe=args.recipe,
-        out=args.out,
-        overrides=_with_data_root(args),
-        ks=_list("--aavg-k", args.aavg_k, int),
-        epochs=args.epochs,
-        nproc=args.nproc,
-    )
+    spec = _spec(StudySpec, args, recipe=args.recipe, out=args.out, overrides=_with_data_root(args))
     return _run(
         args, lambda: aavg_study(spec, plot_only=args.plot_only), report=spec.out / "study.json"
     )
@@ -109,15 +100,12 @@ def cmd_aavg_study(args: argparse.Namespace) -> int:
 def cmd_multigrid_study(args: argparse.Namespace) -> int:
     from vidscale.studies.multigrid import MultigridStudySpec, multigrid_study
 
-    spec = MultigridStudySpec(
+    spec = _spec(
+        MultigridStudySpec,
+        args,
         recipe=args.recipe,
         out=args.out,
         overrides=_with_data_root(args),
-        epochs=args.epochs,
-        nproc=args.nproc,
-        margin=args.margin,
-        variants=_list("--variants", args.variants, str),
-        seeds=_list("--seeds", args.seeds, int),
     )
     return _run(
         args,
@@ -129,14 +117,8 @@ def cmd_multigrid_study(args: argparse.Namespace) -> int:
 def cmd_two_stream_study(args: argparse.Namespace) -> int:
     from vidscale.studies.two_stream import TwoStreamStudySpec, two_stream_study
 
-    spec = TwoStreamStudySpec(
-        data=args.data,
-        out=args.out,
-        overrides=tuple(args.overrides),
-        epochs=args.epochs,
-        nproc=args.nproc,
-        weights=args.weights,
-        margin=args.margin,
+    spec = _spec(
+        TwoStreamStudySpec, args, data=args.data, out=args.out, overrides=tuple(args.overrides)
     )
     return _run(
         args,
@@ -148,12 +130,8 @@ def cmd_two_stream_study(args: argparse.Namespace) -> int:
 def cmd_multilabel_study(args: argparse.Namespace) -> int:
     from vidscale.studies.multilabel import MultiLabelStudySpec, multilabel_study
 
-    spec = MultiLabelStudySpec(
-        data=args.data,
-        out=args.out,
-        overrides=tuple(args.overrides),
-        epochs=args.epochs,
-        nproc=args.nproc,
+    spec = _spec(
+        MultiLabelStudySpec, args, data=args.data, out=args.out, overrides=tuple(args.overrides)
     )
     return _run(
         args,
@@ -215,63 +193,47 @@ def _renamed(
 
 
 def _add_batch_size(p: argparse.ArgumentParser) -> None:
-    add_study_args(p, report="sweep.json/png", nproc=1, epochs=10)
-    p.add_argument("--batches", default="32,128,768", help="global batches (accumulation)")
-    p.add_argument("--optimizers", default="sgd,lars,lamb", help="comma-separated (sgd,lars,lamb)")
+    from vidscale.studies.sweep import SweepSpec
+
+    add_study_args(p, SweepSpec, report="sweep.json/png")
     p.set_defaults(fn=cmd_sweep)
 
 
 def _add_aavg(p: argparse.ArgumentParser) -> None:
-    add_study_args(p, report="study.json/png", nproc=2, epochs=10)
-    p.add_argument(
-        "--aavg-k",
-        default="1,2,4,8,-1",
-        help="AAVG's steps per averaging, one run each (-1: once per epoch)",
-    )
+    from vidscale.studies.aavg import StudySpec
+
+    add_study_args(p, StudySpec, report="study.json/png")
     add_renamed(p, "--ks", "--aavg-k")
     p.set_defaults(fn=cmd_aavg_study)
 
 
 def _add_multigrid(p: argparse.ArgumentParser) -> None:
-    add_study_args(p, report="study.json/png", nproc=2, epochs=None)
-    p.add_argument(
-        "--margin", type=float, default=1.0, help="points below the baseline's final accuracy"
-    )
-    p.add_argument(
-        "--variants",
-        default="baseline,long,short,both",
-        help="which runs (comma-separated; the baseline is always one)",
-    )
-    p.add_argument(
-        "--seeds",
-        default="",
-        help="e.g. 0,1,2: every variant once per seed (OUT/seed-N/...), reported as mean and sd",
-    )
+    from vidscale.studies.multigrid import MultigridStudySpec
+
+    add_study_args(p, MultigridStudySpec, report="study.json/png")
     p.set_defaults(fn=cmd_multigrid_study)
 
 
 def _add_two_stream(p: argparse.ArgumentParser) -> None:
+    from vidscale.studies.two_stream import TwoStreamStudySpec
+
     add_study_args(
         p,
+        TwoStreamStudySpec,
         report="study.json/png",
-        nproc=2,
-        epochs=None,
         recipe=False,
         data_help="prepared dir with PREP/flow (sets data.root)",
-    )
-    p.add_argument("--weights", type=_weights, default=(1.0, 1.0), help="fusion RGB,FLOW (1,1)")
-    p.add_argument(
-        "--margin", type=float, default=1.0, help="points below flow_scratch's best accuracy"
     )
     p.set_defaults(fn=cmd_two_stream_study)
 
 
 def _add_multilabel(p: argparse.ArgumentParser) -> None:
+    from vidscale.studies.multilabel import MultiLabelStudySpec
+
     add_study_args(
         p,
+        MultiLabelStudySpec,
         report="study.json/png",
-        nproc=2,
-        epochs=None,
         recipe=False,
         data_help="multi-label demo directory (vidscale synth --multi-label; sets data.root)",
     )

@@ -21,11 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vidscale.bench.options import option
 from vidscale.config import ConfigError, apply_overrides, validate
 from vidscale.recipes import get_recipe
 from vidscale.run.metrics import read_metrics
 from vidscale.run.summary import RunSummary, summary_path
 from vidscale.schedules.batch_scaling import LRRule
+from vidscale.studies import options
 from vidscale.studies.runs import (
     StudyRun,
     check_dataset_fits,
@@ -50,14 +52,20 @@ CONTROLLED_KEYS = (
 
 @dataclass(frozen=True)
 class StudySpec:
-    """What `vidscale study aavg` was asked for; `overrides` are the user's --set."""
+    """What `vidscale study aavg` was asked for; `overrides` are the user's --set. `ks` to
+    `nproc` are the command's flags (`studies.options`)."""
 
     recipe: str
     out: Path
     overrides: tuple[str, ...] = ()
-    ks: tuple[int, ...] = (1, 2, 4, 8, -1)
-    epochs: int = 10
-    nproc: int = 2
+    ks: tuple[int, ...] = option(
+        (1, 2, 4, 8, -1),
+        help="AAVG's steps per averaging, one run each (-1: once per epoch)",
+        low=-1,
+        flag="aavg-k",
+    )
+    epochs: int = options.epochs(10)
+    nproc: int = options.nproc(2)
     adam_lr: float = 1e-3  # Adam's default rate: the paper gives none
     max_batch: int = 64  # per learner: at most two doublings of the demo's 16
 

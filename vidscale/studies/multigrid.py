@@ -26,6 +26,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from vidscale.bench.options import option
 from vidscale.config import ConfigError, RunConfig, apply_overrides, load_config, validate
 from vidscale.errors import InputError
 from vidscale.models.costs import model_info
@@ -39,6 +40,7 @@ from vidscale.run.summary import RunSummary, summary_path
 from vidscale.run.timeline import Timeline, make_timeline, requested_global_batch, run_sizes
 from vidscale.schedules.batch_scaling import LRRule
 from vidscale.schedules.lr import scaled_lr
+from vidscale.studies import options
 from vidscale.studies.runs import (
     StudyRun,
     check_dataset_fits,
@@ -57,14 +59,22 @@ VARIANTS: dict[str, tuple[bool, bool]] = {  # name: (long cycle, short cycle)
 
 @dataclass(frozen=True)
 class MultigridStudySpec:
+    """What `vidscale study multigrid` was asked for; `overrides` are the user's --set. The
+    fields after them are the command's flags (`studies.options`)."""
+
     recipe: str
     out: Path
     overrides: tuple[str, ...] = ()
-    nproc: int = 2
-    margin: float = 1.0  # points below the baseline's final accuracy that count as reaching it
-    variants: tuple[str, ...] = tuple(VARIANTS)
-    seeds: tuple[int, ...] = ()  # empty: one run per variant at the recipe's seed, in out/<name>
-    epochs: int | None = None  # the baseline's (None: the recipe's); multigrid runs x epoch_factor
+    nproc: int = options.nproc(2)
+    margin: float = options.margin("the baseline's final accuracy")
+    variants: tuple[str, ...] = option(
+        tuple(VARIANTS), help="which runs (the baseline is always one)", choices=tuple(VARIANTS)
+    )
+    seeds: tuple[int, ...] = option(  # empty: one run per variant at the recipe's seed
+        (), help="e.g. 0,1,2: every variant once per seed (OUT/seed-N/...), reported as mean and sd"
+    )
+    # The baseline's (None: the recipe's); multigrid runs x epoch_factor.
+    epochs: int | None = options.epochs(None)
 
 
 def seed_dirs(spec: MultigridStudySpec) -> list[tuple[int | None, Path]]:

@@ -29,6 +29,7 @@ from vidscale.run.summary import RunSummary, summary_path
 from vidscale.run.timeline import requested_global_batch
 from vidscale.schedules.batch_scaling import LRRule
 from vidscale.schedules.lr import scaled_lr
+from vidscale.studies import options
 from vidscale.studies.runs import (
     StudyRun,
     all_runs_finished,
@@ -53,8 +54,8 @@ class MultiLabelStudySpec:
     data: Path
     out: Path
     overrides: tuple[str, ...] = ()
-    epochs: int | None = None
-    nproc: int = 2
+    epochs: int | None = options.epochs(None)
+    nproc: int = options.nproc(2)
 
 
 def run_overrides(spec: MultiLabelStudySpec) -> tuple[str, ...]:

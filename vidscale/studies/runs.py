@@ -170,11 +170,3 @@ def train_runs(
     out.mkdir(parents=True, exist_ok=True)
     launch = train_in_process if nproc == 1 else torchrun_launcher(nproc)
     return execute(runs, launch, label=label)
-
-
-def parse_list(text: str, cast: Callable[[str], Any]) -> tuple[Any, ...]:
-    """'32,128,768' -> (32, 128, 768); ConfigError names the bad item."""
-    try:
-        return tuple(cast(x.strip()) for x in text.split(",") if x.strip())
-    except ValueError as err:
-        raise ConfigError(f"cannot parse {text!r}: {err}") from err

@@ -16,9 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vidscale.bench.options import option
 from vidscale.config import ConfigError, RunConfig, apply_overrides, validate
 from vidscale.recipes import get_recipe
 from vidscale.schedules.batch_scaling import SCALED_OPTIMIZERS, batch_scaled_lr
+from vidscale.studies import options
 from vidscale.studies.runs import StudyRun, check_dataset_fits, refuse_controlled
 from vidscale.studies.skeleton import Study, run_study
 from vidscale.studies.sweep_report import collect_run, finished_runs, format_table, write_report
@@ -35,15 +37,20 @@ CONTROLLED_KEYS = (
 
 @dataclass(frozen=True)
 class SweepSpec:
-    """What `vidscale study batch-size` was asked for; `overrides` are the user's --set (with data.root)."""
+    """What `vidscale study batch-size` was asked for; `overrides` are the user's --set (with
+    data.root). The fields after them are the command's flags (`studies.options`)."""
 
     recipe: str
     out: Path
     overrides: tuple[str, ...] = ()
-    batches: tuple[int, ...] = (32, 128, 768)
-    optimizers: tuple[str, ...] = SCALED_OPTIMIZERS
-    epochs: int = 10
-    nproc: int = 1
+    batches: tuple[int, ...] = option(
+        (32, 128, 768), help="global batches, one run each (accumulation)", low=1
+    )
+    optimizers: tuple[str, ...] = option(
+        SCALED_OPTIMIZERS, help="one run per batch each", choices=SCALED_OPTIMIZERS
+    )
+    epochs: int = options.epochs(10)
+    nproc: int = options.nproc(1)
 
 
 def run_name(optimizer: str, global_batch: int) -> str:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vidscale.bench.options import option
 from vidscale.config import ConfigError, apply_overrides, validate
 from vidscale.data.prepared.prepare import FLOW_DIR
 from vidscale.recipes import get_recipe
@@ -37,6 +38,7 @@ from vidscale.run.summary import RunSummary, summary_path
 from vidscale.run.timeline import requested_global_batch
 from vidscale.schedules.batch_scaling import LRRule
 from vidscale.schedules.lr import scaled_lr
+from vidscale.studies import options
 from vidscale.studies.runs import (
     StudyRun,
     all_runs_finished,
@@ -61,10 +63,12 @@ class TwoStreamStudySpec:
     data: Path
     out: Path
     overrides: tuple[str, ...] = ()
-    epochs: int | None = None
-    nproc: int = 2
-    weights: tuple[float, float] = (1.0, 1.0)  # late fusion, RGB and flow
-    margin: float = 1.0  # points below the scratch run's best that count as reaching it
+    epochs: int | None = options.epochs(None)
+    nproc: int = options.nproc(2)
+    weights: tuple[float, float] = option(
+        (1.0, 1.0), help="late fusion's weights RGB,FLOW (not both 0)", low=0
+    )
+    margin: float = options.margin("flow_scratch's best accuracy")
 
 
 # -- the runs ------------------------------------------------------------------------------------
