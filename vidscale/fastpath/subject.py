@@ -1,7 +1,7 @@
 """The benchmark subject: a model at a fast-path setting, training on one fixed random batch with
 the trainer's step. What the fast-path probe (`trials`) and the benches that time a model's step
-(`bench models`, `throughput`, `profile`, `shard-train`, the network bench's hook cost) build,
-one way, so that they time the same thing:
+(`bench models`, `throughput`, `profile`, `shard-train`, `multigrid`, `scaling`, the network
+bench's hook cost) build, one way, so that they time the same thing:
 
 - the weights and the batch come from one seed (`SEED`): the model is built right after
   `torch.manual_seed(SEED)`, the clips (float, N(0, 1), on the device) and labels drawn after it,
@@ -12,15 +12,19 @@ one way, so that they time the same thing:
   process-wide (`set_device_options`: TF32 and cudnn autotuning on CUDA) are set once, here;
 - the step is the trainer's (`step.fixed_batch.FixedBatchStep`: forward and loss inside the
   autocast, backward, gradient norm, agreement, the update if finite, gradients zeroed), with
-  the benches' SGD (`step.fixed_batch.bench_sgd`);
+  the benches' SGD (`step.fixed_batch.bench_sgd`), on its batch (`__call__`), on other clips
+  (`on`: other shapes, decoded batches) or on a loader's batches (`loaded`: `bench scaling`),
+  through a wrapper of the model where a bench trains one (`through`: DDP, a data-parallel
+  strategy over its ranks);
 - every step's result is counted (`applied`, `step.applied.AppliedSteps`): a bench reports how
   many of its steps applied their update and refuses a row where none did.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -28,7 +32,8 @@ from torch import Tensor, nn
 from vidscale.fastpath.settings import Candidate, FastPath, apply_to_model, set_device_options
 from vidscale.step.applied import AppliedSteps
 from vidscale.step.fixed_batch import FixedBatchStep
-from vidscale.step.run import StepResult
+from vidscale.step.objective import CROSS_ENTROPY, Objective
+from vidscale.step.run import MicroBatchSync, PrepareInput, StepResult, no_sync_needed
 
 SEED = 0  # every subject's weights, clips and labels
 
@@ -108,9 +113,18 @@ class Subject:
     def optimizer(self) -> torch.optim.Optimizer:
         return self.step.optimizer
 
-    def through(self, forward: nn.Module) -> None:
+    def through(
+        self,
+        forward: nn.Module,
+        *,
+        micro_batch: MicroBatchSync = no_sync_needed,
+        world_size: int = 1,
+        objective: Objective = CROSS_ENTROPY,
+    ) -> None:
         """Train through `forward` from now on: a wrapper of `model` (one-rank DDP with a
-        gradient hook), keeping the batch, the optimizer and the count."""
+        gradient hook; a data-parallel strategy's, with its `micro_batch` context, agreeing
+        over `world_size` ranks), keeping the batch, the optimizer and the count; `objective`
+        for multi-label batches."""
         self.forward = forward
         self.step = FixedBatchStep(
             forward,
@@ -118,6 +132,9 @@ class Subject:
             self.labels,
             optimizer=self.optimizer,
             autocast=self.fast.autocast(),
+            micro_batch=micro_batch,
+            world_size=world_size,
+            objective=objective,
         )
 
     def __call__(self) -> StepResult:
@@ -127,6 +144,15 @@ class Subject:
         """One step on other clips of the same kind (float, on the device): a bench that feeds
         decoded batches, or times other shapes (`accumulate` micro-batches of them a step)."""
         result = self.step.on(clips, labels, accumulate=accumulate)
+        self.applied.add(result)
+        return result
+
+    def loaded(
+        self, batches: Iterator[dict[str, Any]], *, prepare: PrepareInput, clips: int
+    ) -> StepResult:
+        """One step on the next batch of a loader (`FixedBatchStep.loaded`: the data wait
+        timed, the inputs moved and normalised by `prepare`), counted."""
+        result = self.step.loaded(batches, prepare=prepare, clips=clips)
         self.applied.add(result)
         return result
 

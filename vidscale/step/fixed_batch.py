@@ -7,15 +7,24 @@ agreement (local on one process) and the optimizer's update.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
 from torch import nn
 
-from vidscale.step.run import StepContext, StepResult, train_step
+from vidscale.step.objective import CROSS_ENTROPY, Objective
+from vidscale.step.run import (
+    MicroBatchSync,
+    PrepareInput,
+    StepContext,
+    StepResult,
+    no_sync_needed,
+    train_step,
+)
 
 CLIPS = "clips"  # the batch's one input: float clips already on the device
 
@@ -40,7 +49,9 @@ class FixedBatchStep:
     """`model` (as it runs forward: compiled or wrapped, if so) trained on `clips` (N, C, T, H, W)
     float on the device and `labels` (N,); calling it runs one step and returns its result.
     `optimizer` defaults to `bench_sgd` over `model`'s parameters; `autocast` is the fast
-    path's (`FastPath.autocast()`)."""
+    path's (`FastPath.autocast()`). A model wrapped by a data-parallel strategy takes the
+    strategy's `micro_batch` context, and its `world_size` ranks agree on every step; `objective`
+    is the loss (binary cross-entropy for multi-label batches, `objective.objective_for`)."""
 
     def __init__(
         self,
@@ -51,6 +62,9 @@ class FixedBatchStep:
         optimizer: torch.optim.Optimizer | None = None,
         autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
         lr: float = BENCH_LR,
+        micro_batch: MicroBatchSync = no_sync_needed,
+        world_size: int = 1,
+        objective: Objective = CROSS_ENTROPY,
     ) -> None:
         self.context = StepContext(
             model=model,
@@ -58,6 +72,9 @@ class FixedBatchStep:
             prepare=already_prepared,
             device=clips.device,
             autocast=autocast,
+            micro_batch=micro_batch,
+            world_size=world_size,
+            objective=objective,
         )
         self.clips, self.labels, self.lr = clips, labels, lr
 
@@ -77,6 +94,15 @@ class FixedBatchStep:
             clips=len(labels) * accumulate,
             lr=self.lr,
         )
+
+    def loaded(
+        self, batches: Iterator[dict[str, Any]], *, prepare: PrepareInput, clips: int
+    ) -> StepResult:
+        """One step on the next batch of a loader (`clips` clips, as the dataset yields them:
+        `prepare` moves and normalises its inputs, `StepResult.wait_s` is the time blocked on
+        it), as training runs it."""
+        context = dataclasses.replace(self.context, prepare=prepare)
+        return train_step(context, batches, accumulate=1, clips=clips, lr=self.lr)
 
     def __call__(self) -> StepResult:
         return self.on(self.clips, self.labels)

@@ -1,10 +1,13 @@
 """One rank of `vidscale bench scaling`: train N steps of a model the way `vidscale train` does,
 and time each step's parts (TSM paper §3c, §4 "Scalability", Fig. 6).
 
-Every rank builds the model from the registry with the trainer's fast path, the optimizer from
-the optimizer factory, and the data-parallel strategy from `build_strategy` (DDP with a
-gradient hook, or AAVG), and runs the loop's own `train_step` on batches from a real
-`DataLoader`. Per measured step it records, on its own clock:
+Every rank builds the one benchmark subject (`fastpath.subject.Subject`: the model from the
+registry under the subjects' seed, so every rank starts from the same weights, at the fast-path
+setting, with the benches' SGD) and the data-parallel strategy from `build_strategy` (DDP with a
+gradient hook, or AAVG), and trains through the strategy's wrapper with the loop's own
+`train_step` (`Subject.loaded`: every rank agreeing on every step) on batches from a real
+`DataLoader` set up as the trainer's (`data.loaders.loader_options`). Per measured step it
+records, on its own clock:
 
 - `step_s`: the whole step (`train_step`, the strategy's `after_step` and the traffic read-out,
   then a device synchronisation so that queued GPU work is inside the step);
@@ -33,7 +36,7 @@ from __future__ import annotations
 import functools
 import gc
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -57,13 +60,11 @@ from vidscale.distributed.sync.ddp import is_ddp
 from vidscale.fastpath.hardware import load_average, synchronize
 from vidscale.fastpath.host_memory import retain_freed_host_memory
 from vidscale.fastpath.probe import decide
-from vidscale.fastpath.settings import Candidate, apply_to_model, resolve_fast_path
+from vidscale.fastpath.settings import Candidate
+from vidscale.fastpath.subject import Subject
 from vidscale.models.registry import build_model
-from vidscale.optim.factory import OptimConfig, build_optimizer
-from vidscale.schedules.lr import scaled_lr
 from vidscale.step.applied import AppliedSteps, NothingTrained
 from vidscale.step.objective import objective_for
-from vidscale.step.run import StepContext, train_step
 
 
 class RandomClips(Dataset[dict[str, Any]]):
@@ -155,12 +156,9 @@ class StepSamples:
 class _Run:
     """The built pieces of one measurement."""
 
-    model: nn.Module
-    optimizer: torch.optim.Optimizer
+    subject: Subject
     strategy: DataParallel
     batches: Iterator[dict[str, Any]]
-    autocast: Callable[[], Any]
-    fast_path: str
     forward_sync: ForwardSyncTimer
     grad_bytes: int
     params: int
@@ -169,17 +167,12 @@ class _Run:
 def _build(
     cfg: ScalingConfig, env: DistEnv, name: str, variant: Variant, setting: Candidate
 ) -> _Run:
-    fast = resolve_fast_path(
-        env.device,
-        enabled=cfg.fast_path,
-        amp="auto",
-        channels_last="auto",
-        compile=False,
-        auto=setting,
+    subject = Subject.build(
+        functools.partial(build_model, cfg.model_config(name)),
+        setting=setting,
+        shape=cfg.probe_shape(),
+        device=env.device,
     )
-    torch.manual_seed(cfg.seed)  # the same initial weights on every rank
-    model = apply_to_model(build_model(cfg.model_config(name)).to(env.device), fast)
-    optimizer = build_optimizer(model, OptimConfig(), lr=0.0)
     comm = CommConfig(
         hook=variant.hook,
         bucket_cap_mb=cfg.bucket_cap_mb,
@@ -191,16 +184,19 @@ def _build(
         name=DDPStrategy.name if variant.strategy == SINGLE else variant.strategy,
         aavg=AAVGConfig(k=variant.k),
     )
-    wrapped = strategy.wrap(model, optimizer)
+    wrapped = strategy.wrap(subject.model, subject.optimizer)
     wrapped.train()
-    trainable = [p for p in model.parameters() if p.requires_grad]
+    subject.through(
+        wrapped,
+        micro_batch=strategy.micro_batch,
+        world_size=env.world_size,
+        objective=objective_for(multi_label=cfg.multi_label),
+    )
+    trainable = [p for p in subject.model.parameters() if p.requires_grad]
     return _Run(
-        model=wrapped,
-        optimizer=optimizer,
+        subject=subject,
         strategy=strategy,
         batches=real_batches(cfg, env, name) if cfg.data else _random_batches(cfg, env),
-        autocast=fast.autocast(),
-        fast_path=fast.describe(),
         forward_sync=ForwardSyncTimer(wrapped, env.device),
         grad_bytes=sum(p.numel() * p.element_size() for p in trainable),
         params=sum(p.numel() for p in trainable),
@@ -260,24 +256,14 @@ def measure(
     measured steps (`StepSamples` as a dict), how many applied their update, and the model's
     size. Raises `NothingTrained` (on every rank) when none of the measured steps applied."""
     run = _build(cfg, env, name, variant, setting)
-    lr = scaled_lr(OptimConfig().lr_per_8_clips, cfg.batch * env.world_size)
     samples = StepSamples.empty(env.rank)
-    context = StepContext(
-        model=run.model,
-        optimizer=run.optimizer,
-        objective=objective_for(multi_label=cfg.multi_label),
-        prepare=ModelInput("rgb", 3),
-        device=env.device,
-        autocast=run.autocast,
-        micro_batch=run.strategy.micro_batch,
-        world_size=env.world_size,
-    )
+    prepare = ModelInput("rgb", 3)
     run.strategy.take_traffic()
-    applied = AppliedSteps()
+    applied = AppliedSteps()  # the measured steps' (the subject's own count has the warm-up's)
     for step in range(cfg.warmup + cfg.steps):
         synchronize(env.device)
         start, start_cpu = time.perf_counter(), time.thread_time()
-        result = train_step(context, run.batches, accumulate=1, clips=cfg.batch, lr=lr)
+        result = run.subject.loaded(run.batches, prepare=prepare, clips=cfg.batch)
         # The warm-up is an epoch of its own: AAVG averages at its end (as at every epoch end),
         # so the first averaging's one-time costs stay out, and every k-th measured step.
         in_epoch = step + 1 if step < cfg.warmup else step - cfg.warmup + 1
@@ -304,7 +290,7 @@ def measure(
         "samples": asdict(samples),
         "grad_bytes": run.grad_bytes,
         "params": run.params,
-        "fast_path": run.fast_path,
+        "fast_path": run.subject.fast.describe(),
     }
 
 
