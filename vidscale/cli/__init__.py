@@ -4,7 +4,8 @@ Bad input of any command (a flag, a config field, an annotation line, a missing 
 file or video) ends it with one line `vidscale: error: ...` on stderr and exit status 2;
 `vidscale --debug COMMAND ...` shows the traceback instead.
 
-One module per command group, each with its parsers and commands: `train_cmds`, `study_cmds`,
+One module per command group, each with its parsers and commands: `train_cmds` (with `ft_cmd`,
+`train-ft`: one replica group of a fault-tolerant run), `study_cmds`,
 `data_cmds` (`synth`, `prepare`), `eval_cmds` (`eval`, `predict`, `export`; `eval_format` writes
 `eval`'s lines, `timeline_cmd` `predict --window`), `feature_cmds`, `import_cmds`, `info_cmds`,
 `plan_cmd`, `bench_cmds` (with `bench_gpu_cmds` and `bench_network_cmd`). Shared: `args` (the
@@ -25,6 +26,7 @@ from vidscale.cli import (
     data_cmds,
     eval_cmds,
     feature_cmds,
+    ft_cmd,
     import_cmds,
     info_cmds,
     plan_cmd,
@@ -75,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     # In `vidscale --help` order: a user's path from data to a trained model first.
     data_cmds.add_parsers(sub)
     train_cmds.add_parsers(sub)
+    ft_cmd.add_parsers(sub)
     eval_cmds.add_parsers(sub)
     feature_cmds.add_parsers(sub)
     import_cmds.add_parsers(sub)

@@ -7,4 +7,6 @@
   (K-step model averaging with Adam and BN merging).
 - `sync_batchnorm`: BN statistics synchronised over groups of processes (multigrid).
 - `peers/`: a rank that fails stops the others within seconds; heartbeats; the link's probe.
+- `ft/`: fault-tolerant replica groups on TorchFT (the optional `ft` extra): the settings, the
+  JSON state transport, the shared data position, a group's manager and step exchange.
 """

@@ -6,7 +6,8 @@ it: `run/`, `scoring/`).
   parts and ends its loader workers.
 - Checkpoints: `state` (the registry of checkpointed parts), `checkpointer` (save, load, stop),
   `resume` (the newest loadable checkpoint, the plan rule).
-- Survival: `resilience` (signals, the divergence guard), `watchdog` (hangs).
+- Survival: `resilience` (signals, the divergence guard), `watchdog` (hangs); `ft_run`, training
+  in fault-tolerant replica groups on TorchFT (`vidscale train-ft`).
 - Sizes and phases: `adaptive_batch`, `phase_switch`, `precise_bn`.
 - Records: `run_log`, `summary` (the run's counters), `loggers` (+ `wandb_logger`),
   `expected_time`.

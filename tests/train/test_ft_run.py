@@ -1,0 +1,187 @@
+"""Fault-tolerant replica groups (`vidscale train-ft`, `vidscale.train.ft_run`) with real
+processes: torchrun jobs over gloo, a real lighthouse, SIGKILL.
+
+What is checked, from each group's step log and final state: the group that is not killed is
+never restarted and keeps committing steps alone while the other is away; the killed group,
+started again, takes the live peer's state and rejoins; every replica ends with the same model,
+optimizer state, BN buffers and data position (exactly equal); in every epoch every sample is
+taken by exactly one committed step; the LR follows the step's global batch. And the
+lighthouse's death stops every group in one line, keeping its last committed state, from which
+the same commands continue.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.distributed.multiproc import free_port
+from tests.train.ft_groups import (
+    RUN,
+    Lighthouse,
+    finish,
+    kill_group,
+    records,
+    start_group,
+    wait_for,
+)
+from vidscale.cli import main
+from vidscale.distributed.ft.position import DataPosition
+from vidscale.recipes import get_recipe
+
+FT_ARGS = ["train-ft", *RUN, "--out", "unused", "--lighthouse", "127.0.0.1:1"]
+TRAIN_VIDEOS = 16  # the tiny demo: 8 classes x 2
+LR_PER_8 = get_recipe(RUN[1]).optim.lr_per_8_clips
+
+
+def check_samples_once(logs: list[list[dict[str, Any]]], epochs: int) -> None:
+    """Every epoch's committed steps take every training sample exactly once; every logged
+    share is its process's slot of its step; groups that logged a step agree on it."""
+    by_step: dict[int, dict[str, Any]] = {}
+    for log in logs:
+        for r in log:
+            key = ("epoch", "start", "stop", "participants", "lr")
+            seen = by_step.setdefault(r["step"], r)
+            assert {k: seen[k] for k in key} == {k: r[k] for k in key}, r["step"]
+    assert sorted(by_step) == list(range(1, len(by_step) + 1)), "a committed step is missing"
+    for epoch in range(epochs):
+        steps = sorted(
+            (r for r in by_step.values() if r["epoch"] == epoch), key=lambda r: r["step"]
+        )
+        order = DataPosition(TRAIN_VIDEOS, 0, epoch=epoch).order()
+        taken = [i for r in steps for i in order[r["start"] : r["stop"]]]
+        assert sorted(taken) == list(range(TRAIN_VIDEOS)), f"epoch {epoch}: {taken}"
+        assert [r["start"] for r in steps] == [0, *[r["stop"] for r in steps[:-1]]]
+    for log in logs:
+        for r in log:
+            assert set(r["share"]) <= set(
+                DataPosition(16, 0, epoch=r["epoch"]).order()[r["start"] : r["stop"]]
+            )
+            samples = r["stop"] - r["start"]
+            progress = (r["epoch"] * TRAIN_VIDEOS + r["start"]) / (epochs * TRAIN_VIDEOS)
+            rule = LR_PER_8 * samples / 8 * 0.5 * (1 + math.cos(math.pi * progress))
+            assert r["lr"] == pytest.approx(rule, rel=1e-9)
+
+
+def check_equal_final_states(out: Path, groups: int, epochs: int) -> None:
+    states = [
+        torch.load(out / "ft" / f"final-group{g}.rank0.pt", weights_only=True)
+        for g in range(groups)
+    ]
+    assert states[0]["position"] == {
+        "size": TRAIN_VIDEOS,
+        "seed": 0,
+        "epoch": epochs,
+        "consumed": 0,
+    }
+    assert states[0]["optimizer"]["state"], "no momentum: the optimizer never stepped"
+    assert any(k.endswith("running_mean") for k in states[0]["model"])
+    for other in states[1:]:
+        torch.testing.assert_close(other, states[0], rtol=0, atol=0)
+
+
+@pytest.mark.slow
+def test_a_killed_group_rejoins_while_the_other_keeps_stepping(
+    tiny_demo: Path, tmp_path: Path
+) -> None:
+    epochs = 8
+    lighthouse = Lighthouse.start(tmp_path / "lighthouse.log")
+    try:
+        start = partial(
+            start_group, data=tiny_demo, out=tmp_path, lighthouse=lighthouse.address, epochs=epochs
+        )
+        survivor = start(0, 2)
+        victim = start(1, 2)
+        wait_for(lambda: len(records(tmp_path, 1)) >= 4, 120, "group 1's 4th step")
+        kill_group(victim)
+        killed_after = len(records(tmp_path, 1))
+        last_before = records(tmp_path, 1)[-1]["step"]
+        back = start(1, 2)
+        assert finish(survivor, 180, tmp_path, 0) == 0
+        assert finish(back, 60, tmp_path, 1) == 0
+    finally:
+        lighthouse.kill()
+    alone, rejoined = records(tmp_path, 0), records(tmp_path, 1)[killed_after:]
+    # The survivor's one process committed every step, and some alone (the other away).
+    assert [r["step"] for r in alone] == list(range(1, len(alone) + 1))
+    away = [r for r in alone if r["step"] > last_before and r["participants"] == 1]
+    assert away, "the survivor did not step while group 1 was away"
+    # The restarted group took the live state at a later step and stepped with the survivor.
+    assert rejoined and rejoined[0]["healed"] and rejoined[0]["step"] > last_before + len(away) - 1
+    assert any(r["participants"] == 2 for r in rejoined)
+    check_samples_once([alone, records(tmp_path, 1)], epochs)
+    check_equal_final_states(tmp_path, 2, epochs)
+
+
+@pytest.mark.slow
+def test_the_lighthouse_dying_stops_every_group_which_then_continue(
+    tiny_demo: Path, tmp_path: Path
+) -> None:
+    """The lighthouse is the one part no group can step without: every group stops in one
+    line (exit 3) keeping its last committed state; a new lighthouse on the same address and
+    the same commands finish the run as if nothing had happened to the data or the state."""
+    epochs = 3
+    lighthouse = Lighthouse.start(tmp_path / "lighthouse.log")
+    start = partial(
+        start_group,
+        data=tiny_demo,
+        out=tmp_path,
+        lighthouse=lighthouse.address,
+        epochs=epochs,
+        timeout_s=2.0,
+    )
+    groups = [start(g, 2) for g in range(2)]
+    try:
+        wait_for(lambda: min(len(records(tmp_path, g)) for g in range(2)) >= 2, 120, "2 steps each")
+        lighthouse.kill()
+        assert [finish(p, 60, tmp_path, g) for g, p in enumerate(groups)] == [1, 1]
+    finally:
+        lighthouse.kill()
+    for g in range(2):
+        log = (tmp_path / f"group{g}.log").read_text()
+        assert (
+            f"vidscale: group {g}: the lighthouse at {lighthouse.address} stopped answering" in log
+        )
+        assert (tmp_path / "ft" / f"stopped-group{g}.rank0.pt").exists()
+    stopped_at = [records(tmp_path, g)[-1]["step"] for g in range(2)]
+    port = int(lighthouse.address.rsplit(":", 1)[1])
+    lighthouse = Lighthouse.start(tmp_path / "lighthouse.log", port=port)
+    try:
+        groups = [start(g, 2) for g in range(2)]
+        assert [finish(p, 120, tmp_path, g) for g, p in enumerate(groups)] == [0, 0]
+    finally:
+        lighthouse.kill()
+    logs = [records(tmp_path, g) for g in range(2)]
+    for g, group_log in enumerate(logs):
+        steps = [r["step"] for r in group_log]
+        assert steps == sorted(set(steps)), "a step committed twice"
+        # Continued from its own last committed step, or healed from a peer one step ahead.
+        first = next(r for r in group_log if r["step"] > stopped_at[g])
+        assert first["step"] == stopped_at[g] + 1 or first["healed"]
+    check_samples_once(logs, epochs)
+    check_equal_final_states(tmp_path, 2, epochs)
+
+
+def test_one_group_is_refused_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main([*FT_ARGS, "--groups", "1", "--group", "0"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert err.startswith("vidscale: error: --groups: 1: a fault-tolerant run needs at least 2")
+
+
+def test_no_lighthouse_reachable_is_refused_in_one_line(
+    tiny_demo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    port = free_port()  # nothing listens there
+    args = [*FT_ARGS, "--groups", "2", "--group", "0", "--data", str(tiny_demo)]
+    code = main([*args, "--out", str(tmp_path), "--lighthouse", f"127.0.0.1:{port}"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert err.startswith(
+        f"vidscale: error: --lighthouse: no lighthouse reachable at 127.0.0.1:{port}"
+    )

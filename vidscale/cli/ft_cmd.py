@@ -1,0 +1,69 @@
+"""`vidscale train-ft`: one replica group of a fault-tolerant run (docs/fault_tolerance.md)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from vidscale.cli.args import _add_config_args, resolve_config
+from vidscale.cli.output import add_json_flag, print_json
+
+#: Exit status of a group that stopped because the lighthouse did (no quorum can form).
+LIGHTHOUSE_LOST_EXIT_CODE = 3
+
+
+def cmd_train_ft(args: argparse.Namespace) -> int:
+    from vidscale.distributed.ft.settings import FTSettings, require_torchft
+
+    settings = FTSettings(
+        lighthouse=args.lighthouse,
+        group=args.group,
+        groups=args.groups,
+        min_groups=args.min_groups,
+        timeout_s=args.timeout,
+    )
+    settings.check()
+    require_torchft()
+    cfg = resolve_config(args)
+    from vidscale.train.ft_run import LighthouseLost, train_ft
+
+    try:
+        last = train_ft(cfg, settings, args.out)
+    except LighthouseLost as err:
+        print(f"vidscale: group {args.group}: {err}", file=sys.stderr)
+        return LIGHTHOUSE_LOST_EXIT_CODE
+    if args.json and os.environ.get("RANK", "0") == "0":
+        print_json({k: v for k, v in last.items() if k != "share"})
+    return 0
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    """The `train-ft` sub-command."""
+    p = sub.add_parser(
+        "train-ft",
+        help="train as one replica group of a fault-tolerant run (TorchFT; the `ft` extra)",
+    )
+    _add_config_args(p)
+    p.add_argument("--out", type=Path, required=True, help="run directory (shared by the groups)")
+    p.add_argument(
+        "--lighthouse", required=True, metavar="HOST:PORT", help="the torchft_lighthouse address"
+    )
+    p.add_argument("--group", type=int, required=True, help="this replica group's index, from 0")
+    p.add_argument("--groups", type=int, required=True, help="how many replica groups the run has")
+    p.add_argument(
+        "--min-groups",
+        type=int,
+        default=1,
+        help="the fewest live groups that may commit a step (default 1)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="bound on each collective, quorum and state transfer (default 30)",
+    )
+    add_json_flag(p)
+    p.set_defaults(fn=cmd_train_ft)
