@@ -1,0 +1,6 @@
+"""`vidscale bench cluster`: efficiency against the number of nodes (2 to 16) on a cluster's
+network on one machine, with stand-in ranks (TSM paper Table 3, Fig. 3c in miniature).
+
+`standin` is the compute stand-in (the real parameters, waits instead of arithmetic), `rank` one
+stand-in rank under torchrun.
+"""

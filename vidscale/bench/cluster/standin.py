@@ -1,0 +1,180 @@
+"""A compute stand-in: the real model's parameters, the arithmetic replaced by waiting the time a
+one-node measurement gave (docs/design.md "A cluster on one machine"; DESIGN §14).
+
+`StandInModel` keeps the real model as its submodule, so its parameters, their order, DDP's
+buckets, gloo's messages and BatchNorm's buffers (DDP's forward broadcast) are the real ones.
+Its forward runs a chain of one autograd node per parameter-owning layer, in the order the
+real forward runs them (`models.costs`); each node waits its layer's share of the forward time
+going forward, and its share of the backward time going backward, then hands its parameters
+their gradients. Backward therefore releases the gradients layer by layer, last layer first,
+each when the real backward would have (the shares are the layers' MACs, as the planner's
+`overlap.gradient_arrivals` assumes), and DDP's buckets fill and all-reduce as they would.
+The gradients are fresh zeros: their values do not change what is sent.
+
+`StandInSGD` is torch's SGD whose first step is real (so its momentum buffers exist, and AAVG
+averages them with the parameters) and whose later steps wait the measured time instead.
+
+What a wait does not model: memory bandwidth and caches (sixteen waiting ranks do not compete
+for them as sixteen computing ones would), and CPU contention between the ranks' computations.
+What it keeps: with `shared_core`, a wait is stretched by the CPU time the process's other
+threads (gloo's) used meanwhile, as a node whose one core computes and communicates loses that
+time from its computation (the planner's `cpu_s_per_byte`; bench network, "the shared core").
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from vidscale.models.costs import ModelCosts
+
+# A stretch shorter than this is not waited again (one sleep's granularity).
+_SETTLE_S = 5e-4
+# Lateness owed back at most (a longer stall is the machine's, not a sleep's).
+_MAX_LATE_S = 0.05
+
+
+@dataclass(frozen=True)
+class ComputeProfile:
+    """A one-node step split as the stand-in waits it: `forward_s`, `backward_s` (spread over
+    the layers by MACs) and `tail_s` (the gradient norm and the optimizer's update)."""
+
+    forward_s: float
+    backward_s: float
+    tail_s: float
+
+    @classmethod
+    def from_step(cls, step_s: float, *, tail_s: float, backward_fraction: float) -> ComputeProfile:
+        """`step_s` measured on one node, `tail_s` of it after backward; the rest split with
+        `backward_fraction` for backward (the planner's `BACKWARD_FRACTION`)."""
+        body = max(0.0, step_s - tail_s)
+        return cls(body * (1 - backward_fraction), body * backward_fraction, tail_s)
+
+    @property
+    def step_s(self) -> float:
+        return self.forward_s + self.backward_s + self.tail_s
+
+
+class Clock:
+    """Waits without computing; with `shared_core`, also the CPU time the process's other
+    threads took during the wait (one core per node: gloo's work delays the computation).
+
+    A sleep ends late by a scheduler's tick or more on a busy machine; the lateness is owed
+    back by the next wait (`_late_s`), so that a hundred layers' waits do not add a hundred
+    wake-ups to the step."""
+
+    def __init__(self, *, shared_core: bool) -> None:
+        self.shared_core = shared_core
+        self.stretched_s = 0.0  # what the other threads took, in all
+        self._late_s = 0.0
+
+    def wait(self, seconds: float) -> None:
+        while seconds > _SETTLE_S:
+            process, own = time.process_time(), time.thread_time()
+            asked = seconds - self._late_s
+            if asked <= 0:
+                self._late_s = -asked  # still owed: more than this wait could give back
+            else:
+                start = time.perf_counter()
+                time.sleep(asked)
+                self._late_s = min(_MAX_LATE_S, time.perf_counter() - start - asked)
+            if not self.shared_core:
+                return
+            seconds = (time.process_time() - process) - (time.thread_time() - own)
+            self.stretched_s += max(0.0, seconds)
+
+
+class _Layer(torch.autograd.Function):
+    """Waits the layer's forward share; in backward its backward share, then hands back its
+    parameters' gradients."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        x: torch.Tensor,
+        timing: tuple[float, float],
+        clock: Clock,
+        *params: torch.Tensor,
+    ) -> torch.Tensor:
+        ctx.backward_s = timing[1]
+        ctx.clock = clock
+        ctx.params = params
+        clock.wait(timing[0])
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
+        ctx.clock.wait(ctx.backward_s)
+        # Fresh, as a layer's backward hands over a new tensor that autograd keeps as `.grad`
+        # without a copy. Zeros rather than whatever the allocator holds: garbage can be
+        # subnormal, which the CPU adds (DDP, gloo) many times slower than normal numbers.
+        return (grad, None, None, *(torch.zeros_like(p) for p in ctx.params))
+
+
+class StandInModel(nn.Module):
+    """The real `model`'s parameters behind waits (see the module docstring). `costs` is the
+    model's per-layer table (`models.costs.count_costs`, the names `model.named_modules`
+    gives); the output is (batch, num_classes) logits of zeros joined to the chain."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        costs: ModelCosts,
+        profile: ComputeProfile,
+        *,
+        num_classes: int,
+        clock: Clock,
+    ) -> None:
+        super().__init__()
+        self.model = model
+        self.num_classes = num_classes
+        self.clock = clock
+        modules = dict(model.named_modules())
+        total = sum(layer.macs for layer in costs.layers) or 1
+        self.layers: list[tuple[nn.Module, tuple[float, float]]] = []
+        seen: set[int] = set()
+        for layer in costs.layers:
+            module = modules[layer.name]
+            if id(module) in seen:  # a module run twice in forward owns its parameters once
+                continue
+            seen.add(id(module))
+            share = layer.macs / total
+            self.layers.append((module, (profile.forward_s * share, profile.backward_s * share)))
+        owned = {id(p) for module, _ in self.layers for p in module.parameters(recurse=False)}
+        missing = [n for n, p in model.named_parameters() if id(p) not in owned]
+        if missing:
+            raise ValueError(f"stand-in: parameters no layer of the cost table owns: {missing}")
+
+    def forward(self, clips: torch.Tensor) -> torch.Tensor:
+        x = torch.zeros(clips.shape[0], 1)
+        for module, timing in self.layers:
+            x = _Layer.apply(x, timing, self.clock, *_params(module))
+        return x.expand(clips.shape[0], self.num_classes)
+
+
+def _params(module: nn.Module) -> Iterable[torch.Tensor]:
+    return [p for p in module.parameters(recurse=False) if p.requires_grad]
+
+
+class StandInSGD(torch.optim.SGD):
+    """SGD whose first step is real (it makes the momentum buffers) and whose later steps wait
+    `step_s` on `clock` instead of updating."""
+
+    def __init__(self, params: Any, *, step_s: float, clock: Clock, **kwargs: Any) -> None:
+        super().__init__(params, **kwargs)
+        self.stand_in_step_s = step_s
+        self.clock = clock
+        self.primed = False
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Any:  # type: ignore[override]
+        if not self.primed:
+            self.primed = True
+            return super().step(closure)
+        self.clock.wait(self.stand_in_step_s)
+        return None
