@@ -32,7 +32,8 @@ from vidscale.cli import (
     main,
     study_cmds,
 )
-from vidscale.cli.flags import config_fields, format_default
+from vidscale.cli.flags import config_fields, config_from_args, format_default
+from vidscale.cli.plan_cmd import PlanOptions
 from vidscale.errors import InputError
 from vidscale.studies.aavg import StudySpec
 from vidscale.studies.multigrid import MultigridStudySpec
@@ -99,8 +100,20 @@ def test_every_study_setting_is_a_flag_from_its_spec(command: str, spec: type) -
     args = parser.parse_args(["--out", "o", "--data", "d"])
     shared = {name: getattr(args, name) for name in skip if name in study_cmds.SHARED}
     defaults = spec(**shared)
-    built = study_cmds._spec(spec, args, **shared)
+    built: object = study_cmds._spec(spec, args, **shared)
     assert built == defaults
+
+
+def test_plans_flags_are_its_options_fields() -> None:
+    """`vidscale plan`'s run is `PlanOptions`'s fields; given none, the options' defaults."""
+    (top,) = (a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    parser = top.choices["plan"]
+    check_derived(parser, PlanOptions, ())
+    assert config_from_args(PlanOptions, parser.parse_args([])) == PlanOptions()
+    args = parser.parse_args(["--world-size", "48,384", "--epoch-clips", "1000"])
+    opts = config_from_args(PlanOptions, args)
+    assert (opts.world_size, opts.epoch_clips) == ((48, 384), 1000)
+    assert opts.request(48).clips == 1000
 
 
 def check_derived(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...]) -> None:
@@ -128,6 +141,8 @@ def check_derived(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, .
         (["bench", "multigrid", "demo_tsm_r18_8f_b32_e20", "--repeats", "0"], "--repeats"),
         (["bench", "models", "--quick", "--settle", "-1"], "--settle: must be >= 0, got -1"),
         (["bench", "data", "--count", "0"], "--count: must be >= 1, got 0"),
+        (["plan", "--epochs", "0"], "--epochs: must be > 0, got 0.0"),
+        (["plan", "--latency-us", "-1"], "--latency-us: must be >= 0, got -1.0"),
         (["study", "aavg", "--out", "o", "--nproc", "0"], "--nproc: must be >= 1, got 0"),
         (
             ["study", "multigrid", "--out", "o", "--margin", "-1"],

@@ -214,8 +214,10 @@ def _add_predict_export(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--weights", type=_weights, default=(1.0, 1.0), help="fusion weights RGB,FLOW (1,1)"
     )
-    p.add_argument("--topk", type=_at_least(1), default=5)
-    p.add_argument("--clips", type=_at_least(1), default=None, help="default: the run's")
+    p.add_argument("--topk", type=_at_least(1), default=5, help="classes listed (5)")
+    p.add_argument(
+        "--clips", type=_at_least(1), default=None, help="clips per video (test views; the run's)"
+    )
     p.add_argument("--crops", type=int, choices=[1, 3], default=None, help="default: the run's")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument(

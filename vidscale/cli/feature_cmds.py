@@ -116,7 +116,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="last, best (by val top-1), epoch_NNNN or a path (default: RUN's file, else last)",
     )
-    p.add_argument("--clips", type=_at_least(1), default=None, help="default: the run's")
+    p.add_argument(
+        "--clips", type=_at_least(1), default=None, help="clips per video (test views; the run's)"
+    )
     p.add_argument("--crops", type=int, choices=[1, 3], default=None, help="default: the run's")
     p.add_argument(
         "--chunk", type=_at_least(1), default=32, help="videos per chunk file written (32)"

@@ -1,55 +1,89 @@
 """`vidscale plan`: the scaling model as a capacity planner (planner/capacity.py,
-docs/scaling.md). Its parser and command."""
+docs/scaling.md). Its parser and command.
+
+The flags that describe the planned run are `PlanOptions`'s fields (`bench.options.option`:
+default, help, bounds), derived by `cli.flags` and checked there (`InputError` naming the flag);
+`PlanOptions.request` turns them into the planner's `PlanRequest`. What chooses the command's
+mode (`--target`, `--compare`, `--measured`, `--paper-figures`, `--json`) is declared here."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from vidscale.cli.args import (
-    _above,
-    _at_least,
-    _check_model,
-    _check_parent,
-    _duration,
-    _int_list,
-    _name_list,
-    _non_negative,
-)
-from vidscale.cli.flags import add_renamed
+from vidscale.bench.options import option
+from vidscale.cli.args import _check_model, _check_parent, _duration, _name_list
+from vidscale.cli.flags import add_config_flags, add_renamed, config_from_args
 from vidscale.cli.output import add_json_flag, print_json_file, print_result
 from vidscale.config import ConfigError
 
 
-def _plan_request(args: argparse.Namespace, gpus: int | None) -> Any:
+@dataclass(frozen=True)
+class PlanOptions:
+    """The planned run as `vidscale plan`'s flags give it (None: the hardware's, the model's or
+    the `--measured` run's value)."""
+
+    model: str = option("tsm_resnet50", help="registry model")
+    hardware: str = option("summit", help="summit, paper-p100, dgx-a100, dgx-h100 or local")
+    world_size: tuple[int, ...] | None = option(
+        None, help="processes, one per GPU: 48, or a list 48,384 (default: one node)", low=1
+    )
+    batch_per_gpu: int | None = option(
+        None, help="clips per GPU (8, or the --measured run's)", low=1
+    )
+    epochs: float = option(100.0, help="epochs", above=0)
+    epoch_clips: int = option(240_000, help="clips per epoch", low=1)
+    frames: int | None = option(None, help="frames per clip (default: the model's)", low=1)
+    step_time: float | None = option(None, help="measured s per step, one GPU, no comm", above=0)
+    data_time: float | None = option(
+        None, help="loader s per clip per GPU (hidden, or --measured's wait)", low=0
+    )
+    bandwidth_gbps: float | None = option(None, help="achieved Gb/s per node (network)", above=0)
+    latency_us: float | None = option(None, help="network hop latency", low=0)
+    gpus_per_node: int | None = option(None, help="GPUs per node (the hardware's)", low=1)
+    bucket_cap_mb: float | None = option(None, help="DDP bucket / Horovod fusion, MB", above=0)
+    grad_dtype: Literal["fp32", "bf16", "fp16"] = option("fp32", help="gradients' all-reduce type")
+    framework: Literal["ddp", "horovod"] | None = option(
+        None, help="gradient all-reduce framework (the hardware's)"
+    )
+
+    def request(self, gpus: int | None) -> Any:
+        """The planner's `PlanRequest` on `gpus` GPUs (None: one whole node)."""
+        from vidscale.planner.capacity import PlanRequest
+
+        _check_model("--model", self.model)
+        return PlanRequest(
+            model=self.model,
+            hardware=self.hardware,
+            gpus=gpus,
+            batch_per_gpu=self.batch_per_gpu or 8,
+            epochs=self.epochs,
+            clips=self.epoch_clips,
+            frames=self.frames,
+            step_time=self.step_time,
+            data_time=self.data_time,
+            bandwidth_gbps=self.bandwidth_gbps,
+            latency_us=self.latency_us,
+            gpus_per_node=self.gpus_per_node,
+            bucket_mb=self.bucket_cap_mb,
+            framework=self.framework,
+            grad_dtype=self.grad_dtype,
+        )
+
+
+def _plan_request(args: argparse.Namespace, opts: PlanOptions, gpus: int | None) -> Any:
     """The request of the flags; with --measured, the file's inputs where no flag gives them."""
-    from vidscale.planner.capacity import PlanRequest, with_measured
+    from vidscale.planner.capacity import with_measured
     from vidscale.planner.measured import read_measured
 
-    _check_model("--model", args.model)
-    req = PlanRequest(
-        model=args.model,
-        hardware=args.hardware,
-        gpus=gpus,
-        batch_per_gpu=args.batch_per_gpu or 8,
-        epochs=args.epochs,
-        clips=args.epoch_clips,
-        frames=args.frames,
-        step_time=args.step_time,
-        data_time=args.data_time,
-        bandwidth_gbps=args.bandwidth_gbps,
-        latency_us=args.latency_us,
-        gpus_per_node=args.gpus_per_node,
-        bucket_mb=args.bucket_cap_mb,
-        framework=args.framework,
-        grad_dtype=args.grad_dtype,
-    )
+    req = opts.request(gpus)
     if args.measured is None:
         return req
-    measured = read_measured(args.measured, args.model)
-    return with_measured(req, measured, keep_batch=args.batch_per_gpu is not None)
+    measured = read_measured(args.measured, opts.model)
+    return with_measured(req, measured, keep_batch=opts.batch_per_gpu is not None)
 
 
 def _plan_paper_figures(out: Path, *, as_json: bool) -> int:
@@ -73,12 +107,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     if args.paper_figures is not None:
         return _plan_paper_figures(args.paper_figures, as_json=args.json)
-    if args.target is not None and (args.compare or args.world_size is not None):
+    opts = config_from_args(PlanOptions, args)
+    if args.target is not None and (args.compare or opts.world_size is not None):
         raise ConfigError(
             "--target finds the GPU count itself: leave out --world-size and --compare"
         )
-    gpus = args.world_size or (None,)  # default: one whole node of the hardware
-    req = _plan_request(args, gpus[0])
+    gpus = opts.world_size or (None,)  # default: one whole node of the hardware
+    req = _plan_request(args, opts, gpus[0])
     for warning in capacity.measured_warnings(req):
         print(f"vidscale plan: warning: {warning}", file=sys.stderr)
     out: Any
@@ -87,10 +122,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         out = plan_report.target_as_dict(found)
         text = plan_report.format_target(found)
     elif args.compare or len(gpus) > 1:
-        models = tuple(args.compare or (args.model,))
+        models = tuple(args.compare or (opts.model,))
         for name in models:
             _check_model("--compare", name)
-        counts = args.world_size or capacity.default_gpu_counts(req)
+        counts = opts.world_size or capacity.default_gpu_counts(req)
         results = capacity.compare(req, models, counts)
         out = [plan_report.plan_as_dict(r) for r in results]
         text = plan_report.format_table(results)
@@ -111,54 +146,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "docs/scaling.md: step = compute + exposed all-reduce (ring, overlapped with the "
         "backward pass) + exposed data loading.",
     )
-    p.add_argument("--model", default="tsm_resnet50", help="registry model (tsm_resnet50)")
-    p.add_argument(
-        "--hardware",
-        default="summit",
-        help="summit, paper-p100, dgx-a100, dgx-h100 or local (summit)",
-    )
-    p.add_argument(
-        "--world-size",
-        type=_int_list(1),
-        default=None,
-        help="processes, one per GPU: 48, or a list 48,384 (one node)",
-    )
-    p.add_argument(
-        "--batch-per-gpu",
-        type=_at_least(1),
-        default=None,
-        help="clips per GPU (8, or the --measured run's)",
-    )
-    p.add_argument("--epochs", type=_above(0), default=100.0, help="epochs (100)")
-    p.add_argument(
-        "--epoch-clips", type=_at_least(1), default=240_000, help="clips per epoch (240,000)"
-    )
+    add_config_flags(p, PlanOptions)
     add_renamed(p, "--clips", "--epoch-clips")
-    p.add_argument("--frames", type=_at_least(1), default=None, help="frames per clip (model's)")
+    add_renamed(p, "--bucket-mb", "--bucket-cap-mb")
     p.add_argument("--target", type=_duration, default=None, help="fewest GPUs for this time: 15m")
     p.add_argument(
         "--compare", type=_name_list(), default=None, metavar="MODEL,...", help="side by side"
     )
-    p.add_argument(
-        "--step-time", type=_above(0), default=None, help="measured s per step, one GPU, no comm"
-    )
-    p.add_argument(
-        "--data-time",
-        type=_non_negative,
-        default=None,
-        help="loader s per clip per GPU (hidden, or --measured's wait)",
-    )
-    p.add_argument(
-        "--bandwidth-gbps", type=_above(0), default=None, help="achieved Gb/s per node (network)"
-    )
-    p.add_argument("--latency-us", type=_non_negative, default=None, help="network hop latency")
-    p.add_argument("--gpus-per-node", type=_at_least(1), default=None)
-    p.add_argument(
-        "--bucket-cap-mb", type=_above(0), default=None, help="DDP bucket / Horovod fusion, MB"
-    )
-    add_renamed(p, "--bucket-mb", "--bucket-cap-mb")
-    p.add_argument("--grad-dtype", choices=["fp32", "bf16", "fp16"], default="fp32")
-    p.add_argument("--framework", choices=["ddp", "horovod"], default=None)
     p.add_argument(
         "--measured",
         type=Path,
