@@ -3,11 +3,13 @@
 Two namespaces joined by a veth at 1 Gbit/s, one torchrun agent each (`vidscale.netlab`), a tiny
 TSM run of 3 epochs x 4 steps. The link is pulled mid-epoch:
 
-- left down: both ranks stop within the bound docs/distributed.md states (the peer silence,
-  5 s here, plus about a poll), each saying in one line which rank it lost and in what phase;
-  the job ends (the harness ends the agent left waiting for the store, as a scheduler ends a
-  job whose task failed); the link comes back and the same command (a requeue)
-  resumes from the last checkpoint with the step losses of an uninterrupted run;
+- left down: both ranks stop within the bound docs/resilience.md states and
+  `failure.stop_bound_s` computes (the peer silence, 5 s here, one poll and 0.5 s), each saying
+  in one line which rank it lost and in what phase; the whole job, both torchrun agents
+  included, ends within `failure.job_end_bound_s` (the harness kills the agent left waiting for
+  the store 1 s after the other failed, as `srun --kill-on-bad-exit` does); the link comes back
+  and the same command (a requeue) resumes from the last checkpoint with the step losses of an
+  uninterrupted run;
 - down for 2 s, then up: TCP retransmits, the run rides through, same losses.
 """
 
@@ -21,15 +23,16 @@ from pathlib import Path
 import pytest
 
 from tests.tiny_run import tiny_overrides
+from vidscale.distributed.peers.failure import job_end_bound_s, stop_bound_s
 from vidscale.netlab import nodes
 from vidscale.netlab.link import Rate, TwoNodeLink
 from vidscale.run.metrics import read_metrics
 
 RATE = "1gbit"
 SILENCE_S = 5.0
-# From the link going down to both ranks' lines: the silence, then a poll and the deadline
-# thread's join on each side, on a loaded 2-core machine.
-STOP_BOUND_S = SILENCE_S + 10.0
+# From the link going down to both ranks' lines, and to the job's end: what the docs state.
+STOP_BOUND_S = stop_bound_s(SILENCE_S, 2)
+JOB_END_BOUND_S = job_end_bound_s(SILENCE_S, 2)
 JOB_TIMEOUT_S = 240.0
 # "vidscale: rank 0 lost rank 1 (no heartbeat for 5 s) in step 6 of epoch 2; stopping rank 0"
 LOST = (
@@ -104,12 +107,16 @@ def test_a_link_left_down_stops_both_ranks_and_a_requeue_resumes_exactly(
                 time.sleep(0.05)
             stopped_after = time.monotonic() - down
             codes = job.wait(JOB_TIMEOUT_S, kill_on_bad_exit=True)
+            ended_after = time.monotonic() - down
         finally:
             job.stop()
         out = job.output(0) + job.output(1)
-        print(f"link down: both ranks stopped after {stopped_after:.1f} s")
+        print(
+            f"link down: both ranks stopped after {stopped_after:.2f} s, the job {ended_after:.2f} s"
+        )
         assert all(code != 0 for code in codes)
         assert SILENCE_S <= stopped_after < STOP_BOUND_S, out[-3000:]
+        assert ended_after < JOB_END_BOUND_S, out[-3000:]  # both agents gone
         lost = re.findall(LOST, out)
         assert {int(r[0]) for r in lost} == {0, 1}, out[-3000:]
         assert all(r[0] == r[3] and ("step" in r[2] or "evaluation" in r[2]) for r in lost)

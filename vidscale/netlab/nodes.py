@@ -27,9 +27,13 @@ from typing import IO
 from vidscale.netlab.link import Network
 
 RENDEZVOUS_PORT = 29531
-# How long the other agent may take to end on its own once one has failed (it normally does
-# within a monitor interval when its workers stop too).
-BAD_EXIT_GRACE_S = 15.0
+# How long the other agents may go on once one has failed, before they are killed as `srun
+# --kill-on-bad-exit` kills a failed job's tasks: long enough for their ranks, which find a
+# pulled link within the same poll (0.5 s), to say what they lost. An agent whose node is cut off
+# from the rendezvous store would otherwise wait on it for minutes (each store request 60 s,
+# deaf to SIGTERM while it waits), and end the job that long after the bound docs/resilience.md
+# states.
+BAD_EXIT_GRACE_S = 1.0
 
 
 @dataclass
@@ -45,10 +49,10 @@ class NodeJob:
         return [p.poll() for p in self.procs]
 
     def wait(self, timeout: float | None = None, *, kill_on_bad_exit: bool = True) -> list[int]:
-        """The agents' exit codes. With `kill_on_bad_exit`, an agent that fails ends the other
-        after `BAD_EXIT_GRACE_S` (a scheduler ends a job whose task failed, `srun
-        --kill-on-bad-exit`): an agent cut off from the rendezvous store would otherwise wait
-        on it for many minutes. On `timeout` seconds (in all) the job is stopped and
+        """The agents' exit codes. With `kill_on_bad_exit`, an agent that fails ends the others
+        `BAD_EXIT_GRACE_S` later with SIGKILL (as `srun --kill-on-bad-exit` ends a job whose
+        task failed): an agent cut off from the rendezvous store would otherwise wait on it for
+        minutes. On `timeout` seconds (in all) the job is stopped and
         `subprocess.TimeoutExpired` raised."""
         deadline = None if timeout is None else time.monotonic() + timeout
         failed_at: float | None = None
@@ -60,7 +64,7 @@ class NodeJob:
             if kill_on_bad_exit and any(codes):
                 failed_at = now if failed_at is None else failed_at
                 if now - failed_at > BAD_EXIT_GRACE_S:
-                    self.stop()
+                    self.stop(grace_s=0.0)  # SIGTERM waits behind a store request: kill
             if deadline is not None and now > deadline:
                 self.stop()
                 raise subprocess.TimeoutExpired(self.procs[0].args, timeout or 0.0)

@@ -43,7 +43,9 @@ points at its watchdog's current unit), e.g.
     vidscale: rank 1 lost the store in torchrun's agent (no answer for 30 s) in step 6 of epoch
     2; stopping rank 1
 
-and ends as above. A launcher that restarts the group (torchrun `--max-restarts`, a SLURM
+and ends as above; a rank that lost the store under a torchrun agent with no restart left
+ends that agent too (`end_stranded_agent`), so that a node cut off from the others ends all its
+processes on its own. A launcher that restarts the group (torchrun `--max-restarts`, a SLURM
 requeue) then resumes from the last checkpoint once the link is back. The silence is at least
 four polls, so that a slow poll interval at scale cannot turn into a false alarm.
 
@@ -55,6 +57,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 import threading
 import time
@@ -150,6 +153,32 @@ def fail_together(
         raise
     watch.stop()
     watch.leave(linger_s=_LINGER_CLEAN_S)
+
+
+# Beyond its poll, what a rank's line may take on a loaded machine (a thread's wake-up, the
+# write). And once the ranks have stopped, what ending the job takes, torchrun's agents included:
+# the agent sees its worker gone within its monitor interval (0.1 s by default, 0.5 s in netlab)
+# and takes about 2 s (measured) to tear down and exit; the launcher then ends the agents left,
+# whose node may be cut off from the rendezvous store (`srun --kill-on-bad-exit` at once,
+# `netlab.nodes` after 1 s); the rest is margin for a loaded machine.
+STOP_SLACK_S = 0.5
+JOB_END_AFTER_STOP_S = 4.0
+
+
+def stop_bound_s(silence_s: float, world_size: int) -> float:
+    """Seconds from a link going down to every rank's line and exit (docs/resilience.md, "A
+    network link that goes down"): the silence (at least four polls), one poll, `STOP_SLACK_S`.
+    A neighbour counts as silent from its last heartbeat seen, a poll before the link went down
+    at most; a store request that hangs was sent a poll after it at most."""
+    poll = poll_interval(world_size)
+    return max(silence_s, 4 * poll) + poll + STOP_SLACK_S
+
+
+def job_end_bound_s(silence_s: float, world_size: int) -> float:
+    """Seconds from a link going down to the end of the whole job, every torchrun agent
+    included, when the launcher ends a failed job's other tasks (`srun --kill-on-bad-exit`,
+    `netlab.nodes`): `stop_bound_s` plus `JOB_END_AFTER_STOP_S`."""
+    return stop_bound_s(silence_s, world_size) + JOB_END_AFTER_STOP_S
 
 
 def poll_interval(world_size: int, *, reads_per_s: float = STORE_READS_PER_S) -> float:
@@ -311,8 +340,10 @@ class _Watch:
 
     def _run(self) -> None:
         while not self._stop.wait(self.poll_s):
+            store_lost = True
             try:
                 report = _within(self.silence_s, self._poll)
+                store_lost = False
             except _Unanswered:
                 report = (
                     f"rank {self.env.rank} lost the store in {self.store_host} (no answer for "
@@ -324,11 +355,40 @@ class _Watch:
                 continue
             if self._stop.is_set():
                 return  # this rank is reporting or leaving on its own
-            with contextlib.suppress(dist.DistError, _Unanswered):  # the host need not wait
-                _within(self.poll_s, self._count_out)
+            if not store_lost:  # the host need not wait; a store out of reach would cost a poll
+                with contextlib.suppress(dist.DistError, _Unanswered):
+                    _within(self.poll_s, self._count_out)
             _stderr(f"vidscale: {report}; stopping rank {self.env.rank}")
             flush_standard_streams(timeout_s=2.0)
+            if store_lost:
+                end_stranded_agent()
             os._exit(PEER_FAILED_EXIT_CODE)
+
+
+def end_stranded_agent() -> bool:
+    """Under torchrun, end this rank's agent (SIGKILL) when the rank has lost the store and the
+    agent has no restart left; whether it did. Such an agent can only fail the job, yet it
+    would first wait on the same store (each request up to 60 s, deaf to SIGTERM meanwhile),
+    for minutes; and where the store is out of reach because this node's link is down, no
+    launcher can reach the node to end it either. With restarts left the agent is kept: it
+    rendezvouses again once the link is back (docs/resilience.md)."""
+    count = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    most = os.environ.get("TORCHELASTIC_MAX_RESTARTS")
+    if count is None or most is None or not (count.isdigit() and most.isdigit()):
+        return False  # not launched by torchrun
+    if int(count) < int(most):
+        return False
+    agent = os.getppid()
+    try:
+        with open(f"/proc/{agent}/cmdline", "rb") as handle:
+            command = handle.read()
+    except OSError:
+        return False
+    if b"torch.distributed.run" not in command and b"torchrun" not in command:
+        return False  # the agent is gone already (this rank was handed to init)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(agent, signal.SIGKILL)
+    return True
 
 
 def flush_standard_streams(*, timeout_s: float) -> None:
