@@ -11,7 +11,8 @@ JSON; timings are ratios against a baseline measured in the same run. By subject
 - `network/`: one node against two across a shaped link (`measure`, `config`, `report`, and
   `hook_cost`: a gradient hook's own compute on one process).
 - `cluster/`: 2 to 16 nodes on one machine's shaped network, ranks whose compute is a stand-in
-  (`standin`: the real parameters, measured waits; `rank`: one stand-in rank under torchrun).
+  (`standin`: the real parameters, measured waits; `rank`: one stand-in rank under torchrun;
+  `config`, `measure`, `report`: the sweep, its rows and the planner's predictions).
 - `multigrid`: what multigrid's schedule saves; `gpu_report`: the GPU acceptance run's report.
 
 Each bench's settings are its `<Bench>Config`'s fields, declared with `options.option` (help,

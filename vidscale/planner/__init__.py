@@ -6,5 +6,6 @@
 - `capacity` (how long, how many GPUs, which model scales better), `measured` (inputs from a
   `bench scaling` JSON), `report`, `durations`; `paper_scaling` and `paper_figures` hold the
   model to the TSM paper's Table 3, Fig. 3c and Fig. 6; `link_model` predicts P nodes across a
-  measured link from one process's step (`vidscale bench network`).
+  measured link from one process's step (`vidscale bench network`), `cluster_model` N nodes on
+  one switch as gloo's ring runs the all-reduces (`bench cluster`).
 """

@@ -141,6 +141,7 @@ def predict_step(
     message_s: float = DEFAULT_MESSAGE_S,
     hook_compute_s: float = 0.0,
     cpu_s_per_byte: float = 0.0,
+    ring: Callable[[float], float] | None = None,
 ) -> LinkPrediction:
     """The step of `variant` on `procs` single-process nodes (see the module docstring).
 
@@ -149,13 +150,17 @@ def predict_step(
     collectives every step runs whatever the strategy (DDP's buffer broadcast, the loop's
     agreement); `hook_compute_s`: the hook's own work per step on one process;
     `cpu_s_per_byte`: the core time the collective library spends per byte all-reduced (0: a
-    device that communicates without the cores that compute, as a GPU's does).
+    device that communicates without the cores that compute, as a GPU's does); `ring`: the
+    seconds of one all-reduce of a given size (default: `ring_seconds` over `procs` nodes;
+    `cluster_model.gloo_ring_seconds` for gloo's own ring at any N).
     """
 
-    def ring(nbytes: float) -> float:
+    def default_ring(nbytes: float) -> float:
         return ring_seconds(
             nbytes, procs=procs, link_bytes_per_s=link_bytes_per_s, message_s=message_s
         )
+
+    ring = ring or default_ring
 
     fixed = per_step_messages * message_s + (
         ring(per_step_bytes) - message_s if per_step_bytes else 0.0

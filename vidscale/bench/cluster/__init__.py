@@ -2,5 +2,7 @@
 network on one machine, with stand-in ranks (TSM paper Table 3, Fig. 3c in miniature).
 
 `standin` is the compute stand-in (the real parameters, waits instead of arithmetic), `rank` one
-stand-in rank under torchrun.
+stand-in rank under torchrun; `config` says what is measured, `measure` runs the sweep on
+`netlab.cluster` networks, `report` joins its rows with the planner's
+(`planner.cluster_model`) into the JSON, the table and the plot.
 """

@@ -17,11 +17,12 @@ import gc
 import json
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, cast
 
 import torch
+from torch import nn
 
 from vidscale.bench.cluster.standin import Clock, ComputeProfile, StandInModel, StandInSGD
 from vidscale.distributed.aavg.config import AAVGConfig
@@ -55,7 +56,7 @@ class RankSpec:
     shared_core: bool = True
     slow_node: int = -1
     slow_factor: float = 1.0
-    nodes_per_rank: int = 1  # one rank per node: the node is the rank's group_rank
+    epoch_k: int = 0  # informational: AAVG's "an epoch"; an AAVG variant measures max(steps, k)
 
     @classmethod
     def read(cls, path: Path) -> RankSpec:
@@ -63,6 +64,13 @@ class RankSpec:
         raw["models"] = tuple(raw["models"])
         raw["variants"] = tuple(tuple(v) for v in raw["variants"])
         return cls(**raw)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def measured_steps(self, variant: tuple[str, str, int]) -> int:
+        """`steps`, or k for AAVG at a larger k: at least one averaging among them."""
+        return max(self.steps, variant[2]) if variant[0] == "aavg" else self.steps
 
 
 def _profile(spec: RankSpec, model: str, rank: int) -> ComputeProfile:
@@ -74,14 +82,12 @@ def _profile(spec: RankSpec, model: str, rank: int) -> ComputeProfile:
 
 
 def _stand_in_step(
-    spec: RankSpec, model: str, variant: tuple[str, str, int], env: DistEnv
+    spec: RankSpec, model: str, real: nn.Module, variant: tuple[str, str, int], env: DistEnv
 ) -> tuple[FixedBatchStep, DataParallel, Clock, int]:
-    """The trainer's step (`step.fixed_batch`) over the stand-in of `model` wrapped in
-    `variant`'s strategy; the strategy, the clock and the model's parameter count."""
+    """The trainer's step (`step.fixed_batch`) over the stand-in of `model` (its parameters
+    `real`'s) wrapped in `variant`'s strategy; the strategy, the clock and the model's
+    parameter count."""
     strategy_name, hook, k = variant
-    cfg = ModelConfig(name=model, num_classes=spec.num_classes, frames=spec.frames, dropout=0.0)
-    torch.manual_seed(0)  # every rank the same weights, as the benches' subjects
-    real = build_model(cfg)
     costs = model_costs(model, frames=spec.frames, size=spec.size, num_classes=spec.num_classes)
     clock = Clock(shared_core=spec.shared_core)
     profile = _profile(spec, model, env.rank)
@@ -113,11 +119,21 @@ def _stand_in_step(
     return step, strategy, clock, costs.params
 
 
-def measure(spec: RankSpec, model: str, variant: tuple[str, str, int]) -> dict[str, Any]:
-    """This rank's steps of `model` under `variant`: step seconds, exposed communication,
-    bytes, and the waits' stretch by the other threads' CPU."""
+def real_model(spec: RankSpec, model: str) -> nn.Module:
+    """`model` as every rank builds it (the same weights everywhere), once for all variants:
+    sixteen ranks building I3D on two cores would otherwise take longer than measuring it."""
+    cfg = ModelConfig(name=model, num_classes=spec.num_classes, frames=spec.frames, dropout=0.0)
+    torch.manual_seed(0)
+    return build_model(cfg)
+
+
+def measure(
+    spec: RankSpec, model: str, real: nn.Module, variant: tuple[str, str, int]
+) -> dict[str, Any]:
+    """This rank's steps of `model` (parameters `real`'s) under `variant`: step seconds,
+    exposed communication, bytes, and the waits' stretch by the other threads' CPU."""
     env = init_distributed("cpu")
-    step, strategy, clock, params = _stand_in_step(spec, model, variant, env)
+    step, strategy, clock, params = _stand_in_step(spec, model, real, variant, env)
     samples: dict[str, list[float]] = {
         "step_s": [],
         "comm_exposed_s": [],
@@ -125,7 +141,7 @@ def measure(spec: RankSpec, model: str, variant: tuple[str, str, int]) -> dict[s
         "stretched_s": [],
     }
     strategy.take_traffic()
-    for index in range(spec.warmup + spec.steps):
+    for index in range(spec.warmup + spec.measured_steps(variant)):
         start, stretch = time.perf_counter(), clock.stretched_s
         step()
         # The warm-up is an epoch of its own, as in `bench scaling`: AAVG averages at its end.
@@ -138,6 +154,8 @@ def measure(spec: RankSpec, model: str, variant: tuple[str, str, int]) -> dict[s
             samples["comm_bytes"].append(traffic.bytes_sent)
             samples["stretched_s"].append(clock.stretched_s - stretch)
     del step, strategy
+    for param in real.parameters():
+        param.grad = None  # DDP's bucket views go with the next variant's DDP
     gc.collect()
     return {**samples, "params": params}
 
@@ -148,8 +166,9 @@ def main(argv: list[str]) -> int:
     torch.set_num_threads(1)
     rows = []
     for model in spec.models:
+        real = real_model(spec, model)
         for variant in spec.variants:
-            found = measure(spec, model, variant)
+            found = measure(spec, model, real, variant)
             ranks = all_gather_object(found)
             barrier()
             strategy, hook, k = variant

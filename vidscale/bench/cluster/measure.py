@@ -1,0 +1,259 @@
+"""`vidscale bench cluster`: efficiency against the number of nodes on one machine's cluster
+network (TSM paper Table 3 and Fig. 3c in miniature; docs/design.md "A cluster on one machine").
+
+For each link rate: a two-node cluster's link is probed (`distributed.peers.link_probe`: a
+small all-reduce's time, large ones' bandwidth: the planner's only knowledge of the link); then
+for each node count N a cluster of N nodes (`netlab.cluster`), every link shaped to the rate,
+runs one stand-in rank per node (`rank`, node K's agent on core K mod `cores`) through every
+model and variant. The ranks' compute is the one-node step of `baseline` (a `bench network`
+JSON measured on this machine), split by `standin.ComputeProfile`; the optimizer's part is
+measured here on one process. The straggler runs repeat DDP and AAVG at one N with node 1's
+link slower, then with its compute slower. `report.build` joins the rows with the planner's
+predictions (`planner.cluster_model`), the table, the JSON and the plot.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vidscale.bench.cluster.config import ClusterConfig
+from vidscale.bench.cluster.rank import RankSpec
+from vidscale.bench.cluster.report import ClusterResult, ProbedLink, build, plot_cluster
+from vidscale.bench.cluster.standin import ComputeProfile
+from vidscale.bench.results import write_result
+from vidscale.errors import InputError
+from vidscale.models.registry import ModelConfig, build_model
+from vidscale.netlab import nodes
+from vidscale.netlab.cluster import Cluster
+from vidscale.netlab.link import Rate, unavailable
+from vidscale.planner.link_model import BACKWARD_FRACTION
+from vidscale.step.fixed_batch import bench_sgd
+
+PASS_TIMEOUT_S = 1800.0
+
+
+class ClusterRunFailed(RuntimeError):
+    """A pass's ranks failed; the message has rank 0's last lines."""
+
+
+def optimizer_tail_s(model: str, settings: dict[str, Any], *, reps: int = 3) -> float:
+    """Seconds of the benches' SGD update and the gradient norm for `model` on this process
+    with one thread: the part of a one-node step after backward (the stand-in waits it)."""
+    torch.set_num_threads(1)
+    cfg = ModelConfig(name=model, num_classes=settings["num_classes"], frames=settings["frames"])
+    net = build_model(cfg)
+    for param in net.parameters():
+        param.grad = torch.full_like(param, 1e-3)
+    optimizer = bench_sgd(net)
+    times = []
+    for _ in range(reps + 1):
+        start = time.perf_counter()
+        torch.nn.utils.get_total_norm([p.grad for p in net.parameters() if p.grad is not None])
+        optimizer.step()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[1:])
+
+
+def _spec(cfg: ClusterConfig, baseline: dict[str, Any], tails: dict[str, float]) -> RankSpec:
+    settings = baseline["settings"]
+    profiles = {
+        m: vars(
+            ComputeProfile.from_step(
+                baseline["one_process_step_s"][m],
+                tail_s=tails[m],
+                backward_fraction=BACKWARD_FRACTION,
+            )
+        )
+        for m in cfg.models
+    }
+    return RankSpec(
+        models=cfg.models,
+        profiles=profiles,
+        variants=tuple(cfg.variants()),
+        steps=cfg.steps,
+        warmup=cfg.warmup,
+        batch=settings["batch"],
+        frames=settings["frames"],
+        size=settings["size"],
+        num_classes=settings["num_classes"],
+        bucket_cap_mb=cfg.bucket_cap_mb,
+        epoch_k=cfg.epoch_k,
+    )
+
+
+def _job(cluster: Cluster, module: str, args: list[str], work: Path, cores: int) -> None:
+    logs = work / "logs"
+    job = nodes.start(cluster, args, log_dir=logs, module=module, cores=tuple(range(cores)))
+    try:
+        codes = job.wait(PASS_TIMEOUT_S)
+    finally:
+        job.stop()
+    if any(codes):
+        tail = "\n".join(job.output(0).splitlines()[-30:])
+        raise ClusterRunFailed(f"{module} on {len(codes)} nodes exited {codes}:\n{tail}")
+
+
+def probe(rate: Rate, work: Path, cores: int) -> ProbedLink:
+    """A two-node cluster's link at `rate` as gloo's all-reduce sees it."""
+    out = work / f"probe_{rate.label}.json"
+    with Cluster(2, rate=rate) as cluster:
+        _job(cluster, "vidscale.distributed.peers.link_probe", ["--out", str(out)], work, cores)
+    found = json.loads(out.read_text())
+    return ProbedLink(rate.label, rate.bits_per_s, found["latency_s"], found["bytes_per_s"])
+
+
+def one_pass(
+    cfg: ClusterConfig,
+    spec: RankSpec,
+    n: int,
+    rate: Rate,
+    work: Path,
+    *,
+    slow_link: Rate | None = None,
+) -> list[dict[str, Any]]:
+    """Every model and variant of `spec` on `n` nodes at `rate` (node 1's link `slow_link`)."""
+    spec_path, out = work / f"spec_{n}_{rate.label}.json", work / f"out_{n}_{rate.label}.json"
+    spec_path.write_text(json.dumps(spec.as_dict()))
+    with Cluster(n, rate=rate) as cluster:
+        if slow_link is not None:
+            cluster.shape(slow_link, node=1)
+        _job(cluster, "vidscale.bench.cluster.rank", [str(spec_path), str(out)], work, cfg.cores)
+    rows: list[dict[str, Any]] = json.loads(out.read_text())["rows"]
+    for row in rows:
+        row.update(nodes=n, rate=rate.label, slow_link=slow_link.label if slow_link else None)
+        row["slow_factor"] = spec.slow_factor if spec.slow_node >= 0 else 1.0
+    return rows
+
+
+def run(
+    cfg: ClusterConfig, *, out_json: Path, plot: Path | None, progress: bool = True
+) -> ClusterResult:
+    """Measure `cfg` (see the module docstring), write the JSON (and the plot); the result."""
+    cfg.check()
+    reason = unavailable()
+    if reason is not None:
+        raise InputError(f"bench cluster: {reason}")
+    baseline = cfg.read_baseline()
+    tails = {m: optimizer_tail_s(m, baseline["settings"]) for m in cfg.models}
+    spec = _spec(cfg, baseline, tails)
+    rows: list[dict[str, Any]] = []
+    links: list[ProbedLink] = []
+    with tempfile.TemporaryDirectory(prefix="vidscale-cluster-") as tmp:
+        work = Path(tmp)
+        for text in cfg.rates:
+            rate = Rate.parse(text)
+            links.append(probe(rate, work, cfg.cores))
+            for n in cfg.nodes:
+                if progress:
+                    print(f"bench cluster: {n} nodes at {rate.label}", flush=True)
+                rows += one_pass(cfg, spec, n, rate, work)
+        if cfg.straggler_nodes:
+            rows += _stragglers(cfg, spec, work, links, progress=progress)
+    result = build(cfg, baseline, tails, links, rows)
+    write_result(out_json, result.to_dict())
+    if plot is not None:
+        plot_cluster(result, plot)
+    return result
+
+
+def _stragglers(
+    cfg: ClusterConfig,
+    spec: RankSpec,
+    work: Path,
+    links: list[ProbedLink],
+    *,
+    progress: bool,
+) -> list[dict[str, Any]]:
+    """DDP and AAVG at `aavg_k` on the first model, node 1 slower: its link, then its compute."""
+    rate, slow = Rate.parse(cfg.rates[0]), Rate.parse(cfg.straggler_rate)
+    links.append(probe(slow, work, cfg.cores))
+    narrow = replace(
+        spec,
+        models=cfg.models[:1],
+        variants=(("ddp", "none", 0), ("aavg", "none", cfg.aavg_k)),
+    )
+    n = cfg.straggler_nodes
+    if progress:
+        print(f"bench cluster: stragglers on {n} nodes at {rate.label}", flush=True)
+    rows = one_pass(cfg, narrow, n, rate, work, slow_link=slow)
+    slow_compute = replace(narrow, slow_node=1, slow_factor=cfg.straggler_factor)
+    return rows + one_pass(cfg, slow_compute, n, rate, work)
+
+
+def _words(text: str) -> tuple[str, ...]:
+    return tuple(word for word in text.split(",") if word)
+
+
+def parse(argv: list[str]) -> tuple[ClusterConfig, Path, Path]:
+    """`python -m vidscale.bench.cluster.measure [flags]`: the config, the JSON and the plot."""
+    import argparse
+
+    d = ClusterConfig()
+    p = argparse.ArgumentParser(prog="bench cluster", allow_abbrev=False, description=__doc__)
+    p.add_argument("--nodes", default=",".join(map(str, d.nodes)), help="node counts, 2-16")
+    p.add_argument("--rates", default=",".join(d.rates), help="each node's link rate")
+    p.add_argument("--models", default=",".join(d.models), help="registered models")
+    p.add_argument("--hooks", default=",".join(d.hooks), help="DDP gradient hooks")
+    p.add_argument("--aavg-k", type=int, default=d.aavg_k, help="AAVG: steps per averaging")
+    p.add_argument("--epoch-k", type=int, default=d.epoch_k, help="AAVG's epoch (0: none)")
+    p.add_argument("--steps", type=int, default=d.steps, help="measured steps")
+    p.add_argument("--warmup", type=int, default=d.warmup, help="warm-up steps")
+    p.add_argument("--baseline", type=Path, default=d.baseline, help="a bench network JSON")
+    p.add_argument("--straggler-nodes", type=int, default=0, help="N of the straggler runs")
+    p.add_argument("--straggler-rate", default=d.straggler_rate, help="the slow node's link")
+    p.add_argument("--straggler-factor", type=float, default=d.straggler_factor)
+    p.add_argument("--out-json", type=Path, default=Path("bench_cluster.json"))
+    p.add_argument("--plot", type=Path, default=Path("bench_cluster.png"))
+    a = p.parse_args(argv)
+    try:
+        nodes = tuple(int(n) for n in _words(a.nodes))
+    except ValueError:
+        raise InputError(f"--nodes: {a.nodes!r} is not a comma list of numbers") from None
+    cfg = ClusterConfig(
+        nodes=nodes,
+        rates=_words(a.rates),
+        models=_words(a.models),
+        hooks=_words(a.hooks),
+        aavg_k=a.aavg_k,
+        epoch_k=a.epoch_k,
+        steps=a.steps,
+        warmup=a.warmup,
+        baseline=a.baseline,
+        straggler_nodes=a.straggler_nodes,
+        straggler_rate=a.straggler_rate,
+        straggler_factor=a.straggler_factor,
+    )
+    return cfg, a.out_json, a.plot
+
+
+def main(argv: list[str]) -> int:
+    import sys
+
+    from vidscale.bench.cluster.report import format_table
+
+    try:
+        cfg, out_json, plot = parse(argv)
+        result = run(cfg, out_json=out_json, plot=plot)
+    except InputError as err:
+        print(f"bench cluster: {err}", file=sys.stderr)
+        return 2
+    except ClusterRunFailed as err:
+        print(f"bench cluster: {err}", file=sys.stderr)
+        return 1
+    print(format_table(result))
+    print(f"wrote {out_json}, {plot}")
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))

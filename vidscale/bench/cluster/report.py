@@ -1,0 +1,244 @@
+"""`bench cluster`'s result: the probed links, one row per (rate, nodes, model, variant) with
+the measured step (the stand-in ranks') next to the planner's (`planner.cluster_model`), the
+table and the plot (efficiency against nodes, a panel per rate: Table 3's and Fig. 3c's shapes
+in miniature)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vidscale.bench.cluster.config import ClusterConfig
+from vidscale.bench.network.report import _model_facts
+from vidscale.errors import InputError
+from vidscale.fastpath.hardware import describe, load_average
+from vidscale.planner.cluster_model import ClusterLink, predict_cluster_step
+from vidscale.planner.link_model import LinkVariant
+
+
+@dataclass(frozen=True)
+class ProbedLink:
+    """A two-node cluster's link at `rate` (`tc`'s bits per second, None unshaped) as gloo's
+    all-reduce saw it: a small one's seconds and large ones' bytes per second each way."""
+
+    rate: str
+    shaped_bits_per_s: float | None
+    latency_s: float
+    bytes_per_s: float
+
+
+@dataclass(frozen=True)
+class ClusterRow:
+    """One measured (rate, nodes, model, variant) and the planner's step for it."""
+
+    rate: str
+    nodes: int
+    model: str
+    variant: str
+    strategy: str
+    hook: str
+    k: int
+    slow_link: str | None
+    slow_factor: float
+    step_s: float
+    comm_exposed_s: float
+    comm_bytes_per_step: float
+    stretched_s: float
+    one_process_step_s: float
+    efficiency: float
+    predicted_step_s: float
+    error: float
+
+
+@dataclass(frozen=True)
+class ClusterResult:
+    settings: dict[str, Any]
+    host: dict[str, Any]
+    optimizer_tail_s: dict[str, float]
+    links: list[ProbedLink]
+    rows: list[ClusterRow]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "benchmark": "cluster",
+            "settings": self.settings,
+            "host": self.host,
+            "optimizer_tail_s": self.optimizer_tail_s,
+            "links": [asdict(link) for link in self.links],
+            "rows": [asdict(row) for row in self.rows],
+        }
+
+    @classmethod
+    def read(cls, path: Path) -> ClusterResult:
+        """A `bench cluster` JSON; an `InputError` naming the file and the key it lacks."""
+        try:
+            raw = json.loads(path.read_text())
+            return cls(
+                settings=raw["settings"],
+                host=raw["host"],
+                optimizer_tail_s=raw["optimizer_tail_s"],
+                links=[ProbedLink(**link) for link in raw["links"]],
+                rows=[ClusterRow(**row) for row in raw["rows"]],
+            )
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise InputError(f"{path}: not a bench cluster result ({err})") from None
+
+
+def label(strategy: str, hook: str, k: int) -> str:
+    if strategy == "aavg":
+        return f"aavg k={k}"
+    return "ddp" if hook == "none" else f"ddp+{hook}"
+
+
+def measured_step(row: dict[str, Any]) -> tuple[float, float, float, float]:
+    """(step, exposed communication, bytes, stretch) of a measured row: per step the slowest
+    rank's; the median step for DDP, the mean for AAVG (its averaging comes every k steps)."""
+    ranks = row["ranks"]
+    steps = [max(r["step_s"][i] for r in ranks) for i in range(len(ranks[0]["step_s"]))]
+    pick = statistics.fmean if row["strategy"] == "aavg" else statistics.median
+    exposed = pick(
+        [statistics.fmean(r["comm_exposed_s"][i] for r in ranks) for i in range(len(steps))]
+    )
+    sent = statistics.fmean(ranks[0]["comm_bytes"])
+    stretch = statistics.fmean(statistics.fmean(r["stretched_s"]) for r in ranks)
+    return pick(steps), exposed, sent, stretch
+
+
+def predict_row(
+    cfg: ClusterConfig,
+    baseline: dict[str, Any],
+    links: dict[str, ProbedLink],
+    row: dict[str, Any],
+) -> float:
+    """The planner's step for a measured row, from the one-node inputs and the probes only."""
+    s = baseline["settings"]
+    model = row["model"]
+    costs, shapes, averaged, buffers = _model_facts(model, s["frames"], s["size"], s["num_classes"])
+    unshaped = [link for link in baseline["links"] if link["shaped_bits_per_s"] is None]
+    cpu = 1.0 / unshaped[0]["allreduce_bytes_per_s"] if unshaped else 0.0
+    probed = links[row["rate"]]
+    slow = links[row["slow_link"]].bytes_per_s if row["slow_link"] else None
+    link = ClusterLink(
+        procs=row["nodes"],
+        link_bytes_per_s=probed.bytes_per_s,
+        pair_latency_s=probed.latency_s,
+        cpu_s_per_byte=cpu,
+        cores=cfg.cores,
+        slowest_bytes_per_s=slow,
+    )
+    ddp = row["strategy"] == "ddp"
+    variant = LinkVariant(row["strategy"], row["hook"], row["k"])
+    return predict_cluster_step(
+        costs,
+        variant,
+        link,
+        one_process_s=baseline["one_process_step_s"][model],
+        bucket_mb=cfg.bucket_cap_mb,
+        averaged_bytes=averaged,
+        param_shapes=list(shapes),
+        per_step_bytes=buffers if ddp else 0.0,
+        per_step_messages=2 if ddp else 1,
+        hook_compute_s=baseline["hook_compute_s"][model].get(row["hook"], 0.0) if ddp else 0.0,
+        slow_factor=row["slow_factor"],
+    ).step_s
+
+
+def build(
+    cfg: ClusterConfig,
+    baseline: dict[str, Any],
+    tails: dict[str, float],
+    links: list[ProbedLink],
+    measured: list[dict[str, Any]],
+) -> ClusterResult:
+    by_rate = {link.rate: link for link in links}
+    rows = []
+    for found in measured:
+        step, exposed, sent, stretch = measured_step(found)
+        one = baseline["one_process_step_s"][found["model"]]
+        predicted = predict_row(cfg, baseline, by_rate, found)
+        rows.append(
+            ClusterRow(
+                rate=found["rate"],
+                nodes=found["nodes"],
+                model=found["model"],
+                variant=label(found["strategy"], found["hook"], found["k"]),
+                strategy=found["strategy"],
+                hook=found["hook"],
+                k=found["k"],
+                slow_link=found["slow_link"],
+                slow_factor=found["slow_factor"],
+                step_s=step,
+                comm_exposed_s=exposed,
+                comm_bytes_per_step=sent,
+                stretched_s=stretch,
+                one_process_step_s=one,
+                efficiency=one / step,
+                predicted_step_s=predicted,
+                error=predicted / step - 1,
+            )
+        )
+    host = {**describe(torch.device("cpu")), "load_average": load_average()}
+    return ClusterResult(cfg.as_dict(), host, tails, links, rows)
+
+
+def format_table(result: ClusterResult) -> str:
+    head = (
+        f"{'link':>8} {'N':>3} {'model':<20} {'variant':<14} {'straggler':<12} {'step s':>7} "
+        f"{'comm':>6} {'eff':>5} {'MB/step':>8} {'pred s':>7} {'error':>7}"
+    )
+    lines = [head, "-" * len(head)]
+    for r in result.rows:
+        straggler = (
+            f"link {r.slow_link}"
+            if r.slow_link
+            else (f"compute x{r.slow_factor:g}" if r.slow_factor != 1 else "")
+        )
+        lines.append(
+            f"{r.rate:>8} {r.nodes:>3} {r.model:<20} {r.variant:<14} {straggler:<12} "
+            f"{r.step_s:7.3f} {r.comm_exposed_s:6.3f} {r.efficiency:5.2f} "
+            f"{r.comm_bytes_per_step / 1e6:8.1f} {r.predicted_step_s:7.3f} {r.error:+7.1%}"
+        )
+    return "\n".join(lines)
+
+
+def plot_cluster(result: ClusterResult, path: Path) -> None:
+    """Efficiency against nodes, one panel per rate, a line per model and variant (the
+    planner's dashed); straggler rows left out."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in result.rows if not r.slow_link and r.slow_factor == 1]
+    rates = list(dict.fromkeys(r.rate for r in rows))
+    fig, axes = plt.subplots(1, len(rates), figsize=(6 * len(rates), 4.5), squeeze=False)
+    for ax, rate in zip(axes[0], rates, strict=True):
+        series = dict.fromkeys((r.model, r.variant) for r in rows if r.rate == rate)
+        for model, variant in series:
+            line = sorted(
+                (r for r in rows if (r.rate, r.model, r.variant) == (rate, model, variant)),
+                key=lambda r: r.nodes,
+            )
+            xs = [r.nodes for r in line]
+            drawn = ax.plot(
+                xs, [r.efficiency for r in line], marker="o", label=f"{model} {variant}"
+            )
+            planned = [r.one_process_step_s / r.predicted_step_s for r in line]
+            ax.plot(xs, planned, linestyle="--", color=drawn[0].get_color(), alpha=0.6)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks([2, 4, 8, 16], ["2", "4", "8", "16"])
+        ax.set_ylim(0, 1.1)
+        ax.set_xlabel("nodes (one stand-in rank each)")
+        ax.set_ylabel("scaling efficiency")
+        ax.set_title(f"links {rate} (dashed: planner)")
+        ax.grid(alpha=0.3)
+    axes[0][-1].legend(fontsize=7, loc="lower left")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
