@@ -191,7 +191,8 @@ def test_train_never_imports_bench_studies_or_planner() -> None:
 # cli/ that import the trainer's package.
 TRAINER_USERS = {
     "vidscale.studies.runs": {"vidscale.train.loop"},  # a study trains its runs
-    "vidscale.studies.two_stream": {"vidscale.train.two_stream_eval"},  # and fuses two of them
+    # and fuses two of them
+    "vidscale.studies.two_stream": {"vidscale.train.evaluation.two_stream_eval"},
     # benches that measure what the trainer would run: its fast-path decision, its loaders
     "vidscale.bench.data.data_wait": {"vidscale.train.builders"},
     "vidscale.bench.multigrid": {"vidscale.train.builders"},

@@ -15,7 +15,7 @@ from vidscale.cli.eval_format import format_eval, format_two_stream
 from vidscale.cli.output import print_json, progress_to_stderr
 from vidscale.data.clip import ClipSpec
 from vidscale.scoring.evaluate import EvalResult
-from vidscale.train.eval_run import Views, summarize
+from vidscale.train.evaluation.eval_run import Views, summarize
 
 
 def test_json_mode_sends_progress_and_child_output_to_stderr(

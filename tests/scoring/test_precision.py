@@ -27,7 +27,7 @@ from vidscale.run.record import read_record
 from vidscale.scoring.evaluate import Average
 from vidscale.scoring.precision import scoring_arithmetic
 from vidscale.train import loop
-from vidscale.train.eval_run import Views, evaluate_run
+from vidscale.train.evaluation.eval_run import Views, evaluate_run
 
 BF16_RUN = ["train.epochs=1", "train.amp=bf16", "train.channels_last=on"]
 # fp32 on both sides, what remains is the order of sums (several videos a batch and

@@ -28,7 +28,7 @@ from vidscale.run.checkpoint import epoch_checkpoints, load_checkpoint, save_che
 from vidscale.run.data import load_splits, resolve_data
 from vidscale.scoring.evaluate import EvalResult, Stream, evaluate
 from vidscale.train import builders, loop
-from vidscale.train.eval_run import evaluate_run, resolve_eval_config
+from vidscale.train.evaluation.eval_run import evaluate_run, resolve_eval_config
 
 WITH_BAD = "val_with_unreadable.csv"  # 10 videos: the 8 of val.csv with 2 bad ones at 2 and 3
 READABLE = "val_readable_only.csv"  # the same 8 readable videos, in the same order

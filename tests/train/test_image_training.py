@@ -18,7 +18,7 @@ from vidscale.config import apply_overrides
 from vidscale.data.prepared.prepare import open_prepared, prepare_from_layout
 from vidscale.data.synthetic.images import CLASSES, write_synthetic_images
 from vidscale.recipes import get_recipe
-from vidscale.train.eval_run import evaluate_run
+from vidscale.train.evaluation.eval_run import evaluate_run
 from vidscale.train.loop import train
 
 SMALL = [

@@ -19,7 +19,7 @@ from vidscale.data.samplers import ExactEvalSampler
 from vidscale.distributed.env import DistEnv
 from vidscale.scoring.evaluate import Stream, evaluate
 from vidscale.step.objective import BinaryCrossEntropy, CrossEntropy, objective_for
-from vidscale.train.two_stream_eval import fused_labels
+from vidscale.train.evaluation.two_stream_eval import fused_labels
 
 VIDEOS, VIEWS, CLASSES = 9, 3, 5  # odd: the two ranks hold 5 and 4 videos
 

@@ -23,7 +23,7 @@ from vidscale.recipes import get_recipe
 from vidscale.run.metrics import read_metrics
 from vidscale.run.ref import best_checkpoint
 from vidscale.train import loop
-from vidscale.train.eval_run import evaluate_run
+from vidscale.train.evaluation.eval_run import evaluate_run
 
 RECIPE = "demo_tsm_r18_multilabel_8f_b32_e10"
 CLASSES = len(MULTI_LABEL_CLASSES)

@@ -26,7 +26,7 @@ from vidscale.run.checkpoint import epoch_checkpoints, load_checkpoint
 from vidscale.run.data import load_splits, resolve_data
 from vidscale.scoring.evaluate import Stream, evaluate, video_scores
 from vidscale.train import builders, loop
-from vidscale.train.eval_run import PAPER_VIEWS, Views, evaluate_run
+from vidscale.train.evaluation.eval_run import PAPER_VIEWS, Views, evaluate_run
 
 N_VIDEOS = 7  # odd: a padding sampler would count one twice on 2 ranks
 N_VIEWS = 6  # 2 clips x 3 crops

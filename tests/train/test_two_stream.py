@@ -29,7 +29,7 @@ from vidscale.run.checkpoint import save_checkpoint
 from vidscale.run.data import load_splits, resolve_data
 from vidscale.scoring.evaluate import Stream, evaluate
 from vidscale.train import builders
-from vidscale.train.two_stream_eval import evaluate_two_stream
+from vidscale.train.evaluation.two_stream_eval import evaluate_two_stream
 
 SMALL = [
     "data.workers=0",

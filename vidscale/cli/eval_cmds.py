@@ -25,7 +25,7 @@ from vidscale.config import ConfigError
 def cmd_eval(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from vidscale.train.eval_run import PAPER_VIEWS, Views, evaluate_run
+    from vidscale.train.evaluation.eval_run import PAPER_VIEWS, Views, evaluate_run
 
     if len(args.run) != (2 if args.two_stream else 1):
         raise ConfigError("eval: give RUN, or --two-stream RGB_RUN FLOW_RUN")
@@ -60,7 +60,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def _eval_two_stream(args: argparse.Namespace, views: Any) -> int:
     from vidscale.run.ref import checkpoint_path, locate
-    from vidscale.train.two_stream_eval import evaluate_two_stream
+    from vidscale.train.evaluation.two_stream_eval import evaluate_two_stream
 
     for flag, ref in zip(("RGB_RUN", "FLOW_RUN"), args.run, strict=True):
         try:

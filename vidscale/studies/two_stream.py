@@ -202,7 +202,7 @@ def transfer_effect(
 
 def fuse(out: Path, *, weights: tuple[float, float]) -> dict[str, dict[str, Any]]:
     """Late fusion of `out/rgb` with each flow run, every run at its best kept checkpoint."""
-    from vidscale.train.two_stream_eval import evaluate_two_stream
+    from vidscale.train.evaluation.two_stream_eval import evaluate_two_stream
 
     fusion = {}
     for name in FLOW_RUNS:

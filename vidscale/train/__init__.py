@@ -11,6 +11,6 @@ it: `run/`, `scoring/`).
 - Sizes and phases: `adaptive_batch`, `phase_switch`, `precise_bn`.
 - Records: `run_log`, `summary` (the run's counters), `loggers` (+ `wandb_logger`),
   `expected_time`.
-- Evaluation of runs: `eval_run` (`vidscale eval`), `two_stream_eval`; `init_from`
+- Evaluation of runs: `evaluation/` (`eval_run`, `vidscale eval`; `two_stream_eval`); `init_from`
   (`model.init_from`), `schedule_report`.
 """

@@ -17,7 +17,7 @@ from vidscale.data.media.decode import decode_all
 from vidscale.data.prepared.prepare import open_prepared, prepare_from_layout
 from vidscale.data.synthetic.videos import CLASSES, write_synthetic_dataset
 from vidscale.data.synthetic.writer import encode_h264
-from vidscale.train.eval_run import Views, evaluate_run
+from vidscale.train.evaluation.eval_run import Views, evaluate_run
 
 N_CLASSES = 4  # the first four demo classes: left/right, up/down
 TRAIN_PER_CLASS, VAL_PER_CLASS = 2, 1

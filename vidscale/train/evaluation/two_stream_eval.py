@@ -34,7 +34,7 @@ from vidscale.scoring.average_precision import ViewAggregation
 from vidscale.scoring.evaluate import EvalResult, Stream, evaluate
 from vidscale.scoring.precision import announce, scoring_arithmetic
 from vidscale.train import builders
-from vidscale.train.eval_run import Views, resolve_eval_config
+from vidscale.train.evaluation.eval_run import Views, resolve_eval_config
 
 STREAMS = ("rgb", "flow")
 
