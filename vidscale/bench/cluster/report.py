@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -242,3 +242,20 @@ def plot_cluster(result: ClusterResult, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def replan(result: ClusterResult) -> ClusterResult:
+    """`result`'s measurements with the planner's predictions made again as it is now (from the
+    same one-node inputs, `settings["baseline"]`, and the same probes)."""
+    cfg = ClusterConfig(
+        bucket_cap_mb=result.settings["bucket_cap_mb"],
+        cores=result.settings["cores"],
+        baseline=Path(result.settings["baseline"]),
+    )
+    baseline = cfg.read_baseline()
+    by_rate = {link.rate: link for link in result.links}
+    rows = []
+    for row in result.rows:
+        predicted = predict_row(cfg, baseline, by_rate, asdict(row))
+        rows.append(replace(row, predicted_step_s=predicted, error=predicted / row.step_s - 1))
+    return replace(result, rows=rows)

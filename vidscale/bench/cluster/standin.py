@@ -9,7 +9,7 @@ going forward, and its share of the backward time going backward, then hands its
 their gradients. Backward therefore releases the gradients layer by layer, last layer first,
 each when the real backward would have (the shares are the layers' MACs, as the planner's
 `overlap.gradient_arrivals` assumes), and DDP's buckets fill and all-reduce as they would.
-The gradients are fresh zeros: their values do not change what is sent.
+The gradients are a small constant: their values do not change what is sent.
 
 `StandInSGD` is torch's SGD whose first step is real (so its momentum buffers exist, and AAVG
 averages them with the parameters) and whose later steps wait the measured time instead.
@@ -37,6 +37,8 @@ from vidscale.models.costs import ModelCosts
 _SETTLE_S = 5e-4
 # Lateness owed back at most (a longer stall is the machine's, not a sleep's).
 _MAX_LATE_S = 0.05
+# Every gradient element's value (see `_Layer.backward`).
+GRADIENT = 1e-3
 
 
 @dataclass(frozen=True)
@@ -111,9 +113,10 @@ class _Layer(torch.autograd.Function):
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
         ctx.clock.wait(ctx.backward_s)
         # Fresh, as a layer's backward hands over a new tensor that autograd keeps as `.grad`
-        # without a copy. Zeros rather than whatever the allocator holds: garbage can be
-        # subnormal, which the CPU adds (DDP, gloo) many times slower than normal numbers.
-        return (grad, None, None, *(torch.zeros_like(p) for p in ctx.params))
+        # without a copy. Not garbage (whatever the allocator holds can be subnormal, which the
+        # CPU adds many times slower) and not zeros (PowerSGD orthonormalises M Q, and of zeros
+        # that is 0/0: the step not finite): a small constant, a gradient of rank one.
+        return (grad, None, None, *(torch.full_like(p, GRADIENT) for p in ctx.params))
 
 
 class StandInModel(nn.Module):

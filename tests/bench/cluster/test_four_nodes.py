@@ -1,0 +1,47 @@
+"""`bench cluster` as CI runs it: four stand-in nodes at one rate, as root (fails rather than
+skips where VIDSCALE_REQUIRE_NETNS=1 says it must run), and nothing left behind."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from vidscale.bench.cluster.config import ClusterConfig
+from vidscale.bench.cluster.measure import run
+from vidscale.netlab.link import PREFIX, namespaces
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.mark.slow
+def test_four_stand_in_nodes_scale_as_the_planner_says(netns_ok: None, tmp_path: Path) -> None:
+    cfg = ClusterConfig(
+        nodes=(4,),
+        rates=("1gbit",),
+        models=("tsm_resnet50",),
+        hooks=("none",),
+        aavg_k=2,
+        epoch_k=0,
+        steps=2,
+        warmup=2,
+        baseline=ROOT / "docs" / "results" / "network_scaling.json",
+    )
+    result = run(cfg, out_json=tmp_path / "cluster.json", plot=tmp_path / "cluster.png")
+    assert (tmp_path / "cluster.json").is_file() and (tmp_path / "cluster.png").is_file()
+    rows = {row.variant: row for row in result.rows}
+    assert set(rows) == {"ddp", "aavg k=2"}
+    for row in rows.values():
+        assert row.nodes == 4 and row.rate == "1gbit"
+        # Slower than one node alone (the stand-in waits at least its compute), and within
+        # what the planner predicts for this cluster (a loose bound: CI machines are shared).
+        assert row.step_s > 0.95 * row.one_process_step_s, row
+        assert abs(row.error) < 0.3, row
+    # DDP sent every gradient each step: 97 MB for TSM-R50 (its fp32 parameters).
+    assert rows["ddp"].comm_bytes_per_step == pytest.approx(97.3e6, rel=0.01)
+    assert rows["ddp"].efficiency < rows["aavg k=2"].efficiency
+    assert not [ns for ns in namespaces() if ns.startswith(f"{PREFIX}{os.getpid()}-")]
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert f"vsh{os.getpid() % 10_000_000}@" not in links
