@@ -70,7 +70,7 @@ class TrainConfig:
     # Resume under a changed global batch, epochs, LR or schedule: carry progress over as clips
     # seen instead of refusing (the resumed run is then not the run it would have been).
     allow_plan_change: bool = False
-    # Where the run's scalars go besides metrics.jsonl (train/loggers.py), on rank 0. wandb
+    # Where the run's scalars go besides metrics.jsonl (train/records/loggers.py), on rank 0. wandb
     # needs the `tracking` extra; offline it writes under the run directory and needs no
     # network (`wandb sync` uploads it later). wandb_dir "": the run directory.
     loggers: tuple[Literal["tensorboard", "wandb"], ...] = ("tensorboard",)

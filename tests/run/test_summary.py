@@ -26,7 +26,7 @@ from vidscale.run.summary import (
 )
 from vidscale.scoring.evaluate import EvalResult
 from vidscale.train import loop
-from vidscale.train.run_log import RunLog
+from vidscale.train.records.run_log import RunLog
 
 RECIPE = "demo_tsm_r18_8f_b32_e20"
 VIDSCALE = Path(__file__).resolve().parents[2] / "vidscale"

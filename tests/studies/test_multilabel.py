@@ -18,7 +18,7 @@ from vidscale.studies.multilabel import (
     multilabel_study,
     train_command,
 )
-from vidscale.train.summary import RunCounters
+from vidscale.train.records.summary import RunCounters
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from vidscale.schedules.batch_scaling import SQRT_BASE_LR, batch_scaled_lr
 from vidscale.studies import runs as study_runs
 from vidscale.studies import sweep as sw
 from vidscale.studies.runs import StudyRun
-from vidscale.train.summary import RunCounters
+from vidscale.train.records.summary import RunCounters
 
 RECIPE = "demo_tsm_r18_8f_b32_e20"
 

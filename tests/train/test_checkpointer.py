@@ -19,9 +19,9 @@ from vidscale.run.record import RunRecord
 from vidscale.train.adaptive_batch import AdaptiveBatch
 from vidscale.train.checkpointer import Checkpointer, RunState
 from vidscale.train.phase_switch import PhaseSwitch
+from vidscale.train.records.run_log import RunLog
 from vidscale.train.resilience import DivergenceGuard, Preempted, StopSignals
 from vidscale.train.resume import Progress
-from vidscale.train.run_log import RunLog
 
 
 def run_state(env: DistEnv, *, seed: int, classes: int = 5) -> RunState:

@@ -9,7 +9,7 @@ import pytest
 from tests.tiny_run import tiny_overrides
 from vidscale.cli import main
 from vidscale.fastpath.probe import FastPathDecision
-from vidscale.train.expected_time import duration, expected_training_time
+from vidscale.train.records.expected_time import duration, expected_training_time
 
 
 def probed(label_seconds: dict[str, float], chosen: tuple[bool, bool]) -> FastPathDecision:

@@ -13,7 +13,7 @@ from vidscale.run.metrics import read_metrics
 from vidscale.scoring.evaluate import EvalResult
 from vidscale.step.agreement import StepAgreement
 from vidscale.step.run import StepResult
-from vidscale.train.run_log import RunLog
+from vidscale.train.records.run_log import RunLog
 
 
 def step_result(

@@ -20,9 +20,9 @@ from vidscale.distributed.env import init_distributed
 from vidscale.recipes import get_recipe
 from vidscale.run.metrics import read_metrics
 from vidscale.train import loop
-from vidscale.train.loggers import LoggerChoice
-from vidscale.train.run_log import RunLog
-from vidscale.train.wandb_logger import RUN_ID_FILE, run_id
+from vidscale.train.records.loggers import LoggerChoice
+from vidscale.train.records.run_log import RunLog
+from vidscale.train.records.wandb_logger import RUN_ID_FILE, run_id
 
 RECIPE = "demo_tsm_r18_8f_b32_e20"
 WANDB = ["train.loggers=tensorboard,wandb", "train.epochs=2"]

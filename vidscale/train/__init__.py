@@ -9,8 +9,8 @@ it: `run/`, `scoring/`).
 - Survival: `resilience` (signals, the divergence guard), `watchdog` (hangs); `ft_run`, training
   in fault-tolerant replica groups on TorchFT (`vidscale train-ft`).
 - Sizes and phases: `adaptive_batch`, `phase_switch`, `precise_bn`.
-- Records: `run_log`, `summary` (the run's counters), `loggers` (+ `wandb_logger`),
-  `expected_time`.
+- Records: `records/` (`run_log`, `summary`: the run's counters, `loggers` + `wandb_logger`,
+  `expected_time`).
 - Evaluation of runs: `evaluation/` (`eval_run`, `vidscale eval`; `two_stream_eval`); `init_from`
   (`model.init_from`), `schedule_report`.
 """

@@ -34,6 +34,7 @@ from vidscale.run.checkpoint import (
 from vidscale.run.record import RunRecord
 from vidscale.train.adaptive_batch import AdaptiveBatch
 from vidscale.train.phase_switch import PhaseSwitch
+from vidscale.train.records.run_log import RunLog
 from vidscale.train.resilience import (
     Diverged,
     DivergenceGuard,
@@ -42,7 +43,6 @@ from vidscale.train.resilience import (
     weights_finite,
 )
 from vidscale.train.resume import Progress
-from vidscale.train.run_log import RunLog
 from vidscale.train.state import Held, PartLoadError, StateRegistry
 from vidscale.train.watchdog import Watchdog
 

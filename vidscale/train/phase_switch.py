@@ -21,7 +21,7 @@ from vidscale.distributed.env import DistEnv
 from vidscale.distributed.sync_batchnorm import set_batchnorm_sync, sync_group_size
 from vidscale.models.batchnorm import load_split_state, set_batchnorm_splits, split_state
 from vidscale.run.timeline import Phase
-from vidscale.train.run_log import RunLog
+from vidscale.train.records.run_log import RunLog
 
 
 class PhaseSwitch:

@@ -28,9 +28,9 @@ from vidscale.step.run import StepContext
 from vidscale.train.adaptive_batch import AdaptiveBatch
 from vidscale.train.checkpointer import Checkpointer, RunState
 from vidscale.train.phase_switch import PhaseSwitch
+from vidscale.train.records.run_log import RunLog
 from vidscale.train.resilience import DivergenceGuard, StopSignals
 from vidscale.train.resume import Progress
-from vidscale.train.run_log import RunLog
 from vidscale.train.watchdog import Watchdog
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from vidscale.config import TrainConfig
 from vidscale.errors import InputError
 from vidscale.run.metrics import RunLogger
-from vidscale.train.wandb_logger import WandbLogger, WandbSettings, import_wandb
+from vidscale.train.records.wandb_logger import WandbLogger, WandbSettings, import_wandb
 
 
 class TensorBoardLogger:

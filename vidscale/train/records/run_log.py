@@ -29,9 +29,9 @@ from vidscale.run.timeline import RunSizes
 from vidscale.scoring.evaluate import EvalResult
 from vidscale.step.run import StepResult
 from vidscale.train.adaptive_batch import AdaptiveBatch
-from vidscale.train.expected_time import duration, expected_training_time
-from vidscale.train.loggers import LoggerChoice
-from vidscale.train.summary import EpochTotals, RunCounters
+from vidscale.train.records.expected_time import duration, expected_training_time
+from vidscale.train.records.loggers import LoggerChoice
+from vidscale.train.records.summary import EpochTotals, RunCounters
 
 
 class RunLog:
