@@ -17,7 +17,7 @@ from vidscale.recipes import get_recipe
 from vidscale.run.checkpoint import UnreadableCheckpoint, save_checkpoint, upgrade
 from vidscale.run.record import RECORD_KEYS, Origin, RunRecord, read_record
 from vidscale.run.timeline import run_sizes
-from vidscale.train.resume import resolve_start
+from vidscale.train.checkpoints.resume import resolve_start
 
 PACKAGE = Path(__file__).resolve().parents[2] / "vidscale"
 TRAIN_VIDEOS = 64

@@ -17,11 +17,11 @@ from vidscale.recipes import get_recipe
 from vidscale.run.checkpoint import newest_loadable
 from vidscale.run.record import RunRecord
 from vidscale.train.adaptive_batch import AdaptiveBatch
-from vidscale.train.checkpointer import Checkpointer, RunState
+from vidscale.train.checkpoints.checkpointer import Checkpointer, RunState
+from vidscale.train.checkpoints.resume import Progress
 from vidscale.train.phase_switch import PhaseSwitch
 from vidscale.train.records.run_log import RunLog
 from vidscale.train.resilience import DivergenceGuard, Preempted, StopSignals
-from vidscale.train.resume import Progress
 
 
 def run_state(env: DistEnv, *, seed: int, classes: int = 5) -> RunState:

@@ -14,8 +14,8 @@ import torch
 from tests.train.test_checkpointer import checkpointer, run_state, train_a_step
 from vidscale.distributed.env import init_distributed
 from vidscale.run.checkpoint import load_checkpoint, upgrade
-from vidscale.train.checkpointer import RunState
-from vidscale.train.state import Held, PartLoadError, StateRegistry
+from vidscale.train.checkpoints.checkpointer import RunState
+from vidscale.train.checkpoints.state import Held, PartLoadError, StateRegistry
 
 SPLITS = 2  # sub-batch BN groups, so that the BN splits part holds something
 

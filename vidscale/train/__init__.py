@@ -4,10 +4,11 @@ it: `run/`, `scoring/`).
 - `loop`: `train()` and the `Trainer` (epochs, evaluation, batch adaptation), built by `builders`;
   each step is `step.run.train_step`; `wiring` builds its checkpointer and step context from its
   parts and ends its loader workers.
-- Checkpoints: `state` (the registry of checkpointed parts), `checkpointer` (save, load, stop),
-  `resume` (the newest loadable checkpoint, the plan rule).
+- Checkpoints: `checkpoints/` (`state`, the registry of checkpointed parts; `checkpointer`:
+  save, load, stop; `resume`: the newest loadable checkpoint, the plan rule).
 - Survival: `resilience` (signals, the divergence guard), `watchdog` (hangs); `ft_run`, training
-  in fault-tolerant replica groups on TorchFT (`vidscale train-ft`).
+  in fault-tolerant replica groups on TorchFT (`vidscale train-ft`): `ft_replica` (one process's
+  replica, the LR rule), `ft_rounds` (local steps and K-step averaging: AAVG or TorchFT's LocalSGD).
 - Sizes and phases: `adaptive_batch`, `phase_switch`, `precise_bn`.
 - Records: `records/` (`run_log`, `summary`: the run's counters, `loggers` + `wandb_logger`,
   `expected_time`).

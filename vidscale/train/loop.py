@@ -31,6 +31,7 @@ from vidscale.scoring.precision import announce, scoring_arithmetic
 from vidscale.step.run import StepResult, seed_step, train_step
 from vidscale.train import builders
 from vidscale.train.adaptive_batch import AdaptiveBatch, sizes_for_batch
+from vidscale.train.checkpoints.resume import ResumeMode, Start, find_start, prepare_run_dir
 from vidscale.train.phase_switch import PhaseSwitch
 from vidscale.train.precise_bn import pooled_precise_bn
 from vidscale.train.records.loggers import LoggerChoice
@@ -43,7 +44,6 @@ from vidscale.train.resilience import (
     StopSignals,
     any_rank,
 )
-from vidscale.train.resume import ResumeMode, Start, find_start, prepare_run_dir
 from vidscale.train.watchdog import Watchdog
 from vidscale.train.wiring import build_checkpointer, step_context, stop_loader_workers
 

@@ -33,6 +33,8 @@ from vidscale.run.checkpoint import (
 )
 from vidscale.run.record import RunRecord
 from vidscale.train.adaptive_batch import AdaptiveBatch
+from vidscale.train.checkpoints.resume import Progress
+from vidscale.train.checkpoints.state import Held, PartLoadError, StateRegistry
 from vidscale.train.phase_switch import PhaseSwitch
 from vidscale.train.records.run_log import RunLog
 from vidscale.train.resilience import (
@@ -42,8 +44,6 @@ from vidscale.train.resilience import (
     StopSignals,
     weights_finite,
 )
-from vidscale.train.resume import Progress
-from vidscale.train.state import Held, PartLoadError, StateRegistry
 from vidscale.train.watchdog import Watchdog
 
 
