@@ -66,6 +66,7 @@ def start_group(
     lighthouse: str,
     epochs: int,
     timeout_s: float = 5.0,
+    extra: tuple[str, ...] = (),
 ) -> subprocess.Popen:
     """`torchrun --standalone --nproc_per_node 1 -m vidscale train-ft` for `group`, in a
     session of its own (so the test can SIGKILL the agent and its worker together)."""
@@ -74,7 +75,7 @@ def start_group(
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1"]
     cmd += ["-m", "vidscale", "train-ft", *RUN, *overrides, "--out", str(out)]
     cmd += ["--lighthouse", lighthouse, "--group", str(group), "--groups", str(groups)]
-    cmd += ["--timeout", str(timeout_s)]
+    cmd += ["--timeout", str(timeout_s), *extra]
     log = (out / f"group{group}.log").open("a")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.Popen(

@@ -185,3 +185,52 @@ def test_no_lighthouse_reachable_is_refused_in_one_line(
     assert err.startswith(
         f"vidscale: error: --lighthouse: no lighthouse reachable at 127.0.0.1:{port}"
     )
+
+
+@pytest.mark.slow
+def test_aavg_drops_a_killed_group_from_the_averaging_not_the_run(
+    tiny_demo: Path, tmp_path: Path
+) -> None:
+    """AAVG through the quorum (K = 2, moments every 4): a group killed between averagings is
+    left out of that averaging, the survivor keeps going, the restarted group heals and joins
+    the next; the replicas end equal (BN statistics and momentum included) and every sample is
+    taken once."""
+    epochs = 8
+    lighthouse = Lighthouse.start(tmp_path / "lighthouse.log")
+    aavg = ("--average-every", "2", "--moments-every", "4")
+    try:
+        start = partial(
+            start_group,
+            data=tiny_demo,
+            out=tmp_path,
+            lighthouse=lighthouse.address,
+            epochs=epochs,
+            extra=aavg,
+        )
+        survivor = start(0, 2)
+        victim = start(1, 2)
+        wait_for(lambda: len(records(tmp_path, 1)) >= 4, 120, "group 1's 4th local step")
+        kill_group(victim)
+        killed_after = len(records(tmp_path, 1))
+        last_round = records(tmp_path, 1)[-1]["round"]
+        back = start(1, 2)
+        assert finish(survivor, 180, tmp_path, 0) == 0
+        assert finish(back, 60, tmp_path, 1) == 0
+    finally:
+        lighthouse.kill()
+    alone, rejoined = records(tmp_path, 0), records(tmp_path, 1)[killed_after:]
+    rounds = sorted({r["round"] for r in alone})
+    assert rounds == list(range(1, len(rounds) + 1))
+    assert any(r["participants"] == 1 for r in alone if r["round"] > last_round)
+    assert rejoined and rejoined[0]["healed"] and rejoined[0]["round"] > last_round
+    check_rounds_take_samples_once(alone, epochs)
+    check_equal_final_states(tmp_path, 2, epochs)
+
+
+def check_rounds_take_samples_once(log: list[dict[str, Any]], epochs: int) -> None:
+    """Every epoch's committed local steps (as the survivor, present in every round, logged
+    them) take every training sample exactly once."""
+    for epoch in range(epochs):
+        order = DataPosition(TRAIN_VIDEOS, 0, epoch=epoch).order()
+        taken = [i for r in log if r["epoch"] == epoch for i in order[r["start"] : r["stop"]]]
+        assert sorted(taken) == list(range(TRAIN_VIDEOS)), f"epoch {epoch}: {taken}"

@@ -23,6 +23,9 @@ def cmd_train_ft(args: argparse.Namespace) -> int:
         groups=args.groups,
         min_groups=args.min_groups,
         timeout_s=args.timeout,
+        average_every=args.average_every,
+        moments_every=args.moments_every,
+        averager=args.averager,
     )
     settings.check()
     require_torchft()
@@ -64,6 +67,28 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         default=30.0,
         metavar="SECONDS",
         help="bound on each collective, quorum and state transfer (default 30)",
+    )
+    p.add_argument(
+        "--average-every",
+        type=int,
+        default=0,
+        metavar="K",
+        help="0 (default): synchronous steps; K: local steps, replicas averaged every K",
+    )
+    p.add_argument(
+        "--averager",
+        default="aavg",
+        choices=["aavg", "localsgd"],
+        help="with --average-every: aavg (parameters, BN statistics, moments; default) or "
+        "localsgd (TorchFT's LocalSGD: parameters only)",
+    )
+    p.add_argument(
+        "--moments-every",
+        type=int,
+        default=0,
+        metavar="M",
+        help="aavg: average the optimizer's moments every M steps, a multiple of K "
+        "(DES-LOC; default 0: every K)",
     )
     add_json_flag(p)
     p.set_defaults(fn=cmd_train_ft)

@@ -33,120 +33,31 @@ each process writes its final model, optimizer and position to `OUT/ft/final-gro
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
-from torch import nn
 
 from vidscale.config import RunConfig
-from vidscale.data.dataset import VideoClipDataset, collate
-from vidscale.data.inputs import ModelInput
 from vidscale.distributed.ft.group import init_group, pack, start_manager, sum_over_quorum, unpack
-from vidscale.distributed.ft.position import DataPosition
 from vidscale.distributed.ft.settings import FTSettings, check_lighthouse_reachable
-from vidscale.models.registry import build_model
-from vidscale.optim.factory import build_optimizer
-from vidscale.run.data import load_data
-from vidscale.step.run import StepContext, forward_backward
+from vidscale.train.ft_replica import (
+    Replica,
+    build_replica,
+    forward_backward_share,
+    scaled_lr,
+    share_of,
+)
+from vidscale.train.ft_rounds import take_round
 
 T = TypeVar("T")
 
 
 class LighthouseLost(RuntimeError):
     """The lighthouse stopped answering: no quorum can form, so no group can step."""
-
-
-@dataclass
-class Replica:
-    """This process's part of the run: what a rejoining group receives, and where it logs."""
-
-    cfg: RunConfig
-    model: nn.Module
-    optimizer: torch.optim.Optimizer
-    position: DataPosition
-    dataset: VideoClipDataset
-    model_input: ModelInput
-    group: int
-    rank: int
-    group_size: int
-    log: Path
-    healed: bool = False  # since the last committed step: took a peer's state
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "position": self.position.state_dict(),
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.position.load_state_dict(state["position"])
-
-    @property
-    def per_process(self) -> int:
-        return self.cfg.data.batch_size
-
-    def done(self) -> bool:
-        return self.position.epoch >= self.cfg.train.epochs
-
-
-def build_replica(cfg: RunConfig, settings: FTSettings, out: Path) -> Replica:
-    """The model, optimizer, data and position of this process, seeded alike on every group
-    (a group that starts late receives the live state anyway)."""
-    cfg, splits = load_data(cfg)
-    torch.manual_seed(cfg.train.seed)
-    model = build_model(cfg.model)
-    optimizer = build_optimizer(model, cfg.optim, lr=cfg.optim.lr_per_8_clips)
-    dataset = VideoClipDataset(splits.train, cfg.data.train_clip, train=True, seed=cfg.train.seed)
-    rank, size = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-    (out / "ft").mkdir(parents=True, exist_ok=True)
-    return Replica(
-        cfg=cfg,
-        model=model,
-        optimizer=optimizer,
-        position=DataPosition(len(dataset), cfg.train.seed),
-        dataset=dataset,
-        model_input=ModelInput.of(cfg.data.train_clip, cfg.data),
-        group=settings.group,
-        rank=rank,
-        group_size=size,
-        log=out / "ft" / f"group{settings.group}.rank{rank}.jsonl",
-    )
-
-
-def scaled_lr(cfg: RunConfig, position: DataPosition, step_samples: int) -> float:
-    """The LR of a step of `step_samples` clips taken at `position` (the module's rule)."""
-    total = cfg.train.epochs * position.size
-    progress = (position.epoch * position.size + position.consumed) / total
-    return cfg.optim.lr_per_8_clips * step_samples / 8 * 0.5 * (1 + math.cos(math.pi * progress))
-
-
-def forward_backward_share(replica: Replica, share: list[int], step_samples: int) -> list[float]:
-    """Forward and backward of this process's share of a step of `step_samples` clips (the
-    run's objective, `step.run.forward_backward`: gradients of the loss sum / `step_samples`);
-    [loss sum, top-1 hits]. An empty share (the epoch's last step may have fewer clips than
-    processes) adds nothing."""
-    replica.model.train()
-    if not share:
-        return [0.0, 0.0]
-    replica.dataset.set_epoch(replica.position.epoch)
-    batch = collate([replica.dataset[i] for i in share])
-    ctx = StepContext(
-        model=replica.model,
-        optimizer=replica.optimizer,
-        prepare=replica.model_input,
-        device=torch.device("cpu"),
-    )
-    part = forward_backward(ctx, batch, clips=step_samples)
-    return [part.loss * step_samples, float(part.hits)]
 
 
 def take_step(replica: Replica, manager: Any) -> dict[str, Any] | None:
@@ -159,9 +70,7 @@ def take_step(replica: Replica, manager: Any) -> dict[str, Any] | None:
     start, stop = replica.position.step_range(step_samples)
     order = replica.position.order()
     me = participant * replica.group_size + replica.rank
-    share = order[
-        start + (stop - start) * me // processes : start + (stop - start) * (me + 1) // processes
-    ]
+    share = share_of(order, start, stop, me, processes)
     before = {k: v.clone() for k, v in replica.model.named_buffers()}
     replica.optimizer.zero_grad(set_to_none=True)
     counters = forward_backward_share(replica, share, stop - start)
@@ -250,11 +159,15 @@ def steps(replica: Replica, manager: Any, settings: FTSettings) -> dict[str, Any
             with_lighthouse(manager.start_quorum, settings, step=manager.current_step())
             if replica.done():
                 return last
-            record = take_step(replica, manager)
-            if record is not None:
+            if settings.average_every:
+                done = take_round(replica, manager, settings)
+            else:
+                record = take_step(replica, manager)
+                done = [record] if record is not None else []
+            for record in done:
                 log.write(json.dumps(record) + "\n")
-                log.flush()
                 last = record
+            log.flush()
 
 
 def with_lighthouse(call: Callable[[], T], settings: FTSettings, *, step: int) -> T:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 from vidscale.errors import InputError
 
+#: What averages the replicas every `average_every` steps (`FTSettings`).
+AVERAGERS = ("aavg", "localsgd")
 #: How long the lighthouse may take to accept a TCP connection before the run is refused.
 LIGHTHOUSE_CONNECT_S = 5.0
 
@@ -26,6 +28,12 @@ class FTSettings:
     [0, groups); `min_groups` the fewest groups that may commit a step (TorchFT's
     `min_replica_size`); `timeout_s` bounds every collective, quorum and checkpoint transfer,
     so a dead peer costs the others at most that long.
+
+    `average_every` = 0 (default): synchronous steps, gradients summed over the quorum every
+    step. K > 0: local steps, and every K steps the replicas are averaged through the quorum by
+    `averager`: "aavg" (parameters, BN statistics merged as AAVG Alg. 2, and the optimizer's
+    moments every `moments_every` steps, a multiple of K; 0: every K, DES-LOC's separate period
+    otherwise) or "localsgd" (TorchFT's own `LocalSGD`: parameters only, for comparison).
     """
 
     lighthouse: str
@@ -33,6 +41,9 @@ class FTSettings:
     groups: int
     min_groups: int = 1
     timeout_s: float = 30.0
+    average_every: int = 0
+    moments_every: int = 0
+    averager: str = "aavg"
 
     def check(self) -> None:
         """Raise InputError naming the first flag that cannot work."""
@@ -47,7 +58,25 @@ class FTSettings:
             raise InputError(f"--min-groups: {self.min_groups} is not in [1, {self.groups}]")
         if not self.timeout_s > 0:
             raise InputError(f"--timeout: {self.timeout_s} must be above 0 seconds")
+        self.check_averaging()
         host_port(self.lighthouse)
+
+    def check_averaging(self) -> None:
+        k, m = self.average_every, self.moments_every
+        if k < 0:
+            raise InputError(f"--average-every: {k} must be 0 (synchronous steps) or a step count")
+        if self.averager not in AVERAGERS:
+            raise InputError(f"--averager: {self.averager!r} is not one of {', '.join(AVERAGERS)}")
+        if m and (k == 0 or m % k or self.averager != "aavg"):
+            raise InputError(
+                f"--moments-every: {m} must be a multiple of --average-every ({k}) "
+                "with --averager aavg"
+            )
+
+    @property
+    def moments_period(self) -> int:
+        """Steps between averagings of the optimizer's moments (AAVG)."""
+        return self.moments_every or self.average_every
 
     @property
     def lighthouse_url(self) -> str:
