@@ -146,6 +146,7 @@ def run(
     spec = _spec(cfg, baseline, tails)
     rows: list[dict[str, Any]] = []
     links: list[ProbedLink] = []
+    failed: list[str] = []
     with tempfile.TemporaryDirectory(prefix="vidscale-cluster-") as tmp:
         work = Path(tmp)
         for text in cfg.rates:
@@ -154,10 +155,16 @@ def run(
             for n in cfg.nodes:
                 if progress:
                     print(f"bench cluster: {n} nodes at {rate.label}", flush=True)
-                rows += one_pass(cfg, spec, n, rate, work)
+                try:
+                    rows += one_pass(cfg, spec, n, rate, work)
+                except ClusterRunFailed as err:  # the other passes still count; this one is named
+                    failed.append(f"{n} nodes at {rate.label}: {str(err).splitlines()[0]}")
+                    print(f"bench cluster: failed: {err}", flush=True)
         if cfg.straggler_nodes:
             rows += _stragglers(cfg, spec, work, links, progress=progress)
-    result = build(cfg, baseline, tails, links, rows)
+    if not rows:
+        raise ClusterRunFailed("every pass failed: " + "; ".join(failed))
+    result = build(cfg, baseline, tails, links, rows, failed=failed)
     write_result(out_json, result.to_dict())
     if plot is not None:
         plot_cluster(result, plot)

@@ -154,7 +154,11 @@ def build(
     tails: dict[str, float],
     links: list[ProbedLink],
     measured: list[dict[str, Any]],
+    *,
+    failed: list[str] | None = None,
 ) -> ClusterResult:
+    """The result of `measured` rows; `failed` names the passes whose ranks failed (kept in
+    the settings, so that a missing row says why)."""
     by_rate = {link.rate: link for link in links}
     rows = []
     for found in measured:
@@ -183,7 +187,7 @@ def build(
             )
         )
     host = {**describe(torch.device("cpu")), "load_average": load_average()}
-    return ClusterResult(cfg.as_dict(), host, tails, links, rows)
+    return ClusterResult({**cfg.as_dict(), "failed": failed or []}, host, tails, links, rows)
 
 
 def format_table(result: ClusterResult) -> str:
@@ -259,3 +263,30 @@ def replan(result: ClusterResult) -> ClusterResult:
         predicted = predict_row(cfg, baseline, by_rate, asdict(row))
         rows.append(replace(row, predicted_step_s=predicted, error=predicted / row.step_s - 1))
     return replace(result, rows=rows)
+
+
+def combine(results: list[ClusterResult]) -> ClusterResult:
+    """Several runs' rows and probes as one result (the first run's settings, each run's
+    load average kept under `host["load_averages"]`)."""
+    first = results[0]
+    host = {**first.host, "load_averages": [r.host.get("load_average") for r in results]}
+    links = list({link.rate: link for r in results for link in r.links}.values())
+    rows = [row for r in results for row in r.rows]
+    tails = {k: v for r in results for k, v in r.optimizer_tail_s.items()}
+    return ClusterResult(first.settings, host, tails, links, rows)
+
+
+def standin_check(result: ClusterResult, network: Path) -> list[tuple[str, str, str, float, float]]:
+    """Each two-node stand-in row next to the real two-node step `bench network` measured for
+    the same rate, model and variant (`network`, its JSON): (rate, model, variant, stand-in
+    step, real step)."""
+    real = {
+        (r["rate"], r["model"], r["variant"]): r["step_s"]
+        for r in json.loads(network.read_text())["rows"]
+    }
+    out = []
+    for row in result.rows:
+        key = (row.rate, row.model, row.variant)
+        if row.nodes == 2 and not row.slow_link and row.slow_factor == 1 and key in real:
+            out.append((*key, row.step_s, real[key]))
+    return out
