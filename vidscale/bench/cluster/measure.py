@@ -241,12 +241,49 @@ def parse(argv: list[str]) -> tuple[ClusterConfig, Path, Path]:
     return cfg, a.out_json, a.plot
 
 
+def combined(argv: list[str]) -> int:
+    """`--combine A.json B.json ... --out-json OUT --plot PNG [--check-against NETWORK.json]`:
+    measured results joined, predicted again by the planner as committed, written and printed
+    (with each two-node stand-in row beside the real two-node step, when asked)."""
+    import argparse
+
+    from vidscale.bench.cluster.report import (
+        ClusterResult,
+        combine,
+        format_table,
+        replan,
+        standin_check,
+    )
+
+    p = argparse.ArgumentParser(prog="bench cluster --combine", allow_abbrev=False)
+    p.add_argument("--combine", type=Path, nargs="+", required=True)
+    p.add_argument("--out-json", type=Path, required=True)
+    p.add_argument("--plot", type=Path, required=True)
+    p.add_argument("--check-against", type=Path, default=None)
+    a = p.parse_args(argv)
+    result = replan(combine([ClusterResult.read(path) for path in a.combine]))
+    write_result(a.out_json, result.to_dict())
+    plot_cluster(result, a.plot)
+    print(format_table(result))
+    if a.check_against is not None:
+        print(
+            f"\n{'link':>8} {'model':<20} {'variant':<14} {'stand-in':>8} {'real':>7} {'diff':>7}"
+        )
+        for rate, model, variant, standin, real in standin_check(result, a.check_against):
+            print(
+                f"{rate:>8} {model:<20} {variant:<14} {standin:8.3f} {real:7.3f} {standin / real - 1:+7.1%}"
+            )
+    return 0
+
+
 def main(argv: list[str]) -> int:
     import sys
 
     from vidscale.bench.cluster.report import format_table
 
     try:
+        if "--combine" in argv:
+            return combined(argv)
         cfg, out_json, plot = parse(argv)
         result = run(cfg, out_json=out_json, plot=plot)
     except InputError as err:
