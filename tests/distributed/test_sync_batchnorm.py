@@ -20,7 +20,7 @@ from vidscale.distributed.sync_batchnorm import (
 from vidscale.models.batchnorm import set_batchnorm_splits
 from vidscale.models.registry import ModelConfig, build_model
 from vidscale.run.timeline import Phase, Shape
-from vidscale.train.phase_switch import PhaseSwitch
+from vidscale.train.phases.phase_switch import PhaseSwitch
 
 needs_cuda = pytest.mark.cuda  # skipped, with the reason, without CUDA (tests/conftest.py)
 

@@ -17,8 +17,8 @@ from vidscale.recipes import get_recipe, list_recipes
 from vidscale.recipes.aavg import CROP_SIDES, FRAME_HW, TEST_SAMPLES
 from vidscale.run.data import load_splits, resolve_num_classes
 from vidscale.run.timeline import recipe_row, run_sizes, step_lr
-from vidscale.train.adaptive_batch import AdaptiveBatch
 from vidscale.train.evaluation.eval_run import Views
+from vidscale.train.phases.adaptive_batch import AdaptiveBatch
 
 TRAIN_SIZE = {"ucf101": 9537, "hmdb51": 3570}  # split 1 training videos
 CLASSES = {"ucf101": 101, "hmdb51": 51}

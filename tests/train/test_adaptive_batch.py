@@ -7,7 +7,11 @@ import pytest
 from vidscale.config import RunConfig, apply_overrides
 from vidscale.recipes import get_recipe
 from vidscale.run.timeline import run_sizes, schedule_position
-from vidscale.train.adaptive_batch import AdaptiveBatch, largest_divisor_at_most, sizes_for_batch
+from vidscale.train.phases.adaptive_batch import (
+    AdaptiveBatch,
+    largest_divisor_at_most,
+    sizes_for_batch,
+)
 
 
 def cfg(*extra: str) -> RunConfig:

@@ -16,10 +16,10 @@ from vidscale.distributed.sync.comm_hooks import CommConfig
 from vidscale.recipes import get_recipe
 from vidscale.run.checkpoint import newest_loadable
 from vidscale.run.record import RunRecord
-from vidscale.train.adaptive_batch import AdaptiveBatch
 from vidscale.train.checkpoints.checkpointer import Checkpointer, RunState
 from vidscale.train.checkpoints.resume import Progress
-from vidscale.train.phase_switch import PhaseSwitch
+from vidscale.train.phases.adaptive_batch import AdaptiveBatch
+from vidscale.train.phases.phase_switch import PhaseSwitch
 from vidscale.train.records.run_log import RunLog
 from vidscale.train.resilience import DivergenceGuard, Preempted, StopSignals
 

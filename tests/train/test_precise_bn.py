@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from vidscale.models.batchnorm import aggregate_split_stats, set_batchnorm_splits, split_state
-from vidscale.train.precise_bn import precise_bn
+from vidscale.train.phases.precise_bn import precise_bn
 
 F64 = torch.float64
 

@@ -45,7 +45,7 @@ per epoch (18 on UCF101 split 1, the paper's "about 18") on any process count W 
 On W = 16 each process is one of the paper's learners. On fewer, each process accumulates 16 / W
 micro-batches of 32 into one local step, and W replicas are averaged: the same samples per step,
 but fewer learners of larger batches than the paper's. The adaptive batch counts the recipe's
-16 learners (`vidscale.train.adaptive_batch`), so the cap of 576 per learner bounds the global
+16 learners (`vidscale.train.phases.adaptive_batch`), so the cap of 576 per learner bounds the global
 batch at 16 x 576 = 9,216 on any W.
 """
 

@@ -9,7 +9,7 @@ it: `run/`, `scoring/`).
 - Survival: `resilience` (signals, the divergence guard), `watchdog` (hangs); `ft_run`, training
   in fault-tolerant replica groups on TorchFT (`vidscale train-ft`): `ft_replica` (one process's
   replica, the LR rule), `ft_rounds` (local steps and K-step averaging: AAVG or TorchFT's LocalSGD).
-- Sizes and phases: `adaptive_batch`, `phase_switch`, `precise_bn`.
+- Sizes and phases: `phases/` (`adaptive_batch`, `phase_switch`, `precise_bn`).
 - Records: `records/` (`run_log`, `summary`: the run's counters, `loggers` + `wandb_logger`,
   `expected_time`).
 - Evaluation of runs: `evaluation/` (`eval_run`, `vidscale eval`; `two_stream_eval`); `init_from`

@@ -30,10 +30,10 @@ from vidscale.scoring.evaluate import EvalResult, Stream, evaluate
 from vidscale.scoring.precision import announce, scoring_arithmetic
 from vidscale.step.run import StepResult, seed_step, train_step
 from vidscale.train import builders
-from vidscale.train.adaptive_batch import AdaptiveBatch, sizes_for_batch
 from vidscale.train.checkpoints.resume import ResumeMode, Start, find_start, prepare_run_dir
-from vidscale.train.phase_switch import PhaseSwitch
-from vidscale.train.precise_bn import pooled_precise_bn
+from vidscale.train.phases.adaptive_batch import AdaptiveBatch, sizes_for_batch
+from vidscale.train.phases.phase_switch import PhaseSwitch
+from vidscale.train.phases.precise_bn import pooled_precise_bn
 from vidscale.train.records.loggers import LoggerChoice
 from vidscale.train.records.run_log import RunLog
 from vidscale.train.resilience import (

@@ -25,10 +25,10 @@ from vidscale.run.record import RunRecord
 from vidscale.run.timeline import RunSizes
 from vidscale.step.objective import objective_for
 from vidscale.step.run import StepContext
-from vidscale.train.adaptive_batch import AdaptiveBatch
 from vidscale.train.checkpoints.checkpointer import Checkpointer, RunState
 from vidscale.train.checkpoints.resume import Progress
-from vidscale.train.phase_switch import PhaseSwitch
+from vidscale.train.phases.adaptive_batch import AdaptiveBatch
+from vidscale.train.phases.phase_switch import PhaseSwitch
 from vidscale.train.records.run_log import RunLog
 from vidscale.train.resilience import DivergenceGuard, StopSignals
 from vidscale.train.watchdog import Watchdog

@@ -15,7 +15,7 @@ as it would have, and a resumed run too. The per-step agreement of the loop (los
 finiteness; a few bytes) still crosses the network every step and is not counted here.
 
 Its configuration (the `aavg` section) is also read by the adaptive batch size rule
-(`vidscale.train.adaptive_batch`).
+(`vidscale.train.phases.adaptive_batch`).
 """
 
 from __future__ import annotations

@@ -32,10 +32,10 @@ from vidscale.run.checkpoint import (
     save_comm_state,
 )
 from vidscale.run.record import RunRecord
-from vidscale.train.adaptive_batch import AdaptiveBatch
 from vidscale.train.checkpoints.resume import Progress
 from vidscale.train.checkpoints.state import Held, PartLoadError, StateRegistry
-from vidscale.train.phase_switch import PhaseSwitch
+from vidscale.train.phases.adaptive_batch import AdaptiveBatch
+from vidscale.train.phases.phase_switch import PhaseSwitch
 from vidscale.train.records.run_log import RunLog
 from vidscale.train.resilience import (
     Diverged,

@@ -28,7 +28,7 @@ from vidscale.run.summary import summary_path
 from vidscale.run.timeline import RunSizes
 from vidscale.scoring.evaluate import EvalResult
 from vidscale.step.run import StepResult
-from vidscale.train.adaptive_batch import AdaptiveBatch
+from vidscale.train.phases.adaptive_batch import AdaptiveBatch
 from vidscale.train.records.expected_time import duration, expected_training_time
 from vidscale.train.records.loggers import LoggerChoice
 from vidscale.train.records.summary import EpochTotals, RunCounters
