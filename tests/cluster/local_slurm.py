@@ -73,6 +73,13 @@ class LocalSlurm:
     def start(self) -> None:
         for d in ("state", "spool", "log"):
             (self.root / d).mkdir(parents=True, exist_ok=True)
+        self._start_munged()
+        self.conf.write_text(self._slurm_conf())
+        self._run_daemon("slurmctld", "-i")
+        self._run_daemon("slurmd")
+        self._wait_for_idle_node()
+
+    def _start_munged(self) -> None:
         key = self.root / "munge.key"
         key.write_bytes(os.urandom(1024))
         key.chmod(0o600)
@@ -85,10 +92,6 @@ class LocalSlurm:
             f"--log-file={self.root / 'log' / 'munged.log'}",
             f"--seed-file={self.root / 'munge.seed'}",
         )
-        self.conf.write_text(self._slurm_conf())
-        self._run_daemon("slurmctld", "-i")
-        self._run_daemon("slurmd")
-        self._wait_for_idle_node()
 
     def stop(self) -> None:
         """Cancel every job, SIGTERM each daemon by its pid file, SIGKILL what is left after
@@ -99,9 +102,8 @@ class LocalSlurm:
         while time.monotonic() < deadline and self.job_processes():
             time.sleep(0.5)
         pids = []
-        for name in reversed(DAEMONS):
-            path = self._pids.get(name)
-            if path is not None and path.exists():
+        for path in reversed(list(self._pids.values())):  # the controller after its nodes
+            if path.exists():
                 pid = int(path.read_text().split()[0])
                 try:
                     os.kill(pid, signal.SIGTERM)
@@ -183,9 +185,14 @@ class LocalSlurm:
         self.wait_until(job_id, {"PENDING", *TERMINAL_STATES}, timeout=120)
         self.scontrol("update", f"JobId={job_id}", "StartTime=now")
 
-    def _run_daemon(self, name: str, *args: str) -> None:
-        subprocess.run([name, *args], env=self.env, check=True, capture_output=True)
-        self._pids[name] = self.root / f"{name}.pid"
+    def _run_daemon(
+        self, name: str, *args: str, prefix: tuple[str, ...] = (), pid_name: str = ""
+    ) -> None:
+        """Start daemon `name` (which forks and writes its pid file, ROOT/PID_NAME.pid) as
+        `PREFIX name ARGS`."""
+        subprocess.run([*prefix, name, *args], env=self.env, check=True, capture_output=True)
+        pid_name = pid_name or name
+        self._pids[pid_name] = self.root / f"{pid_name}.pid"
 
     def _slurm_conf(self) -> str:
         r = self.root
