@@ -14,7 +14,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def run_cluster_tests(*, required: bool) -> subprocess.CompletedProcess[str]:
-    """tests/cluster/test_slurm.py in a child pytest whose PATH holds no SLURM command."""
+    """tests/cluster/test_slurm.py and test_slurm_nodes.py in a child pytest whose PATH holds no
+    SLURM command."""
     env = {k: v for k, v in os.environ.items() if k != "VIDSCALE_REQUIRE_SLURM"}
     env["PATH"] = str(Path(sys.executable).parent)  # python, without /usr/bin and /usr/sbin
     if required:
@@ -29,6 +30,7 @@ def run_cluster_tests(*, required: bool) -> subprocess.CompletedProcess[str]:
             "-p",
             "no:cacheprovider",
             "tests/cluster/test_slurm.py",
+            "tests/cluster/test_slurm_nodes.py",
         ],
         cwd=REPO,
         env=env,
