@@ -21,16 +21,9 @@ import pytest
 import torch
 
 from tests.distributed.multiproc import free_port
-from tests.train.ft_groups import (
-    RUN,
-    Lighthouse,
-    finish,
-    kill_group,
-    records,
-    start_group,
-    wait_for,
-)
+from tests.train.ft_groups import RUN, start_group
 from vidscale.cli import main
+from vidscale.distributed.ft.launch import Lighthouse, finish, kill_group, records, wait_for
 from vidscale.distributed.ft.position import DataPosition
 from vidscale.recipes import get_recipe
 

@@ -8,6 +8,7 @@
   so that none is lost or seen twice while groups leave and rejoin.
 - `group`: a group's TorchFT manager and the step's exchange (pack, sum over the quorum,
   unpack).
+- `launch`: groups and a lighthouse on one machine as processes (start, SIGKILL, logs).
 - `averaging`: AAVG across groups through the quorum (parameters, BN statistics, moments).
 
 The training loop that uses them is `vidscale.train.ft_run`.

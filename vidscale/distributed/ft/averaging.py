@@ -52,4 +52,3 @@ def average_over_quorum(
     for (mean, var), pooled in zip(statistics, second, strict=True):
         var.copy_(pooled - mean * mean)
     return True
-

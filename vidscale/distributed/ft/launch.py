@@ -1,0 +1,129 @@
+"""Replica groups and a lighthouse on one machine, as processes: start, SIGKILL, restart, and
+read what each group logged (`OUT/ft/group{G}.rank0.jsonl`). What the tests and the failure
+measurements (`scripts/ft_measure.py`) run; docs/fault_tolerance.md shows the same by hand."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from contextlib import suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def accepts(address: str) -> bool:
+    """Whether something accepts a TCP connection at HOST:PORT."""
+    host, port = address.rsplit(":", 1)
+    try:
+        with socket.create_connection((host, int(port)), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+@dataclass
+class Lighthouse:
+    """`torchft_lighthouse` on 127.0.0.1 (`min_replicas` 1), dropping a group silent for
+    `heartbeat_ms` from the quorum."""
+
+    address: str
+    process: subprocess.Popen
+
+    @classmethod
+    def start(cls, log: Path, port: int | None = None, *, heartbeat_ms: int = 1000) -> Lighthouse:
+        address = f"127.0.0.1:{port or free_port()}"
+        binary = str(Path(sys.executable).with_name("torchft_lighthouse"))
+        cmd = [binary, "--min_replicas", "1", "--bind", address, "--join_timeout_ms", "500"]
+        cmd += ["--heartbeat_timeout_ms", str(heartbeat_ms)]
+        with log.open("a") as out:
+            process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        wait_for(lambda: accepts(address), 10, f"the lighthouse at {address}")
+        return cls(address, process)
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+def start_group(
+    group: int,
+    groups: int,
+    *,
+    run: Sequence[str],
+    out: Path,
+    lighthouse: str,
+    timeout_s: float = 5.0,
+    extra: Sequence[str] = (),
+) -> subprocess.Popen:
+    """`torchrun --standalone --nproc_per_node 1 -m vidscale train-ft RUN...` for `group`, in a
+    session of its own; its output appended to `OUT/group{G}.log`."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1"]
+    cmd += ["-m", "vidscale", "train-ft", *run, "--out", str(out), "--lighthouse", lighthouse]
+    cmd += ["--group", str(group), "--groups", str(groups), "--timeout", str(timeout_s), *extra]
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / f"group{group}.log").open("a") as log:
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        return subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
+        )
+
+
+def kill_group(process: subprocess.Popen) -> None:
+    """SIGKILL a group's torchrun agent and its workers: the workers first (torchrun starts
+    each in a session of its own, so killing the agent's session alone leaves them running)."""
+    for child in children(process.pid):
+        with suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)
+    with suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def children(pid: int) -> list[int]:
+    """The processes `pid` started, from /proc."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with suppress(OSError):
+            found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+def records(out: Path, group: int) -> list[dict[str, Any]]:
+    """What group `group`'s first process logged, one record per committed (local) step."""
+    path = out / "ft" / f"group{group}.rank0.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def wait_for(ready: Callable[[], bool], seconds: float, what: str) -> None:
+    """Poll `ready` every 0.1 s; TimeoutError naming `what` after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while not ready():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"waited {seconds} s for {what}")
+        time.sleep(0.1)
+
+
+def finish(process: subprocess.Popen, seconds: float, out: Path, group: int) -> int:
+    """The group's exit status; TimeoutError with its log's tail when it does not end in time
+    (the group is killed then)."""
+    try:
+        return process.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        kill_group(process)
+        tail = (out / f"group{group}.log").read_text()[-3000:]
+        raise TimeoutError(f"group {group} did not finish in {seconds} s:\n{tail}") from None
