@@ -167,11 +167,14 @@ JOB_END_AFTER_STOP_S = 4.0
 
 def stop_bound_s(silence_s: float, world_size: int) -> float:
     """Seconds from a link going down to every rank's line and exit (docs/resilience.md, "A
-    network link that goes down"): the silence (at least four polls), one poll, `STOP_SLACK_S`.
-    A neighbour counts as silent from its last heartbeat seen, a poll before the link went down
-    at most; a store request that hangs was sent a poll after it at most."""
+    network link that goes down"): the silence (at least four polls), one poll, one more where
+    there are more than two ranks, and `STOP_SLACK_S`. A neighbour counts as silent from its
+    last heartbeat seen, which is before the link went down; a store request that hangs was sent
+    a poll after it at most; ranks that are not the lost one's neighbours learn of it from a
+    neighbour's report, at their next poll."""
     poll = poll_interval(world_size)
-    return max(silence_s, 4 * poll) + poll + STOP_SLACK_S
+    polls = 1 if world_size <= 2 else 2
+    return max(silence_s, 4 * poll) + polls * poll + STOP_SLACK_S
 
 
 def job_end_bound_s(silence_s: float, world_size: int) -> float:
