@@ -50,8 +50,13 @@ class Lighthouse:
         cmd += ["--heartbeat_timeout_ms", str(heartbeat_ms)]
         with log.open("a") as out:
             process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
-        wait_for(lambda: accepts(address), 10, f"the lighthouse at {address}")
-        return cls(address, process)
+        lighthouse = cls(address, process)
+        try:  # its console script imports torch first: seconds on a busy machine
+            wait_for(lambda: accepts(address), 120, f"the lighthouse at {address}")
+        except BaseException:
+            lighthouse.kill()
+            raise
+        return lighthouse
 
     def kill(self) -> None:
         self.process.kill()
