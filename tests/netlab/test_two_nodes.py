@@ -4,7 +4,7 @@ Two namespaces joined by a veth at 1 Gbit/s, one torchrun agent each (`vidscale.
 TSM run of 3 epochs x 4 steps. The link is pulled mid-epoch:
 
 - left down: both ranks stop within the bound docs/resilience.md states and
-  `failure.stop_bound_s` computes (the peer silence, 5 s here, one poll and 0.5 s), each saying
+  `failure.stop_bound_s` computes (the peer silence, 5 s here, one poll and 1 s), each saying
   in one line which rank it lost and in what phase; the whole job, both torchrun agents
   included, ends within `failure.job_end_bound_s` (the harness kills the agent left waiting for
   the store 1 s after the other failed, as `srun --kill-on-bad-exit` does); the link comes back
