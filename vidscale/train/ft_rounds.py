@@ -6,13 +6,15 @@ at an epoch's end: a round never crosses one). Local step j takes the j-th globa
 the data position, each process its share, and steps its own optimizer on its share's mean
 loss, at the LR of that global batch (`ft_replica.scaled_lr`). The round ends with the averaging:
 
-- `aavg` (`distributed.ft.averaging.average_over_quorum`): parameters, BN statistics and, every
-  `--moments-every` steps, the optimizer's moments; if the quorum does not commit (a group
-  failed during the round), every replica goes back to the round's start and the round is
-  taken again by the new quorum, so no sample is lost or counted twice.
+- `aavg` (`distributed.ft.averaging.average_over_quorum`): parameters, BN statistics and,
+  every `--moments-every` steps and at every epoch's end, the optimizer's moments; if the
+  quorum does not commit (a group failed during the round), every replica goes back to the
+  round's start and the round is taken again by the new quorum, so no sample is lost or
+  counted twice.
 - `localsgd`: parameters only, by TorchFT's own code (`torchft.local_sgd.LocalSGD`'s averaging
-  and commit, `_perform_sync`, under the round's quorum). TorchFT alone keeps the local steps when its sync fails; here the
-  round is rolled back and taken again in both modes, so that the data stays exact.
+  and commit, `_perform_sync`, under the round's quorum). TorchFT alone keeps the local steps
+  when its sync fails; here the round is rolled back and taken again in both modes, so that
+  the data stays exact.
 
 The position moves past the round's samples only when the round commits. Every local step is
 logged as `ft_run` logs a step, with `"round"` (the committed manager step) and this
@@ -72,7 +74,8 @@ def take_round(replica: Replica, manager: Any, settings: FTSettings) -> list[dic
                 "time": time.time(),
             }
         )
-    committed = commit_round(replica, manager, settings, steps, round_start)
+    ends_epoch = replica.position.consumed + steps * global_batch >= replica.position.size
+    committed = commit_round(replica, manager, settings, steps, round_start, ends_epoch)
     if not committed:
         replica.load_state_dict(backup)
         return []
@@ -84,9 +87,16 @@ def take_round(replica: Replica, manager: Any, settings: FTSettings) -> list[dic
 
 
 def commit_round(
-    replica: Replica, manager: Any, settings: FTSettings, steps: int, round_start: int
+    replica: Replica,
+    manager: Any,
+    settings: FTSettings,
+    steps: int,
+    round_start: int,
+    ends_epoch: bool,
 ) -> bool:
-    """The round's averaging; whether the quorum committed it."""
+    """The round's averaging; whether the quorum committed it. AAVG averages the moments every
+    `moments_period` steps' worth of rounds and at every epoch's end, so that the replicas
+    agree wholly where a run ends (as `distributed.aavg` averages at epoch ends)."""
     if settings.averager == "localsgd":
         from torchft.local_sgd import LocalSGD
 
@@ -101,5 +111,5 @@ def commit_round(
         replica.optimizer,
         manager,
         group_size=replica.group_size,
-        moments=(round_start + 1) % rounds_per_moments == 0,
+        moments=ends_epoch or (round_start + 1) % rounds_per_moments == 0,
     )
