@@ -120,6 +120,10 @@ class LocalSlurm:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 
+    def daemon_pids(self) -> list[int]:
+        """The pids of this cluster's daemons, as their pid files name them."""
+        return [int(path.read_text().split()[0]) for path in self._pids.values() if path.exists()]
+
     def job_processes(self, **env: str) -> list[int]:
         """The processes of this cluster's jobs (their environment names its `slurm.conf` and a
         job id; the daemons' names only the former), optionally only those whose environment

@@ -9,7 +9,8 @@ namespaces on one shaped switch (`namespace_slurm`, `vidscale.netlab.cluster`), 
   mid-epoch: every torchrun agent and rank, on both nodes, ends within
   `failure.job_end_bound_s` (node 1 cannot be reached: its processes end on their own); the
   link back, the failed job is requeued and finishes with every step loss and epoch metric of an
-  uninterrupted run.
+  uninterrupted run. srun, which never hears that node 1's task ended (the message is lost
+  with the link), is ended by the script once the controller no longer knows the step.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from tests.cluster.test_slurm import history, log, log_srun_calls, wait_for_step
 from tests.tiny_run import tiny_overrides
 from vidscale.distributed.peers.failure import job_end_bound_s
 from vidscale.netlab.cluster import Cluster
-from vidscale.netlab.link import Rate
+from vidscale.netlab.link import Rate, namespaces
 
 REPO = Path(__file__).resolve().parents[2]
 SBATCH = REPO / "scripts" / "slurm" / "train.sbatch"
@@ -52,7 +53,12 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def network(netns_ok: None) -> Iterator[Cluster]:
     with Cluster(NODES, rate=Rate.parse("1gbit"), host_port=True) as cluster:
+        host_device = cluster.host_device
         yield cluster
+    # Nothing left behind: the namespaces, the host's port on the switch.
+    assert not {*cluster.namespaces, cluster.switch} & set(namespaces())
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert f" {host_device}@" not in links and f" {host_device}:" not in links
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +69,11 @@ def slurm(network: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         cluster.start()
         yield cluster
     finally:
+        daemons = cluster.daemon_pids()
         cluster.stop()
+    # Nothing left behind: munged, the controller, every node's slurmd, any job process.
+    assert not [pid for pid in daemons if Path(f"/proc/{pid}").exists()]
+    assert not cluster.job_processes()
 
 
 def old_bash_path(root: Path) -> str:
@@ -181,13 +191,16 @@ def test_a_requeue_and_a_pulled_link_each_resume_exactly(
             assert time.monotonic() - down < 60, "the job's processes outlived the link by 60 s"
             time.sleep(0.05)
         ended_after = time.monotonic() - down
+        time.sleep(3.0)  # node 1's word that its task ended is lost with the link
     finally:
         slurm.network.set_up(1, True)
     print(f"link pulled: every agent and rank of the 2-node job gone after {ended_after:.2f} s")
     assert ended_after < job_end_bound_s(SILENCE_S, 2)
     assert slurm.wait_until(job, TERMINAL_STATES, timeout=JOB_TIMEOUT_S).state == "FAILED"
     text = log(run)
-    assert {int(rank) for rank, _ in re.findall(LOST, text)} >= {0}, text[-3000:]
+    assert {int(rank) for rank, _ in re.findall(LOST, text)} == {0, 1}, text[-3000:]
+    # srun never heard from node 1 and would wait for ever: the script ended it.
+    assert "its step ended without srun hearing from every node" in text, text[-3000:]
 
     slurm.scontrol("requeue", str(job))
     slurm.start_now(job)
