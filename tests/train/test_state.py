@@ -1,4 +1,4 @@
-"""The checkpointed-state registry (`train.state`): every registered part of a run round-trips,
+"""The checkpointed-state registry (`train.checkpoints.state`): every registered part of a run round-trips,
 a plan change restores only what does not describe the plan, a missing or unfitting entry is
 named, and a checkpoint holds exactly the registered parts besides the run's record."""
 

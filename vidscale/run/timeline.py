@@ -64,7 +64,7 @@ def run_sizes(
     and a process count that cannot divide it is refused. Steps per epoch are
     `train_size // global_batch` on any process count (floor(floor(n/W)/(b*a)) = floor(n/(W*b*a))).
     `micro_batch` (default `data.batch_size`) and `base_lr` (default: the linear scaling rule)
-    are set by an adapted batch size (`train.adaptive_batch`).
+    are set by an adapted batch size (`train.phases.adaptive_batch`).
     """
     micro = micro_batch or cfg.data.batch_size
     if global_batch is None:

@@ -282,7 +282,7 @@ class Trainer:
 def train(cfg: RunConfig, *, run_dir: Path, resume: ResumeMode = "auto") -> dict[str, Any]:
     """Train (and evaluate every epoch) as one process or one rank of a torchrun job.
 
-    Continues the run in `run_dir` if it has a checkpoint (`resume`, see `train.resume`).
+    Continues the run in `run_dir` if it has a checkpoint (`resume`, see `train.checkpoints.resume`).
     Raises `Preempted` after checkpointing on a stop signal, `Diverged` when steps stay
     non-finite.
     """

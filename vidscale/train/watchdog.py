@@ -20,7 +20,7 @@ then
   the process, with `HANG_EXIT_CODE` through `os._exit`, since the main thread is stuck.
 
 torchrun then stops the rest of the group and, with `--max-restarts`, starts it again; the new
-group resumes from the last checkpoint (`train.resume`), exactly.
+group resumes from the last checkpoint (`train.checkpoints.resume`), exactly.
 
 Who detects. A rank that is alive but stuck (its step waits on a loader worker that stopped,
 a read that never returns) detects its own hang. A rank that cannot run at all (SIGSTOP,
