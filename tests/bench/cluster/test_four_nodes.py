@@ -41,7 +41,9 @@ def test_four_stand_in_nodes_scale_as_the_planner_says(netns_ok: None, tmp_path:
         assert abs(row.error) < 0.3, row
     # DDP sent every gradient each step: 97 MB for TSM-R50 (its fp32 parameters).
     assert rows["ddp"].comm_bytes_per_step == pytest.approx(97.3e6, rel=0.01)
-    assert rows["ddp"].efficiency < rows["aavg k=2"].efficiency
+    # AAVG at K = 2 sends its parameters, momentum and BatchNorm statistics every other step:
+    # about as many bytes a step as DDP's gradients (which it does not overlap with backward).
+    assert rows["aavg k=2"].comm_bytes_per_step == pytest.approx(97.3e6, rel=0.05)
     assert not [ns for ns in namespaces() if ns.startswith(f"{PREFIX}{os.getpid()}-")]
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     assert f"vsh{os.getpid() % 10_000_000}@" not in links

@@ -277,10 +277,15 @@ def combined(argv: list[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
+    import signal
     import sys
 
     from vidscale.bench.cluster.report import format_table
 
+    def end(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)  # unwinds through the jobs' and the clusters' cleanup
+
+    signal.signal(signal.SIGTERM, end)
     try:
         if "--combine" in argv:
             return combined(argv)

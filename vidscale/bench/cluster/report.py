@@ -30,6 +30,7 @@ class ProbedLink:
     shaped_bits_per_s: float | None
     latency_s: float
     bytes_per_s: float
+    run: int = 0  # which of the combined runs probed it (`combine`)
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class ClusterRow:
     efficiency: float
     predicted_step_s: float
     error: float
+    run: int = 0  # which of the combined runs measured it: its links are that run's probes
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,7 @@ def measured_step(row: dict[str, Any]) -> tuple[float, float, float, float]:
 def predict_row(
     cfg: ClusterConfig,
     baseline: dict[str, Any],
-    links: dict[str, ProbedLink],
+    links: dict[tuple[int, str], ProbedLink],
     row: dict[str, Any],
 ) -> float:
     """The planner's step for a measured row, from the one-node inputs and the probes only."""
@@ -121,8 +123,9 @@ def predict_row(
     costs, shapes, averaged, buffers = _model_facts(model, s["frames"], s["size"], s["num_classes"])
     unshaped = [link for link in baseline["links"] if link["shaped_bits_per_s"] is None]
     cpu = 1.0 / unshaped[0]["allreduce_bytes_per_s"] if unshaped else 0.0
-    probed = links[row["rate"]]
-    slow = links[row["slow_link"]].bytes_per_s if row["slow_link"] else None
+    run = row.get("run", 0)
+    probed = links[run, row["rate"]]
+    slow = links[run, row["slow_link"]].bytes_per_s if row["slow_link"] else None
     link = ClusterLink(
         procs=row["nodes"],
         link_bytes_per_s=probed.bytes_per_s,
@@ -159,7 +162,7 @@ def build(
 ) -> ClusterResult:
     """The result of `measured` rows; `failed` names the passes whose ranks failed (kept in
     the settings, so that a missing row says why)."""
-    by_rate = {link.rate: link for link in links}
+    by_rate = {(link.run, link.rate): link for link in links}
     rows = []
     for found in measured:
         step, exposed, sent, stretch = measured_step(found)
@@ -257,7 +260,7 @@ def replan(result: ClusterResult) -> ClusterResult:
         baseline=Path(result.settings["baseline"]),
     )
     baseline = cfg.read_baseline()
-    by_rate = {link.rate: link for link in result.links}
+    by_rate = {(link.run, link.rate): link for link in result.links}
     rows = []
     for row in result.rows:
         predicted = predict_row(cfg, baseline, by_rate, asdict(row))
@@ -266,12 +269,13 @@ def replan(result: ClusterResult) -> ClusterResult:
 
 
 def combine(results: list[ClusterResult]) -> ClusterResult:
-    """Several runs' rows and probes as one result (the first run's settings, each run's
-    load average kept under `host["load_averages"]`)."""
+    """Several runs' rows and probes as one result, each row predicted from its own run's
+    probes (`run`); the first run's settings, each run's load average under
+    `host["load_averages"]`."""
     first = results[0]
     host = {**first.host, "load_averages": [r.host.get("load_average") for r in results]}
-    links = list({link.rate: link for r in results for link in r.links}.values())
-    rows = [row for r in results for row in r.rows]
+    links = [replace(link, run=i) for i, r in enumerate(results) for link in r.links]
+    rows = [replace(row, run=i) for i, r in enumerate(results) for row in r.rows]
     tails = {k: v for r in results for k, v in r.optimizer_tail_s.items()}
     return ClusterResult(first.settings, host, tails, links, rows)
 

@@ -1,0 +1,53 @@
+"""The published `bench cluster` result (docs/results/cluster_scaling.json): the planner as it is
+now predicts every row as published (it cannot drift from docs/benchmarks.md without this test
+failing), and the accuracy docs/benchmarks.md states is the accuracy of those rows."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from vidscale.bench.cluster.report import ClusterResult, replan
+
+ROOT = Path(__file__).resolve().parents[3]
+RESULT = ROOT / "docs" / "results" / "cluster_scaling.json"
+BENCHMARKS = ROOT / "docs" / "benchmarks.md"
+
+
+def published() -> ClusterResult:
+    return ClusterResult.read(RESULT)
+
+
+def test_the_planner_predicts_every_published_row_as_published(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(ROOT)  # the result names its one-node inputs relative to the repository
+    result = published()
+    again = replan(result)
+    for before, after in zip(result.rows, again.rows, strict=True):
+        assert after.predicted_step_s == pytest.approx(before.predicted_step_s, rel=1e-9), before
+
+
+def test_the_rows_cover_the_sweep_and_the_docs_state_their_accuracy() -> None:
+    result = published()
+    sweep = [r for r in result.rows if not r.slow_link and r.slow_factor == 1]
+    assert {r.nodes for r in sweep} == {2, 4, 8, 16}
+    assert {r.model for r in sweep} == {"tsm_resnet50", "i3d_resnet50_3x3x3"}
+    assert {r.variant for r in sweep} == {
+        "ddp",
+        "ddp+bf16",
+        "ddp+powersgd",
+        "aavg k=4",
+        "aavg k=16",
+    }
+    assert any(r.slow_link for r in result.rows) and any(r.slow_factor > 1 for r in result.rows)
+    # docs/benchmarks.md: "... the planner's largest error N.N% (M of R rows within ±10%) ..."
+    text = BENCHMARKS.read_text()
+    found = re.search(r"largest error ([0-9.]+)% \((\d+) of (\d+) rows within ±10%\)", text)
+    assert found is not None, "docs/benchmarks.md no longer states the cluster planner's accuracy"
+    largest = max(abs(r.error) for r in result.rows)
+    within = sum(abs(r.error) <= 0.10 for r in result.rows)
+    assert f"{100 * largest:.1f}" == found.group(1)
+    assert (within, len(result.rows)) == (int(found.group(2)), int(found.group(3)))
