@@ -45,7 +45,7 @@ from vidscale.models.registry import build_model
 from vidscale.recipes import get_recipe
 from vidscale.run.data import load_data
 
-RECIPE = "demo_tsm_r18_8f_b32_e20"
+RECIPE = "demo_tsm_r18_8f_b32_e10"
 
 
 def run_overrides(args: argparse.Namespace) -> list[str]:

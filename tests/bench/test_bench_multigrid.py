@@ -57,7 +57,7 @@ def test_every_step_of_every_phase_is_counted_once() -> None:
 
 def test_counts_equal_a_step_by_step_walk_of_the_run() -> None:
     """Epochs whose steps end in the middle of a short cycle included (768 videos)."""
-    cfg = get_recipe("demo_tsm_r18_8f_multigrid_b32_e20")
+    cfg = get_recipe("demo_tsm_r18_8f_multigrid_b32_e10")
     timeline = make_timeline(cfg, run_sizes(cfg, world_size=2, train_size=768))
     assert any(p.steps_per_epoch % len(p.shapes) for p in timeline.phases)
     walked: Counter[Shape] = Counter()
@@ -74,7 +74,7 @@ def test_bench_sums_the_measured_steps(tmp_path: Path) -> None:
     counted as applied or not); the given setting is the one timed, and the progress goes to
     `echo`."""
     cfg = apply_overrides(
-        get_recipe("demo_tsm_r18_8f_multigrid_b32_e20"),
+        get_recipe("demo_tsm_r18_8f_multigrid_b32_e10"),
         ["train.epochs=2", "data.batch_size=4", "optim.simulate_world_size=0"],
     )
     bench = MultigridBenchConfig(dataset_size=256, variants=("both",), warmup=0, repeats=1, steps=1)

@@ -13,11 +13,11 @@ from vidscale.recipes import get_recipe
 from vidscale.run.timeline import Phase, Shape, make_timeline, run_sizes, steps_in_epoch
 from vidscale.schedules.lr import lr_at
 
-DEMO = "demo_tsm_r18_8f_b32_e20"
+DEMO = "demo_tsm_r18_8f_b32_e10"
 
 
 def test_a_plain_run_is_one_phase_with_the_run_sizes_and_lr() -> None:
-    cfg = get_recipe(DEMO)
+    cfg = apply_overrides(get_recipe(DEMO), ["train.epochs=20"])
     sizes = run_sizes(cfg, world_size=2, train_size=768)
     timeline = make_timeline(cfg, sizes)
     (phase,) = timeline.phases
@@ -161,7 +161,7 @@ def test_multigrid_lr_inside_an_epoch_uses_the_exact_epoch() -> None:
 )
 def test_multigrid_refuses_what_cannot_change_shape(overrides: list[str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):  # at resolution, before any plan is made
-        resolve(get_recipe("demo_tsm_r18_8f_multigrid_b32_e20"), overrides)
+        resolve(get_recipe("demo_tsm_r18_8f_multigrid_b32_e10"), overrides)
 
 
 @pytest.mark.parametrize(("long", "short"), [(True, False), (False, True), (True, True)])
@@ -169,7 +169,7 @@ def test_every_cycle_combination_runs_on_one_process_and_tiles_the_epochs(
     long: bool, short: bool
 ) -> None:
     cfg = apply_overrides(
-        get_recipe("demo_tsm_r18_8f_b32_e20"),
+        get_recipe("demo_tsm_r18_8f_b32_e10"),
         [
             f"multigrid.long_cycle={long}",
             f"multigrid.short_cycle={short}",
@@ -177,8 +177,8 @@ def test_every_cycle_combination_runs_on_one_process_and_tiles_the_epochs(
         ],
     )
     timeline = make_timeline(cfg, run_sizes(cfg, world_size=1, train_size=768))
-    assert timeline.epochs == 30
-    assert sum(p.epochs for p in timeline.phases) == 30
+    assert timeline.epochs == 15  # the recipe's 10 x 1.5 (PySlowFast's long-cycle epochs)
+    assert sum(p.epochs for p in timeline.phases) == 15
     assert all(len(p.shapes) == (3 if short else 1) for p in timeline.phases)
     assert timeline.phases[-1].shapes[-1] == Shape(8, 32, 16)  # it ends on the base shape
     for p in timeline.phases:

@@ -20,7 +20,7 @@ from vidscale.studies import sweep as sw
 from vidscale.studies.runs import StudyRun
 from vidscale.train.records.summary import RunCounters
 
-RECIPE = "demo_tsm_r18_8f_b32_e20"
+RECIPE = "demo_tsm_r18_8f_b32_e10"
 
 
 def spec(out: Path, **kw) -> sw.SweepSpec:
@@ -42,7 +42,7 @@ def test_design_reaches_each_batch_by_accumulation(tmp_path: Path, nproc: int) -
         assert plan.base_lr == pytest.approx(run.lr.peak_lr)
         assert run.cfg.optim.name == run.lr.optimizer
         assert run.cfg.train.epochs == 7
-        assert run.cfg.lr.warmup_epochs == 2.0 and run.cfg.lr.schedule == "cosine"
+        assert run.cfg.lr.warmup_epochs == 1.0 and run.cfg.lr.schedule == "cosine"
         assert run.run_dir == tmp_path / run.name
 
 

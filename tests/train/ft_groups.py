@@ -11,7 +11,7 @@ from tests.tiny_run import tiny_overrides
 from vidscale.distributed.ft.launch import start_group as launch_group
 
 #: Every group's run: TSN-R18 on the tiny demo, one clip a process per step.
-RUN = ["--recipe", "demo_tsm_r18_8f_b32_e20", "--set", "model.name=tsn_resnet18"]
+RUN = ["--recipe", "demo_tsm_r18_8f_b32_e10", "--set", "model.name=tsn_resnet18"]
 
 
 def start_group(

@@ -38,7 +38,7 @@ def multigrid_config(root: Path, *extra: str) -> RunConfig:
     at 4x the batch, then the base shape), both with the short cycle; BN over 2 clips, so the
     first stage runs sub-batch BN in 4 groups; 2 x 1.5 = 3 epochs."""
     return apply_overrides(
-        get_recipe("demo_tsm_r18_8f_multigrid_b32_e20"),
+        get_recipe("demo_tsm_r18_8f_multigrid_b32_e10"),
         [
             *tiny_overrides(root),
             "data.batch_size=2",

@@ -27,7 +27,7 @@ from vidscale.train.resilience import Diverged
 
 
 def config(root: Path, *extra: str) -> RunConfig:
-    cfg = get_recipe("demo_tsm_r18_8f_b32_e20")
+    cfg = get_recipe("demo_tsm_r18_8f_b32_e10")
     return apply_overrides(cfg, [*tiny_overrides(root), "train.epochs=2", *extra])
 
 
@@ -145,9 +145,9 @@ def test_plan_change_is_refused_naming_the_field_unless_allowed(
         train(config(tiny_demo, "train.epochs=3"), run)
     assert "train.allow_plan_change=true" in str(err.value)
     with pytest.raises(
-        ConfigError, match=r"lr\.warmup_epochs 2\.0 -> 1\.0; global batch 8 -> 16 \("
+        ConfigError, match=r"lr\.warmup_epochs 1\.0 -> 2\.0; global batch 8 -> 16 \("
     ):
-        train(config(tiny_demo, "data.batch_size=8", "lr.warmup_epochs=1"), run)
+        train(config(tiny_demo, "data.batch_size=8", "lr.warmup_epochs=2"), run)
     with pytest.raises(ConfigError, match="holds another model: model.name"):
         train(config(tiny_demo, "model.name=tsn_resnet18"), run)
     allowed = train(config(tiny_demo, "train.epochs=3", "train.allow_plan_change=true"), run)

@@ -23,7 +23,7 @@ def cmd_synth(args: argparse.Namespace) -> int:
     if args.images and args.multi_label:
         raise ConfigError("--multi-label writes videos: leave out --images")
     # Per-class counts default by kind: images are cheaper and a batch study wants more of them.
-    train, val = (256, 64) if args.images else (96, 24)
+    train, val = (256, 64) if args.images else (192, 24)
     counts = {
         "train_per_class": args.train_per_class or train,
         "val_per_class": args.val_per_class or val,
@@ -117,7 +117,7 @@ def _add_synth_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--train-per-class",
         type=_at_least(1),
-        help="videos 96, images 256 (--multi-label: N x 6 videos in all; 2048 without)",
+        help="videos 192, images 256 (--multi-label: N x 6 videos in all; 2048 without)",
     )
     p.add_argument(
         "--val-per-class",

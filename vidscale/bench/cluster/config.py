@@ -4,7 +4,7 @@ and the straggler case; where its one-node inputs come from (`baseline`)."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +13,21 @@ from vidscale.netlab.cluster import MAX_NODES
 from vidscale.netlab.link import Rate
 
 DEFAULT_BASELINE = Path("docs/results/network_scaling.json")
+
+
+@dataclass(frozen=True)
+class ClipShape:
+    """The clips a baseline's one-node steps were measured on (its JSON's `settings`)."""
+
+    batch: int
+    frames: int
+    size: int
+    num_classes: int
+
+    @classmethod
+    def of(cls, settings: dict[str, Any]) -> ClipShape:
+        """The shape from a baseline's `settings`; its other entries are not the shape's."""
+        return cls(**{f.name: int(settings[f.name]) for f in fields(cls)})
 
 
 @dataclass(frozen=True)

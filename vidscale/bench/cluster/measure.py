@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from vidscale.bench.cluster.config import ClusterConfig
+from vidscale.bench.cluster.config import ClipShape, ClusterConfig
 from vidscale.bench.cluster.rank import RankSpec
 from vidscale.bench.cluster.report import ClusterResult, ProbedLink, build, plot_cluster
 from vidscale.bench.cluster.standin import ComputeProfile
@@ -44,11 +44,11 @@ class ClusterRunFailed(RuntimeError):
     """A pass's ranks failed; the message has rank 0's last lines."""
 
 
-def optimizer_tail_s(model: str, settings: dict[str, Any], *, reps: int = 3) -> float:
+def optimizer_tail_s(model: str, shape: ClipShape, *, reps: int = 3) -> float:
     """Seconds of the benches' SGD update and the gradient norm for `model` on this process
     with one thread: the part of a one-node step after backward (the stand-in waits it)."""
     torch.set_num_threads(1)
-    cfg = ModelConfig(name=model, num_classes=settings["num_classes"], frames=settings["frames"])
+    cfg = ModelConfig(name=model, num_classes=shape.num_classes, frames=shape.frames)
     net = build_model(cfg)
     for param in net.parameters():
         param.grad = torch.full_like(param, 1e-3)
@@ -63,7 +63,7 @@ def optimizer_tail_s(model: str, settings: dict[str, Any], *, reps: int = 3) -> 
 
 
 def _spec(cfg: ClusterConfig, baseline: dict[str, Any], tails: dict[str, float]) -> RankSpec:
-    settings = baseline["settings"]
+    shape = ClipShape.of(baseline["settings"])
     profiles = {
         m: vars(
             ComputeProfile.from_step(
@@ -80,10 +80,10 @@ def _spec(cfg: ClusterConfig, baseline: dict[str, Any], tails: dict[str, float])
         variants=tuple(cfg.variants()),
         steps=cfg.steps,
         warmup=cfg.warmup,
-        batch=settings["batch"],
-        frames=settings["frames"],
-        size=settings["size"],
-        num_classes=settings["num_classes"],
+        batch=shape.batch,
+        frames=shape.frames,
+        size=shape.size,
+        num_classes=shape.num_classes,
         bucket_cap_mb=cfg.bucket_cap_mb,
         epoch_k=cfg.epoch_k,
     )
@@ -142,7 +142,7 @@ def run(
     if reason is not None:
         raise InputError(f"bench cluster: {reason}")
     baseline = cfg.read_baseline()
-    tails = {m: optimizer_tail_s(m, baseline["settings"]) for m in cfg.models}
+    tails = {m: optimizer_tail_s(m, ClipShape.of(baseline["settings"])) for m in cfg.models}
     spec = _spec(cfg, baseline, tails)
     rows: list[dict[str, Any]] = []
     links: list[ProbedLink] = []

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from vidscale.bench.cluster.config import ClusterConfig
+from vidscale.bench.cluster.config import ClipShape, ClusterConfig
 from vidscale.bench.network.report import _model_facts
 from vidscale.errors import InputError
 from vidscale.fastpath.hardware import describe, load_average
@@ -118,9 +118,11 @@ def predict_row(
     row: dict[str, Any],
 ) -> float:
     """The planner's step for a measured row, from the one-node inputs and the probes only."""
-    s = baseline["settings"]
+    shape = ClipShape.of(baseline["settings"])
     model = row["model"]
-    costs, shapes, averaged, buffers = _model_facts(model, s["frames"], s["size"], s["num_classes"])
+    costs, shapes, averaged, buffers = _model_facts(
+        model, shape.frames, shape.size, shape.num_classes
+    )
     unshaped = [link for link in baseline["links"] if link["shaped_bits_per_s"] is None]
     cpu = 1.0 / unshaped[0]["allreduce_bytes_per_s"] if unshaped else 0.0
     run = row.get("run", 0)

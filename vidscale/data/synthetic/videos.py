@@ -185,7 +185,7 @@ def write_synthetic_dataset(
     out: Path,
     *,
     seed: int = 0,
-    train_per_class: int = 96,
+    train_per_class: int = 192,
     val_per_class: int = 24,
     size: int = 32,
     num_frames: int = 16,
