@@ -62,7 +62,7 @@ class TrainConfig:
     # A step whose loss or gradient norm is not finite on any rank is skipped on every rank;
     # more than this many in a row stop the run (divergence, not a stray batch).
     max_bad_steps: int = 5
-    # Hang watchdog (train/watchdog.py): a step, evaluation batch or checkpoint that has not
+    # Hang watchdog (train/survival/watchdog.py): a step, evaluation batch or checkpoint that has not
     # finished within max(hang_floor_s, hang_factor x the slowest one so far) ends the rank
     # with its stacks written to RUN/hangs/; 0 in either disables it.
     hang_floor_s: float = 120.0

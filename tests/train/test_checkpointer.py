@@ -21,7 +21,7 @@ from vidscale.train.checkpoints.resume import Progress
 from vidscale.train.phases.adaptive_batch import AdaptiveBatch
 from vidscale.train.phases.phase_switch import PhaseSwitch
 from vidscale.train.records.run_log import RunLog
-from vidscale.train.resilience import DivergenceGuard, Preempted, StopSignals
+from vidscale.train.survival.resilience import DivergenceGuard, Preempted, StopSignals
 
 
 def run_state(env: DistEnv, *, seed: int, classes: int = 5) -> RunState:

@@ -26,7 +26,7 @@ from tests.train.test_preemption import (
     wait_for_step,
 )
 from vidscale.run.checkpoint import load_checkpoint
-from vidscale.train.resilience import PREEMPTED_EXIT_CODE
+from vidscale.train.survival.resilience import PREEMPTED_EXIT_CODE
 
 MAIN = Path(__file__).with_name("deterministic_main.py")
 # The fast path's probe and cudnn autotuning would let two runs pick different kernels.

@@ -14,7 +14,7 @@ import torch
 
 from tests.distributed.multiproc import run_ranks
 from tests.tiny_run import tiny_overrides
-from tests.train.test_resilience import dies_after, losses, records
+from tests.train.survival.test_resilience import dies_after, losses, records
 from vidscale.config import RunConfig, apply_overrides
 from vidscale.data.prepared.prepare import prepare_from_layout
 from vidscale.data.synthetic.videos import write_synthetic_dataset

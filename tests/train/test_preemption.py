@@ -22,7 +22,7 @@ from vidscale.run.checkpoint import load_checkpoint
 from vidscale.run.metrics import read_metrics
 from vidscale.run.record import read_record
 from vidscale.train import loop
-from vidscale.train.resilience import PREEMPTED_EXIT_CODE
+from vidscale.train.survival.resilience import PREEMPTED_EXIT_CODE
 
 RECIPE = "demo_tsm_r18_8f_b32_e10"
 STEPS = 12  # 3 epochs x 4 steps of 4 clips

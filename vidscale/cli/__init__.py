@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     from vidscale.data.media.decode import DecodeError
 
     bad_input = (InputError, DecodeError, OSError)
-    from vidscale.train.resilience import PREEMPTED_EXIT_CODE, Diverged, Preempted
+    from vidscale.train.survival.resilience import PREEMPTED_EXIT_CODE, Diverged, Preempted
 
     try:
         return int(args.fn(args))

@@ -30,7 +30,7 @@ def cmd_train_ft(args: argparse.Namespace) -> int:
     settings.check()
     require_torchft()
     cfg = resolve_config(args)
-    from vidscale.train.ft_run import LighthouseLost, train_ft
+    from vidscale.train.ft.training import LighthouseLost, train_ft
 
     try:
         last = train_ft(cfg, settings, args.out)

@@ -6,9 +6,10 @@ it: `run/`, `scoring/`).
   parts and ends its loader workers.
 - Checkpoints: `checkpoints/` (`state`, the registry of checkpointed parts; `checkpointer`:
   save, load, stop; `resume`: the newest loadable checkpoint, the plan rule).
-- Survival: `resilience` (signals, the divergence guard), `watchdog` (hangs); `ft_run`, training
-  in fault-tolerant replica groups on TorchFT (`vidscale train-ft`): `ft_replica` (one process's
-  replica, the LR rule), `ft_rounds` (local steps and K-step averaging: AAVG or TorchFT's LocalSGD).
+- Survival: `survival/` (`resilience`: signals, the divergence guard; `watchdog`: hangs).
+- Fault-tolerant replica groups on TorchFT (`vidscale train-ft`): `ft/` (`training`, the loop;
+  `replica`, one process's replica and the LR rule; `rounds`, local steps and K-step averaging:
+  AAVG or TorchFT's LocalSGD).
 - Sizes and phases: `phases/` (`adaptive_batch`, `phase_switch`, `precise_bn`).
 - Records: `records/` (`run_log`, `summary`: the run's counters, `loggers` + `wandb_logger`,
   `expected_time`).

@@ -36,7 +36,7 @@ from vidscale.train.phases.phase_switch import PhaseSwitch
 from vidscale.train.phases.precise_bn import pooled_precise_bn
 from vidscale.train.records.loggers import LoggerChoice
 from vidscale.train.records.run_log import RunLog
-from vidscale.train.resilience import (
+from vidscale.train.survival.resilience import (
     BatchNormSnapshot,
     Diverged,
     DivergenceGuard,
@@ -44,7 +44,7 @@ from vidscale.train.resilience import (
     StopSignals,
     any_rank,
 )
-from vidscale.train.watchdog import Watchdog
+from vidscale.train.survival.watchdog import Watchdog
 from vidscale.train.wiring import build_checkpointer, step_context, stop_loader_workers
 
 

@@ -30,8 +30,8 @@ from vidscale.train.checkpoints.resume import Progress
 from vidscale.train.phases.adaptive_batch import AdaptiveBatch
 from vidscale.train.phases.phase_switch import PhaseSwitch
 from vidscale.train.records.run_log import RunLog
-from vidscale.train.resilience import DivergenceGuard, StopSignals
-from vidscale.train.watchdog import Watchdog
+from vidscale.train.survival.resilience import DivergenceGuard, StopSignals
+from vidscale.train.survival.watchdog import Watchdog
 
 
 class TrainerParts(Protocol):

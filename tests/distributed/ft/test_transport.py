@@ -1,6 +1,6 @@
 """The JSON state description of `distributed.ft.transport`: what a rejoining group receives is
 rebuilt exactly, and nothing in it is executed (the transfer itself runs in
-tests/train/test_ft_run.py, where a restarted group heals from a live peer)."""
+tests/train/ft/test_training.py, where a restarted group heals from a live peer)."""
 
 from __future__ import annotations
 

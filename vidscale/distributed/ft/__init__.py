@@ -11,5 +11,5 @@
 - `launch`: groups and a lighthouse on one machine as processes (start, SIGKILL, logs).
 - `averaging`: AAVG across groups through the quorum (parameters, BN statistics, moments).
 
-The training loop that uses them is `vidscale.train.ft_run`.
+The training loop that uses them is `vidscale.train.ft.training`.
 """

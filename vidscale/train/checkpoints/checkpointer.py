@@ -37,14 +37,14 @@ from vidscale.train.checkpoints.state import Held, PartLoadError, StateRegistry
 from vidscale.train.phases.adaptive_batch import AdaptiveBatch
 from vidscale.train.phases.phase_switch import PhaseSwitch
 from vidscale.train.records.run_log import RunLog
-from vidscale.train.resilience import (
+from vidscale.train.survival.resilience import (
     Diverged,
     DivergenceGuard,
     Preempted,
     StopSignals,
     weights_finite,
 )
-from vidscale.train.watchdog import Watchdog
+from vidscale.train.survival.watchdog import Watchdog
 
 
 @dataclass

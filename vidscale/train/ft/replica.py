@@ -1,4 +1,4 @@
-"""One process's replica in a fault-tolerant run (`ft_run`): its model, optimizer, data and
+"""One process's replica in a fault-tolerant run (`ft.training`): its model, optimizer, data and
 data position, the LR rule, and the forward and backward of its share of a step.
 
 The LR rule (why: docs/fault_tolerance.md): each group keeps its batch, so a step's global

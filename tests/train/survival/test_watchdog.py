@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from vidscale.config import ConfigError, RunConfig, validate
-from vidscale.train.watchdog import FIRST_UNIT_FACTOR, HANG_EXIT_CODE, HangBounds, Watchdog
+from vidscale.train.survival.watchdog import FIRST_UNIT_FACTOR, HANG_EXIT_CODE, HangBounds, Watchdog
 
 
 def test_the_first_unit_of_a_kind_gets_the_larger_bound_and_is_no_measure() -> None:
@@ -73,7 +73,7 @@ STALLED = """
 import multiprocessing as mp, sys, time
 from pathlib import Path
 from vidscale.data.loaders import init_worker
-from vidscale.train.watchdog import HangBounds, Watchdog
+from vidscale.train.survival.watchdog import HangBounds, Watchdog
 
 def worker():
     init_worker(0)

@@ -44,14 +44,14 @@ import torch
 from vidscale.config import RunConfig
 from vidscale.distributed.ft.group import init_group, pack, start_manager, sum_over_quorum, unpack
 from vidscale.distributed.ft.settings import FTSettings, check_lighthouse_reachable
-from vidscale.train.ft_replica import (
+from vidscale.train.ft.replica import (
     Replica,
     build_replica,
     forward_backward_share,
     scaled_lr,
     share_of,
 )
-from vidscale.train.ft_rounds import take_round
+from vidscale.train.ft.rounds import take_round
 
 T = TypeVar("T")
 

@@ -4,7 +4,7 @@
 A round starts at a quorum (where a rejoining group heals) and takes up to K local steps (fewer
 at an epoch's end: a round never crosses one). Local step j takes the j-th global batch after
 the data position, each process its share, and steps its own optimizer on its share's mean
-loss, at the LR of that global batch (`ft_replica.scaled_lr`). The round ends with the averaging:
+loss, at the LR of that global batch (`replica.scaled_lr`). The round ends with the averaging:
 
 - `aavg` (`distributed.ft.averaging.average_over_quorum`): parameters, BN statistics and,
   every `--moments-every` steps and at every epoch's end, the optimizer's moments; if the
@@ -17,7 +17,7 @@ loss, at the LR of that global batch (`ft_replica.scaled_lr`). The round ends wi
   the data stays exact.
 
 The position moves past the round's samples only when the round commits. Every local step is
-logged as `ft_run` logs a step, with `"round"` (the committed manager step) and this
+logged as `training` logs a step, with `"round"` (the committed manager step) and this
 process's own loss.
 """
 
@@ -30,7 +30,7 @@ from typing import Any
 
 from vidscale.distributed.ft.averaging import average_over_quorum
 from vidscale.distributed.ft.settings import FTSettings
-from vidscale.train.ft_replica import Replica, forward_backward_share, scaled_lr, share_of
+from vidscale.train.ft.replica import Replica, forward_backward_share, scaled_lr, share_of
 
 
 def round_steps(replica: Replica, global_batch: int, k: int) -> int:

@@ -1,4 +1,4 @@
-"""Fault-tolerant replica groups (`vidscale train-ft`, `vidscale.train.ft_run`) with real
+"""Fault-tolerant replica groups (`vidscale train-ft`, `vidscale.train.ft.training`) with real
 processes: torchrun jobs over gloo, a real lighthouse, SIGKILL.
 
 What is checked, from each group's step log and final state: the group that is not killed is
@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from tests.distributed.multiproc import free_port
-from tests.train.ft_groups import RUN, start_group
+from tests.train.ft.ft_groups import RUN, start_group
 from vidscale.cli import main
 from vidscale.distributed.ft.launch import Lighthouse, finish, kill_group, records, wait_for
 from vidscale.distributed.ft.position import DataPosition

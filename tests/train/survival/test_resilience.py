@@ -23,7 +23,7 @@ from vidscale.recipes import get_recipe
 from vidscale.run.checkpoint import load_checkpoint
 from vidscale.run.metrics import read_metrics
 from vidscale.train import loop
-from vidscale.train.resilience import Diverged
+from vidscale.train.survival.resilience import Diverged
 
 
 def config(root: Path, *extra: str) -> RunConfig:
