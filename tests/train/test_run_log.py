@@ -61,6 +61,7 @@ def test_train_records_every_log_every_finite_steps_with_the_traffic_since_the_l
     assert records[0]["clips_per_second"] == 8.0 and records[0]["grad_norm"] == 2.0
     assert log.totals.stats()["train_loss"] == pytest.approx(2.5)
     assert log.counters.steps == 4 and log.counters.comm_bytes == 400
+    log.close(completed=False)  # the TensorBoard writer's thread ends here, not after the test
 
 
 def test_a_skipped_step_is_recorded_and_left_out_of_the_epoch_loss(tmp_path: Path) -> None:
@@ -79,6 +80,7 @@ def test_a_skipped_step_is_recorded_and_left_out_of_the_epoch_loss(tmp_path: Pat
     assert stats["train_loss"] == pytest.approx(2.0)  # (1 + 3) / 2 finite steps
     assert stats["train_top1"] == pytest.approx(100 * 6 / 16)
     assert stats["skipped_steps"] == 1
+    log.close(completed=False)
 
 
 def test_skipped_steps_show_in_the_step_line_the_progress_bar_the_epoch_and_the_summary(

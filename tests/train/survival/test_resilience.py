@@ -205,7 +205,7 @@ def test_divergence_stops_naming_the_step_and_the_last_good_checkpoint(
     nan_at(trainer.model, {3, 4, 5})
     last = run / "checkpoints" / "last.pt"
     with pytest.raises(Diverged, match=rf"steps 3-4 .* last good checkpoint: {last} \(step 2\)"):
-        trainer.run()
+        run_to_divergence(trainer)
     assert load_checkpoint(last)["progress"]["step"] == 2
 
 
@@ -231,7 +231,7 @@ def test_a_run_none_of_whose_steps_applied_stops_naming_the_first_non_finite_par
         rf"train.max_bad_steps=2; first the gradient of {BROKEN}\); last good checkpoint: "
     )
     with pytest.raises(Diverged, match=line) as raised:
-        trainer.run()
+        run_to_divergence(trainer)
     assert "\n" not in str(raised.value)
     assert [r["nonfinite"] for r in records(run, "bad_step")] == [f"the gradient of {BROKEN}"] * 3
 
@@ -244,7 +244,7 @@ def test_a_bf16_run_that_never_applied_names_its_arithmetic(
     trainer = loop.Trainer(cfg, tmp_path / "run", init_distributed("cpu"))
     nan_gradient(trainer.model, BROKEN)
     with pytest.raises(Diverged, match="computed in bf16 autocast: --set train.amp=off trains"):
-        trainer.run()
+        run_to_divergence(trainer)
 
 
 def test_a_run_that_trained_before_says_only_which_steps(tiny_demo: Path, tmp_path: Path) -> None:
@@ -252,8 +252,17 @@ def test_a_run_that_trained_before_says_only_which_steps(tiny_demo: Path, tmp_pa
     trainer = loop.Trainer(cfg, tmp_path / "run", init_distributed("cpu"))
     nan_at(trainer.model, {2, 3})
     with pytest.raises(Diverged, match=r"^steps 2-3 not finite .*; first the loss\); last") as e:
-        trainer.run()
+        run_to_divergence(trainer)
     assert "no step since" not in str(e.value)
+
+
+def run_to_divergence(trainer: loop.Trainer) -> None:
+    """`trainer.run()`, its loggers closed after as `train()` closes them (a TensorBoard writer
+    left open flushes from its thread after the test's directory is gone)."""
+    try:
+        trainer.run()
+    finally:
+        trainer.run_log.close(completed=False)
 
 
 def nan_gradient_on_rank_one(env: Any, root: str, run: str) -> str:
