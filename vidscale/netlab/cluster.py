@@ -35,10 +35,9 @@ from __future__ import annotations
 import os
 import subprocess
 from dataclasses import dataclass
-from types import TracebackType
 
 from vidscale.errors import InputError
-from vidscale.netlab.link import PREFIX, LinkError, Rate, ip, sweep_stale, tbf
+from vidscale.netlab.link import PREFIX, Held, LinkError, Rate, ip, sweep_stale, tbf
 
 MAX_NODES = 16
 NODE_DEVICE = "vsn0"
@@ -56,7 +55,7 @@ class Port:
     dev_b: str
 
 
-class Cluster:
+class Cluster(Held):
     """`nodes` namespaces on one switch (or two racks joined by a trunk); see the module docstring.
 
     The attributes a job needs are the same as `TwoNodeLink`'s: `namespaces`, `devices`,
@@ -97,22 +96,6 @@ class Cluster:
     def rack_of(self, node: int) -> int:
         """The rack (bridge) node `node` hangs off: the first half on rack 0, the rest on 1."""
         return 0 if self.racks == 1 else int(node >= (self.size + 1) // 2)
-
-    def __enter__(self) -> Cluster:
-        try:
-            self.open()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def open(self) -> None:
         """Make the switch, the nodes and their links, bring them up, shape them as asked."""

@@ -27,7 +27,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Protocol
+from typing import Protocol, Self
 
 from vidscale.errors import InputError
 
@@ -44,6 +44,33 @@ _MIN_BURST = 64 * 1024
 
 class LinkError(RuntimeError):
     """An `ip` or `tc` command failed (its message says which and why)."""
+
+
+class Held:
+    """Held up inside a `with` block: `open()` on entry (a failed open closes what it made),
+    `close()` on exit, whatever ends the block."""
+
+    def open(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        try:
+            self.open()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
 
 
 @dataclass(frozen=True)
@@ -171,7 +198,7 @@ def sweep_stale() -> list[str]:
     return removed
 
 
-class TwoNodeLink:
+class TwoNodeLink(Held):
     """Two namespaces and the veth between them (see the module docstring)."""
 
     def __init__(self, *, index: int = 0) -> None:
@@ -182,22 +209,6 @@ class TwoNodeLink:
         self.addresses = (SUBNET.format(1).split("/")[0], SUBNET.format(2).split("/")[0])
         self.rate = Rate(None)
         self._made: list[str] = []
-
-    def __enter__(self) -> TwoNodeLink:
-        try:
-            self.open()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def open(self) -> None:
         """Make the namespaces, the veth between them, its addresses; bring it all up."""
