@@ -26,6 +26,7 @@ def cmd_train_ft(args: argparse.Namespace) -> int:
         average_every=args.average_every,
         moments_every=args.moments_every,
         averager=args.averager,
+        address=args.address,
     )
     settings.check()
     require_torchft()
@@ -52,6 +53,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, required=True, help="run directory (shared by the groups)")
     p.add_argument(
         "--lighthouse", required=True, metavar="HOST:PORT", help="the torchft_lighthouse address"
+    )
+    p.add_argument(
+        "--address",
+        metavar="IP",
+        help="this node's address that the group's manager binds and advertises, and its "
+        "store is advertised under (one group per node; default: the host's name, bound to "
+        "every interface)",
     )
     p.add_argument("--group", type=int, required=True, help="this replica group's index, from 0")
     p.add_argument("--groups", type=int, required=True, help="how many replica groups the run has")

@@ -12,70 +12,25 @@ the same commands continue.
 
 from __future__ import annotations
 
-import math
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
 from tests.distributed.multiproc import free_port
-from tests.train.ft.ft_groups import RUN, start_group
+from tests.train.ft.ft_groups import (
+    RUN,
+    TRAIN_VIDEOS,
+    check_equal_final_states,
+    check_samples_once,
+    start_group,
+)
 from vidscale.cli import main
 from vidscale.distributed.ft.launch import Lighthouse, finish, kill_group, records, wait_for
 from vidscale.distributed.ft.position import DataPosition
-from vidscale.recipes import get_recipe
 
 FT_ARGS = ["train-ft", *RUN, "--out", "unused", "--lighthouse", "127.0.0.1:1"]
-TRAIN_VIDEOS = 16  # the tiny demo: 8 classes x 2
-LR_PER_8 = get_recipe(RUN[1]).optim.lr_per_8_clips
-
-
-def check_samples_once(logs: list[list[dict[str, Any]]], epochs: int) -> None:
-    """Every epoch's committed steps take every training sample exactly once; every logged
-    share is its process's slot of its step; groups that logged a step agree on it."""
-    by_step: dict[int, dict[str, Any]] = {}
-    for log in logs:
-        for r in log:
-            key = ("epoch", "start", "stop", "participants", "lr")
-            seen = by_step.setdefault(r["step"], r)
-            assert {k: seen[k] for k in key} == {k: r[k] for k in key}, r["step"]
-    assert sorted(by_step) == list(range(1, len(by_step) + 1)), "a committed step is missing"
-    for epoch in range(epochs):
-        steps = sorted(
-            (r for r in by_step.values() if r["epoch"] == epoch), key=lambda r: r["step"]
-        )
-        order = DataPosition(TRAIN_VIDEOS, 0, epoch=epoch).order()
-        taken = [i for r in steps for i in order[r["start"] : r["stop"]]]
-        assert sorted(taken) == list(range(TRAIN_VIDEOS)), f"epoch {epoch}: {taken}"
-        assert [r["start"] for r in steps] == [0, *[r["stop"] for r in steps[:-1]]]
-    for log in logs:
-        for r in log:
-            assert set(r["share"]) <= set(
-                DataPosition(16, 0, epoch=r["epoch"]).order()[r["start"] : r["stop"]]
-            )
-            samples = r["stop"] - r["start"]
-            progress = (r["epoch"] * TRAIN_VIDEOS + r["start"]) / (epochs * TRAIN_VIDEOS)
-            rule = LR_PER_8 * samples / 8 * 0.5 * (1 + math.cos(math.pi * progress))
-            assert r["lr"] == pytest.approx(rule, rel=1e-9)
-
-
-def check_equal_final_states(out: Path, groups: int, epochs: int) -> None:
-    states = [
-        torch.load(out / "ft" / f"final-group{g}.rank0.pt", weights_only=True)
-        for g in range(groups)
-    ]
-    assert states[0]["position"] == {
-        "size": TRAIN_VIDEOS,
-        "seed": 0,
-        "epoch": epochs,
-        "consumed": 0,
-    }
-    assert states[0]["optimizer"]["state"], "no momentum: the optimizer never stepped"
-    assert any(k.endswith("running_mean") for k in states[0]["model"])
-    for other in states[1:]:
-        torch.testing.assert_close(other, states[0], rtol=0, atol=0)
 
 
 @pytest.mark.slow

@@ -11,7 +11,8 @@ as the mean over every process of the quorum.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -39,7 +40,9 @@ def start_manager(
     """TorchFT's `Manager` for this process: the JSON transport (`transport`), synchronous
     quorums (a rejoining group must hold its peer's data position before it picks its
     samples, so healing happens at the quorum, before the forward pass), and every timeout
-    `settings.timeout_s`."""
+    `settings.timeout_s`. With `settings.address`, the manager binds and advertises that
+    address and the group's store (torchrun's, at MASTER_PORT) is advertised under it
+    (`bound_to`)."""
     from torchft.manager import Manager
     from torchft.process_group import ProcessGroupGloo
 
@@ -47,22 +50,55 @@ def start_manager(
 
     timeout = timedelta(seconds=settings.timeout_s)
     pg = ProcessGroupGloo(timeout=timeout)
-    return Manager(
-        pg=pg,
-        load_state_dict=load_state_dict,
-        state_dict=state_dict,
-        min_replica_size=settings.min_groups,
-        use_async_quorum=False,
-        timeout=timeout,
-        quorum_timeout=timeout,
-        connect_timeout=timeout,
-        rank=rank,
-        world_size=group_size,
-        lighthouse_addr=settings.lighthouse_url,
-        replica_id=f"group{settings.group}",
-        checkpoint_transport=JSONTransport(pg, timeout),
-        init_sync=True,
-    )
+    where: dict[str, Any] = {}
+    if settings.address is not None:
+        # The peers build the groups' process group on the advertised store address.
+        where = {"hostname": settings.address, "store_addr": settings.address}
+    with bound_to(settings.address):
+        return Manager(
+            pg=pg,
+            load_state_dict=load_state_dict,
+            state_dict=state_dict,
+            min_replica_size=settings.min_groups,
+            use_async_quorum=False,
+            timeout=timeout,
+            quorum_timeout=timeout,
+            connect_timeout=timeout,
+            rank=rank,
+            world_size=group_size,
+            lighthouse_addr=settings.lighthouse_url,
+            replica_id=f"group{settings.group}",
+            checkpoint_transport=JSONTransport(pg, timeout),
+            init_sync=True,
+            **where,
+        )
+
+
+@contextmanager
+def bound_to(address: str | None) -> Iterator[None]:
+    """While a `Manager` is made: its server bound to `address` rather than `[::]`.
+
+    torchft 0.2.0's `Manager.__init__` binds its `ManagerServer` to `[::]:PORT` with no
+    setting to change it (torchft/manager.py); the server is looked up in that module when the
+    manager is made, so it is replaced there, for that call only, by one that keeps the port
+    and takes `address` (DESIGN §14: the transports listen only inside the cluster)."""
+    if address is None:
+        yield
+        return
+    from torchft import manager as torchft_manager
+
+    server = torchft_manager.ManagerServer
+    host = f"[{address}]" if ":" in address else address
+
+    def on_address(**kwargs: Any) -> Any:
+        port = str(kwargs["bind"]).rpartition(":")[2]
+        return server(**{**kwargs, "bind": f"{host}:{port}"})
+
+    torchft_manager.ManagerServer = on_address  # type: ignore[assignment,misc]
+    try:
+        yield
+    finally:
+        torchft_manager.ManagerServer = server  # type: ignore[misc]
 
 
 def pack(model: nn.Module, counters: list[float]) -> torch.Tensor:

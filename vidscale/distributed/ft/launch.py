@@ -1,6 +1,8 @@
-"""Replica groups and a lighthouse on one machine, as processes: start, SIGKILL, restart, and
-read what each group logged (`OUT/ft/group{G}.rank0.jsonl`). What the tests and the failure
-measurements (`scripts/ft_measure.py`) run; docs/fault_tolerance.md shows the same by hand."""
+"""Replica groups and a lighthouse as processes: start, SIGKILL, restart, and read what each
+group logged (`OUT/ft/group{G}.rank0.jsonl`). On one machine, or one per node of a
+`vidscale.netlab` cluster (`prefix`: the node's `exec_prefix`, `address` and `device`: its
+address and interface). What the tests and the failure measurements (`scripts/ft_measure.py`)
+run; docs/fault_tolerance.md shows the same by hand."""
 
 from __future__ import annotations
 
@@ -34,25 +36,43 @@ def accepts(address: str) -> bool:
         return False
 
 
+def listening(prefix: Sequence[str], port: int) -> bool:
+    """Whether something listens on TCP `port` where `prefix` runs (a node's namespace)."""
+    cmd = [*prefix, "ss", "-Hltn", f"sport = :{port}"]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    return bool(done.stdout.strip())
+
+
 @dataclass
 class Lighthouse:
-    """`torchft_lighthouse` on 127.0.0.1 (`min_replicas` 1), dropping a group silent for
-    `heartbeat_ms` from the quorum."""
+    """`torchft_lighthouse` (`min_replicas` 1) bound to `host` (127.0.0.1, or a node's address
+    with `prefix` its `exec_prefix`), dropping a group silent for `heartbeat_ms` from the
+    quorum."""
 
     address: str
     process: subprocess.Popen
 
     @classmethod
-    def start(cls, log: Path, port: int | None = None, *, heartbeat_ms: int = 1000) -> Lighthouse:
-        address = f"127.0.0.1:{port or free_port()}"
+    def start(
+        cls,
+        log: Path,
+        port: int | None = None,
+        *,
+        heartbeat_ms: int = 1000,
+        host: str = "127.0.0.1",
+        prefix: Sequence[str] = (),
+    ) -> Lighthouse:
+        port = port or free_port()
+        address = f"{host}:{port}"
         binary = str(Path(sys.executable).with_name("torchft_lighthouse"))
-        cmd = [binary, "--min_replicas", "1", "--bind", address, "--join_timeout_ms", "500"]
-        cmd += ["--heartbeat_timeout_ms", str(heartbeat_ms)]
+        cmd = [*prefix, binary, "--min_replicas", "1", "--bind", address]
+        cmd += ["--join_timeout_ms", "500", "--heartbeat_timeout_ms", str(heartbeat_ms)]
         with log.open("a") as out:
             process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
         lighthouse = cls(address, process)
+        ready = (lambda: listening(prefix, port)) if prefix else (lambda: accepts(address))
         try:  # its console script imports torch first: seconds on a busy machine
-            wait_for(lambda: accepts(address), 120, f"the lighthouse at {address}")
+            wait_for(ready, 120, f"the lighthouse at {address}")
         except BaseException:
             lighthouse.kill()
             raise
@@ -72,15 +92,24 @@ def start_group(
     lighthouse: str,
     timeout_s: float = 5.0,
     extra: Sequence[str] = (),
+    prefix: Sequence[str] = (),
+    address: str | None = None,
+    device: str | None = None,
 ) -> subprocess.Popen:
     """`torchrun --standalone --nproc_per_node 1 -m vidscale train-ft RUN...` for `group`, in a
-    session of its own; its output appended to `OUT/group{G}.log`."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1"]
-    cmd += ["-m", "vidscale", "train-ft", *run, "--out", str(out), "--lighthouse", lighthouse]
-    cmd += ["--group", str(group), "--groups", str(groups), "--timeout", str(timeout_s), *extra]
+    session of its own; its output appended to `OUT/group{G}.log`. On a node: `prefix` its
+    `exec_prefix`, `address` what the group binds and advertises (`--address`), `device` the
+    interface gloo uses (`GLOO_SOCKET_IFNAME`)."""
+    cmd = [*prefix, sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    cmd += ["--nproc_per_node", "1", "-m", "vidscale", "train-ft", *run, "--out", str(out)]
+    cmd += ["--lighthouse", lighthouse, "--group", str(group), "--groups", str(groups)]
+    cmd += ["--timeout", str(timeout_s), *extra]
+    cmd += [] if address is None else ["--address", address]
     out.mkdir(parents=True, exist_ok=True)
     with (out / f"group{group}.log").open("a") as log:
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        if device is not None:
+            env["GLOO_SOCKET_IFNAME"] = device
         return subprocess.Popen(
             cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
         )

@@ -9,6 +9,7 @@ down, or that has one group and so nothing to survive a failure with, is a confi
 from __future__ import annotations
 
 import importlib.util
+import ipaddress
 import socket
 from dataclasses import dataclass
 
@@ -34,6 +35,11 @@ class FTSettings:
     `averager`: "aavg" (parameters, BN statistics merged as AAVG Alg. 2, and the optimizer's
     moments every `moments_every` steps, a multiple of K; 0: every K, DES-LOC's separate period
     otherwise) or "localsgd" (TorchFT's own `LocalSGD`: parameters only, for comparison).
+
+    `address`: the IP address of this node that the group's manager binds and advertises to
+    the lighthouse and its peers, and under which its store is advertised (one group per node
+    of a cluster: docs/design.md, "Replica groups across nodes"); None: TorchFT's defaults (the
+    host's name advertised, the manager bound to every interface), for groups on one machine.
     """
 
     lighthouse: str
@@ -44,6 +50,7 @@ class FTSettings:
     average_every: int = 0
     moments_every: int = 0
     averager: str = "aavg"
+    address: str | None = None
 
     def check(self) -> None:
         """Raise InputError naming the first flag that cannot work."""
@@ -60,6 +67,8 @@ class FTSettings:
             raise InputError(f"--timeout: {self.timeout_s} must be above 0 seconds")
         self.check_averaging()
         host_port(self.lighthouse)
+        if self.address is not None:
+            check_local_address(self.address)
 
     def check_averaging(self) -> None:
         k, m = self.average_every, self.moments_every
@@ -89,6 +98,23 @@ def host_port(address: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise InputError(f"--lighthouse: {address!r} is not HOST:PORT")
     return host.strip("[]"), int(port)
+
+
+def check_local_address(address: str) -> None:
+    """InputError naming `--address` unless it is an IP address of one of this node's
+    interfaces (one a socket can be bound to here)."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        raise InputError(f"--address: {address!r} is not an IP address") from None
+    family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.bind((address, 0))
+    except OSError as err:
+        raise InputError(
+            f"--address: {address} is not an address of this node ({err.strerror or err})"
+        ) from None
 
 
 def require_torchft() -> None:
