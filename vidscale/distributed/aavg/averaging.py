@@ -56,7 +56,7 @@ class AveragingStats:
     collectives: int
 
 
-def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+def optimizer_moments(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     """The per-parameter state tensors shaped like their parameter (m, v, momentum, ...)."""
     found = []
     for group in optimizer.param_groups:
@@ -67,7 +67,7 @@ def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     return found
 
 
-def _running_statistics(model: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def running_statistics(model: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(running mean, running variance) of every BatchNorm that tracks them."""
     found = []
     for m in model.modules():
@@ -94,8 +94,8 @@ def average_replicas(
     world = dist.get_world_size()
     tensors = [p.data for p in model.parameters()]
     if merge_optimizer_state and optimizer is not None:
-        tensors += _optimizer_tensors(optimizer)
-    statistics = _running_statistics(model)
+        tensors += optimizer_moments(optimizer)
+    statistics = running_statistics(model)
     if merge_bn:
         # Each replica's second moment E[x²] = var + mean² (Alg. 2 line 1) is what averages.
         for mean, var in statistics:
@@ -114,7 +114,7 @@ def merge_running_statistics(model: nn.Module) -> AveragingStats:
     one process had seen every rank's batches. A collective; the identity on one process."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return AveragingStats(0, 0)
-    statistics = _running_statistics(model)
+    statistics = running_statistics(model)
     for mean, var in statistics:
         var.add_(mean * mean)
     stats = _mean_over_ranks([t for pair in statistics for t in pair], world=dist.get_world_size())

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from vidscale.distributed.aavg.averaging import _optimizer_tensors, _running_statistics
+from vidscale.distributed.aavg.averaging import optimizer_moments, running_statistics
 from vidscale.distributed.ft.group import sum_over_quorum
 
 
@@ -35,8 +35,8 @@ def average_over_quorum(
     """Average this replica with the quorum's (see the module); whether it committed."""
     tensors = [p.data for p in model.parameters()]
     if moments:
-        tensors += _optimizer_tensors(optimizer)
-    statistics = _running_statistics(model)
+        tensors += optimizer_moments(optimizer)
+    statistics = running_statistics(model)
     means = [mean for mean, _ in statistics]
     second = [var + mean * mean for mean, var in statistics]
     parts = [*tensors, *means, *second]
