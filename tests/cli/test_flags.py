@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from vidscale.bench.cluster.config import ClusterConfig
 from vidscale.bench.compute.models import BenchConfig, ModelsConfig
 from vidscale.bench.compute.profile import ProfileConfig
 from vidscale.bench.compute.throughput import ThroughputConfig
@@ -51,6 +52,7 @@ DERIVED = [
     ("flow", FlowConfig, bench_cmds.FLOW_SKIP),
     ("scaling", ScalingConfig, bench_cmds.SCALING_SKIP),
     ("network", NetworkConfig, bench_network_cmd.SKIP),
+    ("cluster", ClusterConfig, ()),
     ("multigrid", MultigridBenchConfig, ()),
     ("throughput", ThroughputConfig, bench_gpu_cmds.THROUGHPUT_SKIP),
     ("shard-train", ShardTrainConfig, bench_gpu_cmds.SHARD_TRAIN_SKIP),

@@ -8,8 +8,8 @@ One module per command group, each with its parsers and commands: `train_cmds` (
 `train-ft`: one replica group of a fault-tolerant run), `study_cmds`,
 `data_cmds` (`synth`, `prepare`), `eval_cmds` (`eval`, `predict`, `export`; `eval_format` writes
 `eval`'s lines, `timeline_cmd` `predict --window`), `feature_cmds`, `import_cmds`, `info_cmds`,
-`plan_cmd`, `bench_cmds` (with `bench_gpu_cmds` and `bench_network_cmd`). Shared: `args` (the
-config flags, `resolve_config`, the checks commands run first), `flags` (a bench's flags derived
+`plan_cmd`, `bench_cmds` (with `bench_gpu_cmds`, `bench_network_cmd` and `bench_cluster_cmd`).
+Shared: `args` (the config flags, `resolve_config`, the checks commands run first), `flags` (a bench's flags derived
 from its config dataclass), `output` (lines for a person, `--json` for machines). `reference` generates docs/cli.md and docs/config.md from the parsers and
 the config dataclasses.
 """

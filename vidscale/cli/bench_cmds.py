@@ -1,4 +1,5 @@
-"""`vidscale bench data`, `data-wait`, `models`, `flow`, `scaling` and `multigrid`: the benchmarks
+"""`vidscale bench data`, `data-wait`, `models`, `flow`, `scaling` and `multigrid` (`network` and
+`cluster` in their own modules): the benchmarks
 (each prints a table and writes JSON; with `--json` it prints that JSON instead). Their parsers
 and commands; each bench's flags are derived from its config (`cli.flags`)."""
 
@@ -10,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vidscale.cli import bench_gpu_cmds, bench_network_cmd
+from vidscale.cli import bench_cluster_cmd, bench_gpu_cmds, bench_network_cmd
 from vidscale.cli.args import (
     FAST_PATH_SETTINGS,
     _check_device,
@@ -96,6 +97,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     _add_bench_flow(bench_sub)
     _add_bench_scaling(bench_sub)
     bench_network_cmd.add_parser(bench_sub)
+    bench_cluster_cmd.add_parser(bench_sub)
     _add_bench_multigrid(bench_sub)
     bench_gpu_cmds.add_parsers(bench_sub)
 

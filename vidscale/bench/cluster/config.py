@@ -8,11 +8,14 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from vidscale.bench import options
+from vidscale.bench.options import option
 from vidscale.errors import InputError
 from vidscale.netlab.cluster import MAX_NODES
 from vidscale.netlab.link import Rate
 
 DEFAULT_BASELINE = Path("docs/results/network_scaling.json")
+STANDIN_HOOKS = ("none", "bf16", "powersgd")  # the DDP hooks a stand-in rank registers
 
 
 @dataclass(frozen=True)
@@ -38,45 +41,65 @@ class ClusterConfig:
     unshaped link's all-reduce bandwidth the planner's `cpu_s_per_byte`. The clip shape must
     be the baseline's. `straggler_*`: one more run at `straggler_nodes` and the first rate
     with node 1's link at `straggler_rate`, and one with its compute `straggler_factor` times
-    as long (DDP without a hook and AAVG at `aavg_k`, the first model)."""
+    as long (DDP without a hook and AAVG at `aavg_k`, the first model). Every field is a flag
+    of `vidscale bench cluster` (`bench.options`, `cli.flags`)."""
 
-    nodes: tuple[int, ...] = (2, 4, 8, 16)
-    rates: tuple[str, ...] = ("2gbit", "500mbit")
-    models: tuple[str, ...] = ("tsm_resnet50", "i3d_resnet50_3x3x3")
-    hooks: tuple[str, ...] = ("none", "bf16", "powersgd")
-    aavg_k: int = 4
-    epoch_k: int = 16
-    steps: int = 4
-    warmup: int = 2
-    bucket_cap_mb: float = 25.0
-    baseline: Path = DEFAULT_BASELINE
-    straggler_nodes: int = 0  # 0: no straggler runs
-    straggler_rate: str = "100mbit"
-    straggler_factor: float = 1.5
-    cores: int = 2  # the cores the nodes' agents are pinned over (node K on core K mod cores)
+    nodes: tuple[int, ...] = option((2, 4, 8, 16), help=f"node counts, 2 to {MAX_NODES}", low=2)
+    rates: tuple[str, ...] = option(("2gbit", "500mbit"), help="each node's link rate")
+    models: tuple[str, ...] = option(
+        ("tsm_resnet50", "i3d_resnet50_3x3x3"), help="registered models, each in --baseline"
+    )
+    hooks: tuple[str, ...] = option(
+        ("none", "bf16", "powersgd"), help="DDP gradient hooks", choices=STANDIN_HOOKS
+    )
+    aavg_k: int = option(4, help="AAVG: steps per averaging", low=1)
+    epoch_k: int = option(16, help="AAVG's 'an epoch' in steps (0: skip that pass)", low=0)
+    steps: int = options.steps(4, help="measured steps per pass")
+    warmup: int = options.warmup(2)
+    bucket_cap_mb: float = option(25.0, help="DDP bucket size in MB", above=0)
+    baseline: Path = option(
+        DEFAULT_BASELINE, help="a bench network JSON: the one-node steps the stand-ins wait"
+    )
+    straggler_nodes: int = option(
+        0, help="node count of the straggler runs (0: no straggler runs)", low=0
+    )
+    straggler_rate: str = option("100mbit", help="the straggler's link rate")
+    straggler_factor: float = option(1.5, help="the straggler's compute, times a node's", low=1)
+    cores: int = option(
+        2, help="cores the nodes' agents are pinned over (node K on K mod it)", low=1
+    )
 
     def check(self) -> None:
-        """An `InputError` naming the first bad setting."""
-        for n in self.nodes:
-            if not 2 <= n <= MAX_NODES:
-                raise InputError(f"nodes: {n} is not 2 to {MAX_NODES}")
-        if not self.rates or not self.models or not self.nodes:
-            raise InputError("nodes, rates, models: name at least one of each")
-        for rate in (*self.rates, self.straggler_rate):
-            Rate.parse(rate)
-        for hook in self.hooks:
-            if hook not in ("none", "bf16", "powersgd"):
-                raise InputError(f"hooks: {hook!r} is not none, bf16 or powersgd")
+        """An `InputError` naming the flag of the first bad setting."""
+        options.check_options(self)
+        stragglers = (self.straggler_nodes,) if self.straggler_nodes else ()
+        for flag, counts in (("--nodes", self.nodes), ("--straggler-nodes", stragglers)):
+            for n in counts:
+                if not 2 <= n <= MAX_NODES:
+                    raise InputError(f"{flag}: {n} is not 2 to {MAX_NODES}")
+        for flag, named in (
+            ("--nodes", self.nodes),
+            ("--rates", self.rates),
+            ("--models", self.models),
+        ):
+            if not named:
+                raise InputError(f"{flag}: name at least one")
+        for flag, rates in (("--rates", self.rates), ("--straggler-rate", (self.straggler_rate,))):
+            for rate in rates:
+                try:
+                    Rate.parse(rate)
+                except InputError as err:
+                    raise InputError(f"{flag}: {err}") from None
         if self.epoch_k and self.epoch_k % self.aavg_k:
-            raise InputError(f"epoch_k: a multiple of aavg_k ({self.aavg_k}), got {self.epoch_k}")
-        if self.straggler_nodes and not 2 <= self.straggler_nodes <= MAX_NODES:
-            raise InputError(f"straggler_nodes: {self.straggler_nodes} is not 2 to {MAX_NODES}")
+            raise InputError(
+                f"--epoch-k: a multiple of --aavg-k ({self.aavg_k}), got {self.epoch_k}"
+            )
         if not self.baseline.is_file():
-            raise InputError(f"baseline: {self.baseline} is not a file (a bench network JSON)")
+            raise InputError(f"--baseline: {self.baseline} is not a file (a bench network JSON)")
         baseline = self.read_baseline()
         for model in self.models:
             if model not in baseline["one_process_step_s"]:
-                raise InputError(f"models: {model} is not in {self.baseline}")
+                raise InputError(f"--models: {model} is not in {self.baseline}")
 
     def read_baseline(self) -> dict[str, Any]:
         try:
@@ -85,7 +108,7 @@ class ClusterConfig:
                 found[key]
         except (ValueError, KeyError) as err:
             raise InputError(
-                f"baseline: {self.baseline} is not a bench network JSON ({err})"
+                f"--baseline: {self.baseline} is not a bench network JSON ({err})"
             ) from None
         return found
 

@@ -14,10 +14,13 @@ predictions (`planner.cluster_model`), the table, the JSON and the plot.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -38,6 +41,22 @@ from vidscale.planner.link_model import BACKWARD_FRACTION
 from vidscale.step.fixed_batch import bench_sgd
 
 PASS_TIMEOUT_S = 1800.0
+
+
+@contextlib.contextmanager
+def ending_on_sigterm() -> Iterator[None]:
+    """While inside, SIGTERM raises `SystemExit(143)`: it unwinds through the jobs' and the
+    clusters' `finally` blocks (namespaces, veths, agents torn down) where the default action
+    would end the process at once and leave them behind."""
+
+    def end(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    before = signal.signal(signal.SIGTERM, end)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 class ClusterRunFailed(RuntimeError):
@@ -193,116 +212,3 @@ def _stragglers(
     rows = one_pass(cfg, narrow, n, rate, work, slow_link=slow)
     slow_compute = replace(narrow, slow_node=1, slow_factor=cfg.straggler_factor)
     return rows + one_pass(cfg, slow_compute, n, rate, work)
-
-
-def _words(text: str) -> tuple[str, ...]:
-    return tuple(word for word in text.split(",") if word)
-
-
-def parse(argv: list[str]) -> tuple[ClusterConfig, Path, Path]:
-    """`python -m vidscale.bench.cluster.measure [flags]`: the config, the JSON and the plot."""
-    import argparse
-
-    d = ClusterConfig()
-    p = argparse.ArgumentParser(prog="bench cluster", allow_abbrev=False, description=__doc__)
-    p.add_argument("--nodes", default=",".join(map(str, d.nodes)), help="node counts, 2-16")
-    p.add_argument("--rates", default=",".join(d.rates), help="each node's link rate")
-    p.add_argument("--models", default=",".join(d.models), help="registered models")
-    p.add_argument("--hooks", default=",".join(d.hooks), help="DDP gradient hooks")
-    p.add_argument("--aavg-k", type=int, default=d.aavg_k, help="AAVG: steps per averaging")
-    p.add_argument("--epoch-k", type=int, default=d.epoch_k, help="AAVG's epoch (0: none)")
-    p.add_argument("--steps", type=int, default=d.steps, help="measured steps")
-    p.add_argument("--warmup", type=int, default=d.warmup, help="warm-up steps")
-    p.add_argument("--baseline", type=Path, default=d.baseline, help="a bench network JSON")
-    p.add_argument("--straggler-nodes", type=int, default=0, help="N of the straggler runs")
-    p.add_argument("--straggler-rate", default=d.straggler_rate, help="the slow node's link")
-    p.add_argument("--straggler-factor", type=float, default=d.straggler_factor)
-    p.add_argument("--out-json", type=Path, default=Path("bench_cluster.json"))
-    p.add_argument("--plot", type=Path, default=Path("bench_cluster.png"))
-    a = p.parse_args(argv)
-    try:
-        nodes = tuple(int(n) for n in _words(a.nodes))
-    except ValueError:
-        raise InputError(f"--nodes: {a.nodes!r} is not a comma list of numbers") from None
-    cfg = ClusterConfig(
-        nodes=nodes,
-        rates=_words(a.rates),
-        models=_words(a.models),
-        hooks=_words(a.hooks),
-        aavg_k=a.aavg_k,
-        epoch_k=a.epoch_k,
-        steps=a.steps,
-        warmup=a.warmup,
-        baseline=a.baseline,
-        straggler_nodes=a.straggler_nodes,
-        straggler_rate=a.straggler_rate,
-        straggler_factor=a.straggler_factor,
-    )
-    return cfg, a.out_json, a.plot
-
-
-def combined(argv: list[str]) -> int:
-    """`--combine A.json B.json ... --out-json OUT --plot PNG [--check-against NETWORK.json]`:
-    measured results joined, predicted again by the planner as committed, written and printed
-    (with each two-node stand-in row beside the real two-node step, when asked)."""
-    import argparse
-
-    from vidscale.bench.cluster.report import (
-        ClusterResult,
-        combine,
-        format_table,
-        replan,
-        standin_check,
-    )
-
-    p = argparse.ArgumentParser(prog="bench cluster --combine", allow_abbrev=False)
-    p.add_argument("--combine", type=Path, nargs="+", required=True)
-    p.add_argument("--out-json", type=Path, required=True)
-    p.add_argument("--plot", type=Path, required=True)
-    p.add_argument("--check-against", type=Path, default=None)
-    a = p.parse_args(argv)
-    result = replan(combine([ClusterResult.read(path) for path in a.combine]))
-    write_result(a.out_json, result.to_dict())
-    plot_cluster(result, a.plot)
-    print(format_table(result))
-    if a.check_against is not None:
-        print(
-            f"\n{'link':>8} {'model':<20} {'variant':<14} {'stand-in':>8} {'real':>7} {'diff':>7}"
-        )
-        for rate, model, variant, standin, real in standin_check(result, a.check_against):
-            print(
-                f"{rate:>8} {model:<20} {variant:<14} {standin:8.3f} {real:7.3f} {standin / real - 1:+7.1%}"
-            )
-    return 0
-
-
-def main(argv: list[str]) -> int:
-    import signal
-    import sys
-
-    from vidscale.bench.cluster.report import format_table
-
-    def end(signum: int, frame: object) -> None:
-        raise SystemExit(128 + signum)  # unwinds through the jobs' and the clusters' cleanup
-
-    signal.signal(signal.SIGTERM, end)
-    try:
-        if "--combine" in argv:
-            return combined(argv)
-        cfg, out_json, plot = parse(argv)
-        result = run(cfg, out_json=out_json, plot=plot)
-    except InputError as err:
-        print(f"bench cluster: {err}", file=sys.stderr)
-        return 2
-    except ClusterRunFailed as err:
-        print(f"bench cluster: {err}", file=sys.stderr)
-        return 1
-    print(format_table(result))
-    print(f"wrote {out_json}, {plot}")
-    return 0
-
-
-if __name__ == "__main__":
-    import sys
-
-    sys.exit(main(sys.argv[1:]))

@@ -296,3 +296,16 @@ def standin_check(result: ClusterResult, network: Path) -> list[tuple[str, str, 
         if row.nodes == 2 and not row.slow_link and row.slow_factor == 1 and key in real:
             out.append((*key, row.step_s, real[key]))
     return out
+
+
+def format_standin_check(result: ClusterResult, network: Path) -> str:
+    """`standin_check` as a table: each two-node stand-in step, the real one, their difference
+    (issue 46: the stand-in within 5% of the real two-node step at each rate)."""
+    head = f"{'link':>8} {'model':<20} {'variant':<14} {'stand-in':>8} {'real':>7} {'diff':>7}"
+    lines = [head, "-" * len(head)]
+    for rate, model, variant, standin, real in standin_check(result, network):
+        lines.append(
+            f"{rate:>8} {model:<20} {variant:<14} {standin:8.3f} {real:7.3f} "
+            f"{standin / real - 1:+7.1%}"
+        )
+    return "\n".join(lines)

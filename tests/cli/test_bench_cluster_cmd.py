@@ -1,0 +1,152 @@
+"""`vidscale bench cluster` (`cli.bench_cluster_cmd`): its flags build `ClusterConfig`, bad
+input and a missing root each end the real command in one line, and `--combine` joins two
+recorded results without root. The sweep itself, as root, is tests/bench/cluster/test_four_nodes.py."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vidscale.bench.cluster.config import ClusterConfig
+from vidscale.cli import build_parser, main
+from vidscale.cli.flags import config_from_args
+
+ROOT = Path(__file__).resolve().parents[2]
+PUBLISHED = ROOT / "docs" / "results" / "cluster_scaling.json"
+NETWORK = ROOT / "docs" / "results" / "network_scaling.json"
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    return build_parser().parse_args(["bench", "cluster", *argv])
+
+
+def cli(*argv: str, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    """The real command in a process of its own, from the repository (the recorded results
+    name their one-node inputs relative to it)."""
+    cmd = [*prefix, sys.executable, "-m", "vidscale", "bench", "cluster", *argv]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+
+
+def test_no_flags_is_the_configs_defaults_and_each_flag_sets_its_field() -> None:
+    assert config_from_args(ClusterConfig, parse()) == ClusterConfig()
+    args = parse(
+        "--nodes", "2,4", "--rates", "1gbit", "--models", "tsm_resnet50", "--hooks", "bf16",
+        "--aavg-k", "2", "--epoch-k", "0", "--steps", "3", "--warmup", "1",
+        "--bucket-cap-mb", "5", "--straggler-nodes", "4", "--straggler-rate", "50mbit",
+        "--straggler-factor", "2", "--cores", "1", "--baseline", str(NETWORK),
+    )  # fmt: skip
+    assert config_from_args(ClusterConfig, args) == ClusterConfig(
+        nodes=(2, 4),
+        rates=("1gbit",),
+        models=("tsm_resnet50",),
+        hooks=("bf16",),
+        aavg_k=2,
+        epoch_k=0,
+        steps=3,
+        warmup=1,
+        bucket_cap_mb=5.0,
+        straggler_nodes=4,
+        straggler_rate="50mbit",
+        straggler_factor=2.0,
+        cores=1,
+        baseline=NETWORK,
+    )
+    assert (args.out_json, args.plot) == (Path("bench_cluster.json"), Path("bench_cluster.png"))
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["--nodes", "2,17"], "--nodes: 17 is not 2 to 16"),
+        (["--nodes", "1"], "--nodes: must be >= 2, got 1"),
+        (["--straggler-nodes", "1"], "--straggler-nodes: 1 is not 2 to 16"),
+        (["--rates", "fast"], "--rates: link rate 'fast'"),
+        (["--epoch-k", "6"], "--epoch-k: a multiple of --aavg-k (4), got 6"),
+        (["--bucket-cap-mb", "0"], "--bucket-cap-mb: must be > 0, got 0.0"),
+        (["--baseline", "no_such.json"], "--baseline: no_such.json is not a file"),
+        (["--models", "tsm_resnet18"], "--models: tsm_resnet18 is not in"),
+        (["--combine", "no_such.json"], "--combine: no_such.json is not a file"),
+    ],
+)
+def test_a_bad_value_is_one_line_naming_the_flag(
+    argv: list[str], line: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ROOT)  # the default --baseline is relative to the repository
+    assert main(["bench", "cluster", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"vidscale: error: {line}") and err.count("\n") == 1, err
+
+
+def test_the_real_command_refuses_a_bad_flag_in_one_line_without_a_traceback() -> None:
+    done = cli("--hooks", "fp16")
+    assert done.returncode == 2
+    assert done.stderr.startswith("vidscale: error: argument --hooks: unknown 'fp16'"), done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+
+
+def test_without_root_the_sweep_ends_in_one_line(tmp_path: Path) -> None:
+    """As root, the command runs in a user namespace of its own, where it is not root (uid
+    65534) but still reads the repository and the interpreter as their owner."""
+    prefix: tuple[str, ...] = ()
+    if os.geteuid() == 0:
+        prefix = ("unshare", "--user")
+        if subprocess.run([*prefix, "true"], capture_output=True).returncode:
+            pytest.skip("no user namespaces here to run the command without root")
+    out = tmp_path / "cluster.json"
+    done = cli(
+        "--nodes", "2", "--rates", "1gbit", "--models", "tsm_resnet50",
+        "--out-json", str(out), "--plot", str(tmp_path / "cluster.png"), prefix=prefix,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == "vidscale: error: bench cluster: network namespaces need root\n"
+    assert not out.exists()
+
+
+def split_published(tmp_path: Path) -> list[Path]:
+    """The published result's two runs (TSM-R50, then I3D-R50) as the two files they were
+    recorded as, each cut to its two-node DDP and AAVG K=4 rows at both rates."""
+    published = json.loads(PUBLISHED.read_text())
+    files = []
+    for run in (0, 1):
+        recorded = {
+            **published,
+            "links": [link for link in published["links"] if link["run"] == run],
+            "rows": [
+                row
+                for row in published["rows"]
+                if row["run"] == run and row["nodes"] == 2 and row["variant"] in ("ddp", "aavg k=4")
+            ],
+        }
+        files.append(tmp_path / f"run{run}.json")
+        files[-1].write_text(json.dumps(recorded))
+    return files
+
+
+def test_combine_joins_two_recorded_results_without_root(tmp_path: Path) -> None:
+    recorded = split_published(tmp_path)
+    out, plot = tmp_path / "combined.json", tmp_path / "combined.png"
+    done = cli(
+        "--combine", *map(str, recorded), "--check-against", str(NETWORK),
+        "--out-json", str(out), "--plot", str(plot),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert plot.stat().st_size > 0
+    rows = json.loads(out.read_text())["rows"]
+    published = [json.loads(path.read_text())["rows"] for path in recorded]
+    assert len(rows) == 8 and [row["run"] for row in rows] == [0] * 4 + [1] * 4
+    for row, before in zip(rows, published[0] + published[1], strict=True):
+        assert {k: row[k] for k in ("rate", "model", "variant", "step_s")} == {
+            k: before[k] for k in ("rate", "model", "variant", "step_s")
+        }
+        # each run's rows predicted from its own probes, as the published result's were
+        assert row["predicted_step_s"] == pytest.approx(before["predicted_step_s"], rel=1e-9)
+    # the table of the eight rows, then each beside its real two-node step (bench network)
+    assert sum(" tsm_resnet50 " in line for line in done.stdout.splitlines()) == 8
+    assert sum(" i3d_resnet50_3x3x3 " in line for line in done.stdout.splitlines()) == 8
+    assert "stand-in" in done.stdout and f"wrote {out}, {plot}" in done.stdout
