@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.train.test_checkpointer import checkpointer, run_state, train_a_step
+from tests.train.checkpoints.test_checkpointer import checkpointer, run_state, train_a_step
 from vidscale.distributed.env import init_distributed
 from vidscale.run.checkpoint import load_checkpoint, upgrade
 from vidscale.train.checkpoints.checkpointer import RunState

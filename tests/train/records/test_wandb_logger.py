@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.tiny_run import tiny_overrides
-from tests.train.wandb_records import WandbRun, offline_runs
+from tests.train.records.wandb_records import WandbRun, offline_runs
 from vidscale.cli import main
 from vidscale.config import ConfigError, RunConfig, TrainConfig, apply_overrides, resolve
 from vidscale.distributed.env import init_distributed

@@ -1,6 +1,6 @@
 """`vidscale` with deterministic CUDA kernels, for a torchrun child whose losses are compared
 exactly with another run's: cuDNN's deterministic algorithms, no autotuning, cuBLAS's fixed
-workspace. Usage: torchrun ... tests/train/deterministic_main.py train ..."""
+workspace. Usage: torchrun ... tests/train/survival/deterministic_main.py train ..."""
 
 from __future__ import annotations
 

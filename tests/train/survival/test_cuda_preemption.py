@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.train.test_preemption import (
+from tests.train.survival.test_preemption import (
     RECIPE,
     STEPS,
     children,

@@ -6,8 +6,8 @@ BatchNorm splits) is a `Stateful`: `state_dict()` and `load_state_dict(state)`, 
 modules and optimizers already are (torchtitan's `Stateful` checkpointing is the model). The
 trainer registers each part under its checkpoint key once (`StateRegistry.register`); the checkpointer
 saves `StateRegistry.state_dict()` and restores with `StateRegistry.load_state_dict`, so a new piece of state
-is one class and one `register` line, and `tests/train/test_state.py` round-trips every
-registered part.
+is one class and one `register` line, and `tests/train/checkpoints/test_state.py` round-trips
+every registered part.
 
 The strategy's per-rank state (PowerSGD's residuals, an AAVG learner's replica) is the one
 part kept outside: it lives in a file per rank beside `last.pt`, and whether to load it is a
