@@ -9,7 +9,7 @@ import pytest
 import torch.distributed as dist
 
 from tests.distributed.multiproc import free_port, run_ranks
-from tests.distributed.test_comm_hooks import backward_on_random_batch, deep_model
+from tests.distributed.sync.test_comm_hooks import backward_on_random_batch, deep_model
 from vidscale.distributed.env import DistEnv, init_distributed, shutdown
 from vidscale.distributed.sync.comm_hooks import CommConfig, attach_comm_hook
 from vidscale.distributed.sync.ddp import wrap_ddp

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from tests.distributed.multiproc import run_ranks
-from tests.distributed.test_comm_hooks import backward_on_random_batch, deep_model, grad_of
+from tests.distributed.sync.test_comm_hooks import backward_on_random_batch, deep_model, grad_of
 from vidscale.distributed.env import DistEnv
 from vidscale.distributed.sync.comm_hooks import CommConfig, CommHook, attach_comm_hook
 from vidscale.distributed.sync.ddp import unwrap, wrap_ddp

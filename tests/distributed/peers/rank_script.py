@@ -1,6 +1,6 @@
 """One rank of a two-process test job, run as a fresh interpreter (plain launch or torchrun).
 
-    python tests/distributed/rank_script.py SCENARIO [--fail-rank R] [--cleanup-s S]
+    python tests/distributed/peers/rank_script.py SCENARIO [--fail-rank R] [--cleanup-s S]
 
 Every scenario joins the group through `init_distributed` and runs inside `fail_together`:
 

@@ -1,7 +1,7 @@
 """Failure propagation and restarts on real process groups (gloo, two fresh interpreters).
 
-Each rank runs tests/distributed/rank_script.py, started either with the launcher's variables
-set by hand (as an `srun` wrapper does) or by torchrun; nothing is forked from pytest.
+Each rank runs tests/distributed/peers/rank_script.py, started either with the launcher's
+variables set by hand (as an `srun` wrapper does) or by torchrun; nothing is forked from pytest.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import pytest
 from vidscale.distributed.env import DistConfig, DistEnv
 from vidscale.distributed.peers.failure import DEFAULT_POLL_S, fail_together, poll_interval
 
-REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "tests" / "distributed" / "rank_script.py"
+REPO = Path(__file__).resolve().parents[3]
+SCRIPT = Path(__file__).with_name("rank_script.py")
 FREEZE_SILENCE_S = 2.0  # rank_script.py's
 LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 # From the failing rank's raise to the other rank's exit: poll 0.2 s, up to 2 s of the exit handler
