@@ -1,16 +1,16 @@
-"""`bench cluster` as CI runs it: four stand-in nodes at one rate, as root (fails rather than
-skips where VIDSCALE_REQUIRE_NETNS=1 says it must run), and nothing left behind."""
+"""`vidscale bench cluster` as CI runs it: four stand-in nodes at one rate, as root, through the
+real command (fails rather than skips where VIDSCALE_REQUIRE_NETNS=1 says it must run), and
+nothing left behind."""
 
 from __future__ import annotations
 
-import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from vidscale.bench.cluster.config import ClusterConfig
-from vidscale.bench.cluster.measure import run
+from vidscale.bench.cluster.report import ClusterResult
 from vidscale.netlab.link import PREFIX, namespaces
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -18,20 +18,20 @@ ROOT = Path(__file__).resolve().parents[3]
 
 @pytest.mark.slow
 def test_four_stand_in_nodes_scale_as_the_planner_says(netns_ok: None, tmp_path: Path) -> None:
-    cfg = ClusterConfig(
-        nodes=(4,),
-        rates=("1gbit",),
-        models=("tsm_resnet50",),
-        hooks=("none",),
-        aavg_k=2,
-        epoch_k=0,
-        steps=2,
-        warmup=2,
-        baseline=ROOT / "docs" / "results" / "network_scaling.json",
-    )
-    result = run(cfg, out_json=tmp_path / "cluster.json", plot=tmp_path / "cluster.png")
-    assert (tmp_path / "cluster.json").is_file() and (tmp_path / "cluster.png").is_file()
-    rows = {row.variant: row for row in result.rows}
+    out = tmp_path / "cluster.json"
+    cmd = [
+        sys.executable, "-m", "vidscale", "bench", "cluster",
+        "--nodes", "4", "--rates", "1gbit", "--models", "tsm_resnet50", "--hooks", "none",
+        "--aavg-k", "2", "--epoch-k", "0", "--steps", "2", "--warmup", "2",
+        "--baseline", str(ROOT / "docs" / "results" / "network_scaling.json"),
+        "--out-json", str(out), "--plot", str(tmp_path / "cluster.png"),
+    ]  # fmt: skip
+    bench = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stdout, stderr = bench.communicate(timeout=900)
+    assert bench.returncode == 0, stderr[-3000:]
+    assert out.is_file() and (tmp_path / "cluster.png").is_file()
+    assert "bench cluster: 4 nodes at 1gbit" in stdout and f"wrote {out}" in stdout
+    rows = {row.variant: row for row in ClusterResult.read(out).rows}
     assert set(rows) == {"ddp", "aavg k=2"}
     for row in rows.values():
         assert row.nodes == 4 and row.rate == "1gbit"
@@ -44,6 +44,7 @@ def test_four_stand_in_nodes_scale_as_the_planner_says(netns_ok: None, tmp_path:
     # AAVG at K = 2 sends its parameters, momentum and BatchNorm statistics every other step:
     # about as many bytes a step as DDP's gradients (which it does not overlap with backward).
     assert rows["aavg k=2"].comm_bytes_per_step == pytest.approx(97.3e6, rel=0.05)
-    assert not [ns for ns in namespaces() if ns.startswith(f"{PREFIX}{os.getpid()}-")]
+    # The clusters are named after the process that made them: the command's.
+    assert not [ns for ns in namespaces() if ns.startswith(f"{PREFIX}{bench.pid}-")]
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-    assert f"vsh{os.getpid() % 10_000_000}@" not in links
+    assert f"vsh{bench.pid % 10_000_000}@" not in links
