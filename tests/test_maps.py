@@ -10,13 +10,17 @@ first part of the span (`name`, `name/`, `name.Thing`, `name(...)`); the two doc
 package as `name/`, and a subpackage inside the text of its top-level package (from that
 package's first mention to the next top-level package's), since `data/` is both a package and a
 subpackage of `bench/`; design.md names a top-level module as `name.py`.
+
+The tests mirror the packages below the top level: every folder of tests inside a package's
+tests (`tests/train/records/`) is the subpackage of the same path (`vidscale/train/records/`),
+and every subpackage has its folder of tests, so a moved or added subpackage moves its tests.
 """
 
 from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from itertools import pairwise
 from pathlib import Path
 
@@ -24,6 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "vidscale"
 DESIGN = REPO / "docs" / "design.md"
 README = REPO / "README.md"
+TESTS = REPO / "tests"
 
 _SPAN = re.compile(r"`([^`\n]+)`")
 _FIRST_PART = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -124,6 +129,34 @@ def readme_code_map() -> str:
     return section.split("\n## ", 1)[0]
 
 
+def below_the_top(root: Path, keep: Callable[[Path], bool]) -> set[tuple[str, ...]]:
+    """The relative paths of the folders two or more levels below `root` that `keep` accepts."""
+    found = set()
+    for folder in root.rglob("*"):
+        parts = folder.relative_to(root).parts
+        if len(parts) >= 2 and folder.is_dir() and keep(folder):
+            found.add(parts)
+    return found
+
+
+def unmirrored(package: Path, tests: Path) -> list[str]:
+    """`folder: what it lacks` for every folder of tests below a package's (`tests/<pkg>/<sub>/`,
+    one holding Python) that is no subpackage at the same path under `package`, and for every
+    such subpackage without its folder of tests. The top level is left out: `tests/cluster/`
+    tests the SLURM scripts, which are no package."""
+    folders = below_the_top(tests, lambda folder: any(folder.glob("*.py")))
+    subpackages = below_the_top(package, lambda folder: (folder / "__init__.py").is_file())
+    missing = [
+        f"{tests.name}/{'/'.join(p)}/: no package {package.name}/{'/'.join(p)}/"
+        for p in sorted(folders - subpackages)
+    ]
+    missing += [
+        f"{package.name}/{'/'.join(p)}/: no folder of tests {tests.name}/{'/'.join(p)}/"
+        for p in sorted(subpackages - folders)
+    ]
+    return missing
+
+
 # -- the maps ------------------------------------------------------------------------------------
 
 
@@ -143,6 +176,11 @@ def test_the_readme_code_map_names_every_package() -> None:
     missing = unnamed_in_document(
         PACKAGE, readme_code_map(), where="README.md (Code map)", modules=False
     )
+    assert missing == [], "\n".join(missing)
+
+
+def test_the_tests_mirror_the_subpackages() -> None:
+    missing = unmirrored(PACKAGE, TESTS)
     assert missing == [], "\n".join(missing)
 
 
@@ -201,4 +239,32 @@ def test_the_guard_sees_a_subpackage_named_only_under_another_package(tmp_path: 
         "pkg/bench/speed/: not named in m",
         "pkg/data/media/: not named in m",
         "pkg/top.py: not named in m",
+    ]
+
+
+def test_the_guard_sees_tests_and_subpackages_that_do_not_mirror(tmp_path: Path) -> None:
+    package = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "a/__init__.py": "",
+            "a/b/__init__.py": "",
+            "a/c/__init__.py": "",
+            "e/__init__.py": "",
+        },
+    )
+    tests = tmp_path / "tests"
+    for rel in (
+        "a/test_x.py",
+        "a/b/test_y.py",
+        "a/d/test_z.py",
+        "a/snapshots/x.txt",
+        "f/test_f.py",
+    ):
+        (tests / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tests / rel).write_text("")
+    # a/snapshots/ holds no Python: not a folder of tests; f/ is at the top: not checked
+    assert unmirrored(package, tests) == [
+        "tests/a/d/: no package pkg/a/d/",
+        "pkg/a/c/: no folder of tests tests/a/c/",
     ]
