@@ -7,8 +7,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ import pytest
 from vidscale.bench.cluster.config import ClusterConfig
 from vidscale.cli import build_parser, main
 from vidscale.cli.flags import config_from_args
+from vidscale.netlab.link import PREFIX, namespaces
 
 ROOT = Path(__file__).resolve().parents[2]
 PUBLISHED = ROOT / "docs" / "results" / "cluster_scaling.json"
@@ -106,6 +109,65 @@ def test_without_root_the_sweep_ends_in_one_line(tmp_path: Path) -> None:
     assert done.returncode == 2, done.stderr
     assert done.stderr == "vidscale: error: bench cluster: network namespaces need root\n"
     assert not out.exists()
+
+
+@pytest.mark.slow
+def test_sigterm_mid_sweep_takes_the_cluster_down(netns_ok: None, tmp_path: Path) -> None:
+    """SIGTERM while a pass's ranks run ends the command with 143, its namespaces, veths and
+    torchrun agents gone (`measure.ending_on_sigterm`: the default action would leave them)."""
+    cmd = [sys.executable, "-m", "vidscale", "bench", "cluster", "--nodes", "2"]
+    cmd += ["--rates", "1gbit", "--models", "tsm_resnet50", "--hooks", "none", "--epoch-k", "0"]
+    cmd += ["--steps", "50"]  # a pass that lasts until the signal
+    cmd += ["--out-json", str(tmp_path / "c.json"), "--plot", str(tmp_path / "c.png")]
+    bench = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        started = ranks_started(bench)
+        bench.send_signal(signal.SIGTERM)
+        assert bench.wait(timeout=60) == 128 + signal.SIGTERM
+    finally:
+        if bench.poll() is None:  # a failed check above: the command must not outlive the test
+            bench.send_signal(signal.SIGTERM)
+            bench.wait(timeout=60)
+    assert not [ns for ns in namespaces() if ns.startswith(f"{PREFIX}{bench.pid}-")]
+    assert not [pid for pid in started if Path(f"/proc/{pid}").exists()]  # agents, ranks
+
+
+def ranks_started(bench: subprocess.Popen[str]) -> set[int]:
+    """Once `bench`'s two-node pass runs its ranks (after the link's probe): its processes."""
+    assert bench.stdout is not None
+    for line in bench.stdout:
+        if line.startswith("bench cluster: 2 nodes at 1gbit"):
+            break
+    deadline = time.monotonic() + 120
+    while bench.poll() is None and time.monotonic() < deadline:
+        below = descendants(bench.pid)
+        if sum("vidscale.bench.cluster.rank" in command(pid) for pid in below) == 2:
+            return below
+        time.sleep(0.2)
+    raise AssertionError(f"no two ranks ran (exit status {bench.poll()})")
+
+
+def command(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:  # it ended meanwhile
+        return ""
+
+
+def descendants(pid: int) -> set[int]:
+    """The processes below `pid` (from /proc's parent links)."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # it ended meanwhile
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier}
+        found |= frontier
+    return found
 
 
 def split_published(tmp_path: Path) -> list[Path]:
