@@ -75,6 +75,7 @@ def test_no_flags_is_the_configs_defaults_and_each_flag_sets_its_field() -> None
         (["--baseline", "no_such.json"], "--baseline: no_such.json is not a file"),
         (["--models", "tsm_resnet18"], "--models: tsm_resnet18 is not in"),
         (["--combine", "no_such.json"], "--combine: no_such.json is not a file"),
+        (["--check-against", str(NETWORK), "--json"], "--check-against: its table is for a person"),
     ],
 )
 def test_a_bad_value_is_one_line_naming_the_flag(

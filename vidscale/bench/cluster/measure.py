@@ -9,7 +9,8 @@ model and variant. The ranks' compute is the one-node step of `baseline` (a `ben
 JSON measured on this machine), split by `standin.ComputeProfile`; the optimizer's part is
 measured here on one process. The straggler runs repeat DDP and AAVG at one N with node 1's
 link slower, then with its compute slower. `report.build` joins the rows with the planner's
-predictions (`planner.cluster_model`), the table, the JSON and the plot.
+predictions (`planner.cluster_model`), the table, the JSON and the plot. `vidscale bench
+cluster` runs it inside `ending_on_sigterm`, so a SIGTERM tears the clusters down.
 """
 
 from __future__ import annotations
