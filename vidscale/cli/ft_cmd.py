@@ -57,9 +57,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--address",
         metavar="IP",
-        help="this node's address that the group's manager binds and advertises, and its "
-        "store is advertised under (one group per node; default: the host's name, bound to "
-        "every interface)",
+        help="this node's address, which the group's manager binds and advertises to the "
+        "lighthouse and its peers (one group per node; its store's address is torchrun's "
+        "--local-addr; default: the host's name, bound to every interface)",
     )
     p.add_argument("--group", type=int, required=True, help="this replica group's index, from 0")
     p.add_argument("--groups", type=int, required=True, help="how many replica groups the run has")

@@ -41,8 +41,10 @@ def start_manager(
     quorums (a rejoining group must hold its peer's data position before it picks its
     samples, so healing happens at the quorum, before the forward pass), and every timeout
     `settings.timeout_s`. With `settings.address`, the manager binds and advertises that
-    address and the group's store (torchrun's, at MASTER_PORT) is advertised under it
-    (`bound_to`)."""
+    address (`bound_to`); the group's store, which the peers also meet on, is advertised as
+    torchrun's MASTER_ADDR:MASTER_PORT (`torchrun --local-addr` sets MASTER_ADDR, as
+    `launch.start_group` does: the store is on the node of the group's first process, which for
+    a group spanning nodes is not every process's own)."""
     from torchft.manager import Manager
     from torchft.process_group import ProcessGroupGloo
 
@@ -50,10 +52,8 @@ def start_manager(
 
     timeout = timedelta(seconds=settings.timeout_s)
     pg = ProcessGroupGloo(timeout=timeout)
-    where: dict[str, Any] = {}
-    if settings.address is not None:
-        # The peers build the groups' process group on the advertised store address.
-        where = {"hostname": settings.address, "store_addr": settings.address}
+    # The name torchft advertises for this group's manager (its default: the host's name).
+    where = {} if settings.address is None else {"hostname": settings.address}
     with bound_to(settings.address):
         return Manager(
             pg=pg,

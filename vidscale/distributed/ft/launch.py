@@ -100,7 +100,9 @@ def start_group(
     session of its own; its output appended to `OUT/group{G}.log`. On a node: `prefix` its
     `exec_prefix`, `address` what the group binds and advertises (`--address`), `device` the
     interface gloo uses (`GLOO_SOCKET_IFNAME`)."""
-    cmd = [*prefix, sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    # --local-addr: the group's store (MASTER_ADDR), which its peers meet on, on the node's address.
+    on_node = [] if address is None else ["--local-addr", address]
+    cmd = [*prefix, sys.executable, "-m", "torch.distributed.run", "--standalone", *on_node]
     cmd += ["--nproc_per_node", "1", "-m", "vidscale", "train-ft", *run, "--out", str(out)]
     cmd += ["--lighthouse", lighthouse, "--group", str(group), "--groups", str(groups)]
     cmd += ["--timeout", str(timeout_s), *extra]

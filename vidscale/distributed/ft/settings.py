@@ -37,9 +37,9 @@ class FTSettings:
     otherwise) or "localsgd" (TorchFT's own `LocalSGD`: parameters only, for comparison).
 
     `address`: the IP address of this node that the group's manager binds and advertises to
-    the lighthouse and its peers, and under which its store is advertised (one group per node
-    of a cluster: docs/design.md, "Replica groups across nodes"); None: TorchFT's defaults (the
-    host's name advertised, the manager bound to every interface), for groups on one machine.
+    the lighthouse and its peers (one group per node of a cluster: docs/design.md, "Across
+    nodes"); None: TorchFT's defaults (the host's name advertised, the manager bound to every
+    interface), for groups on one machine.
     """
 
     lighthouse: str
