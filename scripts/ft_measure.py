@@ -7,12 +7,18 @@ and write JSON. Two measurements, each on the same run (a recipe, --data, batch 
     two processes under `torchrun --max-restarts 1`, checkpointing every --checkpoint-every
     steps, one rank SIGKILLed at the same step; torchrun restarts both, they resume from the
     checkpoint and replay: steps lost and wall time until the run is past the step again.
+  failure --nodes N --rate R: the same across N nodes of a `vidscale.netlab` cluster (N network
+    namespaces on one bridge, each link shaped to R both ways): the lighthouse on node 0, group
+    g alone on node g (`train-ft --address`, N groups), group 1 SIGKILLed and restarted on its
+    node; the torchrun restart as one agent per node (`--nnodes N`, c10d rendezvous at node 0's
+    address, one process a node). Needs root.
   compare: AAVG across groups against TorchFT's LocalSGD (`train-ft --average-every K`, two
     groups, no failure): after the last averaging, the largest difference between the two
     replicas' parameters, BN statistics and momenta; training loss per epoch; validation top-1
     of each replica.
 
   python scripts/ft_measure.py failure --data DIR --out DIR --json failure.json
+  python scripts/ft_measure.py failure --nodes 3 --rate 1gbit --data DIR --out DIR --json f.json
   python scripts/ft_measure.py compare --data DIR --out DIR --json compare.json
 """
 
@@ -25,6 +31,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +49,11 @@ from vidscale.distributed.ft.launch import (
     start_group,
     wait_for,
 )
+from vidscale.errors import InputError
 from vidscale.models.registry import build_model
+from vidscale.netlab import nodes
+from vidscale.netlab.cluster import Cluster
+from vidscale.netlab.link import Rate
 from vidscale.recipes import get_recipe
 from vidscale.run.data import load_data
 
@@ -73,38 +85,84 @@ def samples_per_s(rs: list[dict[str, Any]]) -> float:
     return sum(r["stop"] - r["start"] for r in rs[1:]) / (rs[-1]["time"] - rs[0]["time"])
 
 
-def torchft_failure(args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    out.mkdir(parents=True, exist_ok=True)
-    lighthouse = Lighthouse.start(out / "lighthouse.log")
-    run = as_flags(run_overrides(args))
-    go = dict(run=run, out=out, lighthouse=lighthouse.address, timeout_s=args.timeout)
+def placement(cluster: Cluster | None, group: int) -> dict[str, Any]:
+    """`launch.start_group`'s arguments that put `group` on its node (none on localhost)."""
+    if cluster is None:
+        return {}
+    return {
+        "prefix": cluster.exec_prefix(group),
+        "address": cluster.addresses[group],
+        "device": cluster.devices[group],
+    }
+
+
+@contextmanager
+def lighthouse_for(out: Path, cluster: Cluster | None) -> Iterator[Lighthouse]:
+    if cluster is None:
+        lighthouse = Lighthouse.start(out / "lighthouse.log")
+    else:
+        where = {"host": cluster.addresses[0], "prefix": cluster.exec_prefix(0)}
+        lighthouse = Lighthouse.start(out / "lighthouse.log", **where)  # type: ignore[arg-type]
     try:
-        survivor, victim = start_group(0, 2, **go), start_group(1, 2, **go)  # type: ignore[arg-type]
-        wait_for(lambda: len(records(out, 1)) >= args.kill_at, 600, "the kill step")
-        kill_group(victim)
-        killed = time.time()
-        killed_at = records(out, 1)[-1]["step"]
-        back = start_group(1, 2, **go)  # type: ignore[arg-type]
-        finish(survivor, 1800, out, 0), finish(back, 600, out, 1)
+        yield lighthouse
     finally:
         lighthouse.kill()
+
+
+def torchft_failure(args: argparse.Namespace, out: Path, cluster: Cluster | None) -> dict[str, Any]:
+    out.mkdir(parents=True, exist_ok=True)
+    n, run = args.groups, as_flags(run_overrides(args))
+    started: list[subprocess.Popen] = []
+    load = os.getloadavg()[0]
+    with lighthouse_for(out, cluster) as lighthouse:
+        go = dict(run=run, out=out, lighthouse=lighthouse.address, timeout_s=args.timeout)
+
+        def start(g: int) -> subprocess.Popen:
+            started.append(start_group(g, n, **go, **placement(cluster, g)))  # type: ignore[arg-type]
+            return started[-1]
+
+        try:
+            groups = [start(g) for g in range(n)]
+            wait_for(lambda: len(records(out, 1)) >= args.kill_at, 600, "the kill step")
+            kill_group(groups[1])
+            killed = time.time()
+            killed_at = records(out, 1)[-1]["step"]
+            groups[1] = start(1)
+            for g, process in enumerate(groups):
+                finish(process, 1800, out, g)
+        finally:
+            for process in started:
+                if process.poll() is None:
+                    kill_group(process)
     s0, s1 = records(out, 0), records(out, 1)
-    healthy = [r for r in s0 if r["participants"] == 2 and r["time"] < killed]
-    alone = [r for r in s0 if r["participants"] == 1 and r["time"] > killed]
+    healthy = [r for r in s0 if r["participants"] == n and r["time"] < killed]
+    alone = [r for r in s0 if r["participants"] == n - 1 and r["time"] > killed]
     rejoined = next(r for r in s1 if r["time"] > killed)
     after = [r for r in s0 if r["time"] > rejoined["time"]]
     return {
+        "groups": n,
         "killed_at_step": killed_at,
         "survivor_stall_s": next(r["time"] for r in s0 if r["time"] > killed) - killed,
         "rejoin_wall_s": rejoined["time"] - killed,
         "rejoined_at_step": rejoined["step"],
         "rejoined_healed": rejoined["healed"],
-        "committed_steps_lost": 0 if [r["step"] for r in s0] == list(range(1, len(s0) + 1)) else -1,
+        "committed_steps_lost": steps_lost(out, n),
         "healthy_clips_per_s": samples_per_s(healthy),
         "degraded_clips_per_s": samples_per_s(alone),
         "degraded_steps": len(alone),
         "after_rejoin_clips_per_s": samples_per_s(after),
+        "load_average_1min": [load, os.getloadavg()[0]],
     }
+
+
+def steps_lost(out: Path, groups: int) -> int:
+    """Committed steps taken again: a step number a group logs twice (the killed group's log
+    goes on after its restart). Asserts that the steps committed by any group run 1, 2, ...
+    with none missing."""
+    logs = [[r["step"] for r in records(out, g)] for g in range(groups)]
+    committed = sorted({step for log in logs for step in log})
+    assert committed == list(range(1, len(committed) + 1)), "a committed step is missing"
+    return max(len(log) - len(set(log)) for log in logs)
 
 
 def train_steps(metrics: Path) -> list[dict[str, Any]]:
@@ -114,38 +172,61 @@ def train_steps(metrics: Path) -> list[dict[str, Any]]:
     return [r for r in rows if r.get("kind") == "train"]
 
 
-def torchrun_failure(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+def torchrun_job(
+    args: argparse.Namespace, out: Path, cluster: Cluster | None
+) -> tuple[list[subprocess.Popen], Any]:
+    """`vidscale train` under torchrun (`--max-restarts 1`), one process a group: on localhost
+    one agent, on a cluster one agent a node (`netlab.nodes`); the agents and a `wait()`."""
     overrides = [*run_overrides(args), f"train.checkpoint_every_steps={args.checkpoint_every}"]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    cmd += ["--max-restarts", "1", "-m", "vidscale", "train", *as_flags(overrides)]
-    cmd += ["--out", str(out)]
+    # One clip a process a step, as each group takes (the recipe simulates 2 processes).
+    overrides.append(f"optim.simulate_world_size={args.groups}")
+    train = ["train", *as_flags(overrides), "--out", str(out)]
     out.mkdir(parents=True, exist_ok=True)
+    if cluster is not None:
+        job = nodes.start(cluster, train, log_dir=out.parent, cores=None, max_restarts=1)
+        return job.procs, lambda: job.wait(1800, kill_on_bad_exit=False)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node"]
+    cmd += [str(args.groups), "--max-restarts", "1", "-m", "vidscale", *train]
     with (out.parent / "torchrun.log").open("w") as log:
         agent = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    metrics = out / "metrics.jsonl"
-    wait_for(lambda: len(train_steps(metrics)) >= args.kill_at, 600, "the kill step")
-    os.kill(children(agent.pid)[-1], signal.SIGKILL)
-    killed = time.time()
-    killed_at = train_steps(metrics)[-1]["step"]
-    agent.wait(timeout=1800)
+    return [agent], lambda: [agent.wait(timeout=1800)]
+
+
+def torchrun_failure(
+    args: argparse.Namespace, out: Path, cluster: Cluster | None
+) -> dict[str, Any]:
+    load = os.getloadavg()[0]
+    agents, wait = torchrun_job(args, out, cluster)
+    try:
+        metrics = out / "metrics.jsonl"
+        wait_for(lambda: len(train_steps(metrics)) >= args.kill_at, 600, "the kill step")
+        os.kill(children(agents[-1].pid)[-1], signal.SIGKILL)  # the last node's (last) worker
+        killed = time.time()
+        killed_at = train_steps(metrics)[-1]["step"]
+        codes = wait()
+    finally:
+        for agent in agents:
+            if agent.poll() is None:
+                kill_group(agent)
     rows = train_steps(metrics)
     before = [r for r in rows if r["time"] < killed]
     replay = [r for r in rows if r["time"] > killed]
     past = next(r for r in replay if r["step"] > killed_at)
-    clips = args.batch_global
+    clips = args.groups
 
     def rate(rs: list[dict[str, Any]]) -> float:
         return clips * (len(rs) - 1) / (rs[-1]["time"] - rs[0]["time"]) if len(rs) > 1 else 0.0
 
     return {
         "killed_at_step": killed_at,
-        "exit_status": agent.returncode,
+        "exit_status": codes,
         "resumed_from_step": replay[0]["step"] - 1,
         "steps_lost": killed_at - (replay[0]["step"] - 1),
         "first_step_after_restart_s": replay[0]["time"] - killed,
         "past_kill_step_s": past["time"] - killed,
         "healthy_clips_per_s": rate(before),
         "degraded_clips_per_s": 0.0,  # no step runs until every rank is back
+        "load_average_1min": [load, os.getloadavg()[0]],
     }
 
 
@@ -230,12 +311,33 @@ def main() -> int:
     p.add_argument("--checkpoint-every", type=int, default=10)
     p.add_argument("--timeout", type=float, default=5.0)
     p.add_argument("--k", type=int, default=4)
+    p.add_argument(
+        "--nodes",
+        type=int,
+        default=0,
+        help="failure: N netlab nodes, one group each (0: localhost)",
+    )
+    p.add_argument("--rate", default="1gbit", help="with --nodes: each node's link, each way")
     args = p.parse_args()
-    args.batch_global = 2
-    if args.what == "failure":
+    args.groups = args.nodes or 2
+    if args.what == "failure" and args.nodes:
+        if args.nodes < 2:
+            p.error(f"--nodes {args.nodes}: a failure needs at least 2 groups")
+        try:
+            rate = Rate.parse(args.rate)
+        except InputError as err:
+            p.error(f"--rate: {err}")
+        with Cluster(args.nodes, rate=rate) as cluster:
+            result = {
+                "nodes": args.nodes,
+                "rate": args.rate,
+                "torchft": torchft_failure(args, args.out / "torchft", cluster),
+                "torchrun": torchrun_failure(args, args.out / "torchrun" / "run", cluster),
+            }
+    elif args.what == "failure":
         result = {
-            "torchft": torchft_failure(args, args.out / "torchft"),
-            "torchrun": torchrun_failure(args, args.out / "torchrun" / "run"),
+            "torchft": torchft_failure(args, args.out / "torchft", None),
+            "torchrun": torchrun_failure(args, args.out / "torchrun" / "run", None),
         }
     else:
         result = compare(args)
