@@ -136,9 +136,9 @@ def torchft_failure(args: argparse.Namespace, out: Path, cluster: Cluster | None
                     kill_group(process)
     s0, s1 = records(out, 0), records(out, 1)
     healthy = [r for r in s0 if r["participants"] == n and r["time"] < killed]
-    alone = [r for r in s0 if r["participants"] == n - 1 and r["time"] > killed]
     rejoined = next(r for r in s1 if r["time"] > killed)
-    after = [r for r in s0 if r["time"] > rejoined["time"]]
+    alone = [r for r in s0 if killed < r["time"] < rejoined["time"]]
+    after = [r for r in s0 if r["time"] >= rejoined["time"]]
     return {
         "groups": n,
         "killed_at_step": killed_at,
@@ -151,6 +151,13 @@ def torchft_failure(args: argparse.Namespace, out: Path, cluster: Cluster | None
         "degraded_clips_per_s": samples_per_s(alone),
         "degraded_steps": len(alone),
         "after_rejoin_clips_per_s": samples_per_s(after),
+        # Steps after the rejoin that every group took, and heals in them: a group late for a
+        # quorum is left out of it and heals at the next (TorchFT's join timeout).
+        "after_rejoin_steps": len(after),
+        "after_rejoin_steps_all_groups": sum(r["participants"] == n for r in after),
+        "after_rejoin_heals": sum(
+            r["healed"] for g in range(n) for r in records(out, g) if r["time"] > rejoined["time"]
+        ),
         "load_average_1min": [load, os.getloadavg()[0]],
     }
 
