@@ -22,6 +22,19 @@ from vidscale.recipes import get_recipe
 RUN = ["--recipe", "demo_tsm_r18_8f_b32_e10", "--set", "model.name=tsn_resnet18"]
 TRAIN_VIDEOS = 16  # the tiny demo: 8 classes x 2
 LR_PER_8 = get_recipe(RUN[1]).optim.lr_per_8_clips
+WARMUP_EPOCHS = get_recipe(RUN[1]).lr.warmup_epochs
+WARMUP_START = get_recipe(RUN[1]).lr.warmup_start_factor
+
+
+def expected_lr(samples: int, clips_before: int, epochs: int) -> float:
+    """The LR rule of `train.ft.replica`, written out: the linear-scaled peak of the step's
+    samples, a linear warmup over the first WARMUP_EPOCHS of clips, then half a cosine to 0."""
+    peak = LR_PER_8 * samples / 8
+    warmup, total = round(WARMUP_EPOCHS * TRAIN_VIDEOS), epochs * TRAIN_VIDEOS
+    if clips_before < warmup:
+        return peak * (WARMUP_START + (1 - WARMUP_START) * clips_before / warmup)
+    progress = (clips_before - warmup) / (total - warmup)
+    return peak * 0.5 * (1 + math.cos(math.pi * progress))
 
 
 def start_group(
@@ -76,8 +89,8 @@ def check_samples_once(logs: list[list[dict[str, Any]]], epochs: int) -> None:
                 DataPosition(16, 0, epoch=r["epoch"]).order()[r["start"] : r["stop"]]
             )
             samples = r["stop"] - r["start"]
-            progress = (r["epoch"] * TRAIN_VIDEOS + r["start"]) / (epochs * TRAIN_VIDEOS)
-            rule = LR_PER_8 * samples / 8 * 0.5 * (1 + math.cos(math.pi * progress))
+            clips_before = r["epoch"] * TRAIN_VIDEOS + r["start"]
+            rule = expected_lr(samples, clips_before, epochs)
             assert r["lr"] == pytest.approx(rule, rel=1e-9)
 
 

@@ -3,13 +3,15 @@ data position, the LR rule, and the forward and backward of its share of a step.
 
 The LR rule (why: docs/fault_tolerance.md): each group keeps its batch, so a step's global
 batch is the live processes x `data.batch_size`, and the LR follows it by the linear scaling
-rule (TSM paper §4; Goyal et al.): `optim.lr_per_8_clips` x the step's clips / 8, times the
-cosine factor of the run's progress in clips. Warmup is not applied.
+rule (TSM paper §4; Goyal et al.): `optim.lr_per_8_clips` x the step's clips / 8 is the peak, and
+the run's own schedule (`lr.*`: warmup, then cosine, step, poly or constant; `schedules.lr.lr_at`)
+runs on a clock in clips, so warmup and decay follow the samples trained, whatever the number
+of groups was along the way. Step milestones in optimizer steps have no meaning when the
+step's size changes with the live groups: they are refused (give them in epochs).
 """
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,9 +25,12 @@ from vidscale.data.dataset import VideoClipDataset, collate
 from vidscale.data.inputs import ModelInput
 from vidscale.distributed.ft.position import DataPosition
 from vidscale.distributed.ft.settings import FTSettings
+from vidscale.errors import InputError
 from vidscale.models.registry import build_model
 from vidscale.optim.factory import build_optimizer
 from vidscale.run.data import load_data
+from vidscale.schedules.lr import lr_at
+from vidscale.schedules.lr import scaled_lr as linear_scaled_lr
 from vidscale.step.run import StepContext, forward_backward
 
 
@@ -68,6 +73,11 @@ class Replica:
 def build_replica(cfg: RunConfig, settings: FTSettings, out: Path) -> Replica:
     """The model, optimizer, data and position of this process, seeded alike on every group
     (a group that starts late receives the live state anyway)."""
+    if cfg.lr.schedule == "step" and cfg.lr.milestone_unit == "step":
+        raise InputError(
+            "lr.milestone_unit: train-ft steps change size with the live groups; "
+            "give the milestones in epochs"
+        )
     cfg, splits = load_data(cfg)
     torch.manual_seed(cfg.train.seed)
     model = build_model(cfg.model)
@@ -94,9 +104,14 @@ def scaled_lr(
 ) -> float:
     """The LR of a step of `step_samples` clips taken at `position`, `ahead` clips further
     (a round's later local steps), by the module's rule."""
-    total = cfg.train.epochs * position.size
-    progress = (position.epoch * position.size + position.consumed + ahead) / total
-    return cfg.optim.lr_per_8_clips * step_samples / 8 * 0.5 * (1 + math.cos(math.pi * progress))
+    return lr_at(
+        position.epoch * position.size + position.consumed + ahead,
+        base_lr=linear_scaled_lr(cfg.optim.lr_per_8_clips, step_samples),
+        total_steps=cfg.train.epochs * position.size,
+        warmup_steps=round(cfg.lr.warmup_epochs * position.size),
+        cfg=cfg.lr,
+        steps_per_epoch=position.size,
+    )
 
 
 def share_of(order: list[int], start: int, stop: int, me: int, processes: int) -> list[int]:

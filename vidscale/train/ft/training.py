@@ -20,10 +20,10 @@ before every step. A step:
 Global batch and LR while a group is away: each group keeps its batch (`data.batch_size` clips
 per process), so the global batch is participants x group size x batch, and the LR follows it
 by the linear scaling rule (TSM paper §4; Goyal et al.): `optim.lr_per_8_clips` x the step's
-samples / 8, times the cosine factor of the run's progress in samples. Keeping the global batch
-instead would give each surviving process more clips per step (memory it may not have) and
-make a step's cost depend on who failed; scaling the LR keeps the update per sample the same.
-Warmup is not applied here.
+samples / 8 is the peak, on the run's own schedule (warmup, then its decay) counted in samples
+(`replica.scaled_lr`). Keeping the global batch instead would give each surviving process more
+clips per step (memory it may not have) and make a step's cost depend on who failed; scaling
+the LR keeps the update per sample the same.
 
 Every committed step is appended to `OUT/ft/group{G}.rank{R}.jsonl` (step, epoch, the step's
 range of the epoch's permutation, this process's share, participants, LR, loss, time), and
