@@ -38,6 +38,7 @@ from typing import Any
 
 import torch
 
+from vidscale.bench.cluster.measure import ending_on_sigterm
 from vidscale.config import resolve
 from vidscale.data.loaders import eval_dataset
 from vidscale.distributed.ft.launch import (
@@ -334,7 +335,7 @@ def main() -> int:
             rate = Rate.parse(args.rate)
         except InputError as err:
             p.error(f"--rate: {err}")
-        with Cluster(args.nodes, rate=rate) as cluster:
+        with ending_on_sigterm(), Cluster(args.nodes, rate=rate) as cluster:
             result = {
                 "nodes": args.nodes,
                 "rate": args.rate,
