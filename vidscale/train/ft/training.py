@@ -28,6 +28,9 @@ the LR keeps the update per sample the same.
 Every committed step is appended to `OUT/ft/group{G}.rank{R}.jsonl` (step, epoch, the step's
 range of the epoch's permutation, this process's share, participants, LR, loss, time), and
 each process writes its final model, optimizer and position to `OUT/ft/final-group{G}.rank{R}.pt`.
+At each epoch's end one group evaluates and writes the run's standard checkpoint, metrics line
+and, at the end, summary (`epochs`); a group started with no live state to take (the whole job
+was stopped) continues from the newest of those checkpoints (`epochs.restore_latest`).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ import torch
 from vidscale.config import RunConfig
 from vidscale.distributed.ft.group import init_group, pack, start_manager, sum_over_quorum, unpack
 from vidscale.distributed.ft.settings import FTSettings, check_lighthouse_reachable
+from vidscale.train.ft.epochs import EpochEnds, check_epoch_settings, restore_latest
 from vidscale.train.ft.replica import (
     Replica,
     build_replica,
@@ -111,6 +115,7 @@ def train_ft(cfg: RunConfig, settings: FTSettings, out: Path) -> dict[str, Any]:
     committed state to `OUT/ft/stopped-group{G}.rank{R}.pt`; the same command, once a
     lighthouse answers again, continues from it (a group left a step behind heals)."""
     settings.check()
+    check_epoch_settings(cfg)
     check_lighthouse_reachable(settings.lighthouse)
     init_group(world_size=int(os.environ.get("WORLD_SIZE", "1")), timeout_s=settings.timeout_s)
     if cfg.train.threads:
@@ -122,8 +127,11 @@ def train_ft(cfg: RunConfig, settings: FTSettings, out: Path) -> dict[str, Any]:
         state = torch.load(stopped, weights_only=True)
         replica.load_state_dict(state["replica"])
         manager.load_state_dict(state["manager"])
+    else:  # every group may have stopped: the run's newest checkpoint, if it has one
+        restore_latest(replica, manager, out)
+    ends = EpochEnds.of(replica, groups=settings.groups, out=out)
     try:
-        last = steps(replica, manager, settings)
+        last = steps(replica, manager, settings, ends)
     except LighthouseLost:
         torch.save({"replica": replica.state_dict(), "manager": manager.state_dict()}, stopped)
         raise
@@ -151,14 +159,16 @@ def manager_for(replica: Replica, settings: FTSettings) -> Any:
     )
 
 
-def steps(replica: Replica, manager: Any, settings: FTSettings) -> dict[str, Any]:
-    """Steps until the run's epochs are done, each committed one logged; the last record."""
+def steps(replica: Replica, manager: Any, settings: FTSettings, ends: EpochEnds) -> dict[str, Any]:
+    """Steps until the run's epochs are done, each committed one logged, and at each epoch's
+    end what `epochs.EpochEnds` does; the last record."""
     last: dict[str, Any] = {}
     with replica.log.open("a") as log:
         while True:
             with_lighthouse(manager.start_quorum, settings, step=manager.current_step())
             if replica.done():
                 return last
+            epoch = replica.position.epoch
             if settings.average_every:
                 done = take_round(replica, manager, settings)
             else:
@@ -168,6 +178,9 @@ def steps(replica: Replica, manager: Any, settings: FTSettings) -> dict[str, Any
                 log.write(json.dumps(record) + "\n")
                 last = record
             log.flush()
+            ends.note(done)
+            if replica.position.epoch > epoch:
+                ends.after_epoch(manager, lr=last["lr"])
 
 
 def with_lighthouse(call: Callable[[], T], settings: FTSettings, *, step: int) -> T:
