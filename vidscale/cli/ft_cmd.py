@@ -12,6 +12,8 @@ from vidscale.cli.output import add_json_flag, print_json
 
 #: Exit status of a group that stopped because the lighthouse did (no quorum can form).
 LIGHTHOUSE_LOST_EXIT_CODE = 3
+#: Exit status of a group whose quorum or collective outlasted `--timeout` (the lighthouse alive).
+QUORUM_TIMEOUT_EXIT_CODE = 4
 
 
 def cmd_train_ft(args: argparse.Namespace) -> int:
@@ -38,6 +40,17 @@ def cmd_train_ft(args: argparse.Namespace) -> int:
     except LighthouseLost as err:
         print(f"vidscale: group {args.group}: {err}", file=sys.stderr)
         return LIGHTHOUSE_LOST_EXIT_CODE
+    except TimeoutError as err:
+        # TorchFT's quorum and collectives raise TimeoutError, an OSError the error boundary
+        # would report as a bad path: it is the run's failure, not the user's input.
+        status = " ".join(str(err).split(", details:")[0].split())
+        print(
+            f"vidscale: group {args.group}: no quorum or collective within --timeout "
+            f"{settings.timeout_s:g} s ({status}); the lighthouse accepts connections, so a "
+            "peer, the link or the lighthouse is slow: a larger --timeout rides out a slow one",
+            file=sys.stderr,
+        )
+        return QUORUM_TIMEOUT_EXIT_CODE
     if args.json and os.environ.get("RANK", "0") == "0":
         print_json({k: v for k, v in last.items() if k != "share"})
     return 0

@@ -12,6 +12,8 @@ the same commands continue.
 
 from __future__ import annotations
 
+import os
+import signal
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ from tests.train.ft.ft_groups import (
     start_group,
 )
 from vidscale.cli import main
+from vidscale.cli.ft_cmd import QUORUM_TIMEOUT_EXIT_CODE
 from vidscale.distributed.ft.launch import Lighthouse, finish, kill_group, records, wait_for
 from vidscale.distributed.ft.position import DataPosition
 
@@ -186,3 +189,35 @@ def check_rounds_take_samples_once(logs: list[list[dict[str, Any]]], epochs: int
         mine = [r for r in steps.values() if r["epoch"] == epoch]
         taken = [i for r in mine for i in order[r["start"] : r["stop"]]]
         assert sorted(taken) == list(range(TRAIN_VIDEOS)), f"epoch {epoch}: {taken}"
+
+
+@pytest.mark.slow
+def test_a_quorum_that_times_out_ends_the_group_in_one_line_not_as_bad_input(
+    tiny_demo: Path, tmp_path: Path
+) -> None:
+    """A lighthouse that accepts connections but never answers (stopped, as a hung one is):
+    the group's quorum outlasts --timeout, and the group says so in its own line and status,
+    not as `vidscale: error:` (which names bad input)."""
+    lighthouse = Lighthouse.start(tmp_path / "lighthouse.log")
+    os.kill(lighthouse.process.pid, signal.SIGSTOP)
+    try:
+        group = start_group(
+            0,
+            2,
+            data=tiny_demo,
+            out=tmp_path,
+            lighthouse=lighthouse.address,
+            epochs=1,
+            timeout_s=2.0,
+        )
+        code = finish(group, 120, tmp_path, 0)
+    finally:
+        os.kill(lighthouse.process.pid, signal.SIGCONT)
+        lighthouse.kill()
+    lines = (tmp_path / "group0.log").read_text().splitlines()
+    said = [line for line in lines if line.startswith("vidscale: group 0: ")]
+    assert code != 0 and len(said) == 1, lines[-20:]
+    assert said[0].startswith("vidscale: group 0: no quorum or collective within --timeout 2 s")
+    assert not any(line.startswith("vidscale: error:") for line in lines)
+    # torchrun's own status is 1 whatever its worker's; the worker's is in its summary.
+    assert f"exitcode  : {QUORUM_TIMEOUT_EXIT_CODE} (pid" in "\n".join(lines)
