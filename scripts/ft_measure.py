@@ -20,6 +20,7 @@ and write JSON. Two measurements, each on the same run (a recipe, --data, batch 
   python scripts/ft_measure.py failure --data DIR --out DIR --json failure.json
   python scripts/ft_measure.py failure --nodes 3 --rate 1gbit --data DIR --out DIR --json f.json
   python scripts/ft_measure.py compare --data DIR --out DIR --json compare.json
+  python scripts/ft_measure.py compare --as-recipe --epochs 12 --data DEMO --out DIR --json c.json
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ RECIPE = "demo_tsm_r18_8f_b32_e10"
 
 
 def run_overrides(args: argparse.Namespace) -> list[str]:
+    if args.as_recipe:  # the demo's own batch, frames and model: its accuracy means something
+        return [f"data.root={args.data}", "train.progress=false", f"train.epochs={args.epochs}"]
     return [
         f"data.root={args.data}",
         f"model.name={args.model}",
@@ -319,6 +322,11 @@ def main() -> int:
     p.add_argument("--checkpoint-every", type=int, default=10)
     p.add_argument("--timeout", type=float, default=5.0)
     p.add_argument("--k", type=int, default=4)
+    p.add_argument(
+        "--as-recipe",
+        action="store_true",
+        help="compare: the recipe's own batch, frames and model (not --model/--frames, batch 1)",
+    )
     p.add_argument(
         "--nodes",
         type=int,
