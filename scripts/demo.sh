@@ -16,8 +16,8 @@ run() {  # recipe run-name
   torchrun --standalone --nproc_per_node "$NPROC" -m vidscale train \
     --recipe "$1" --data "$DATA" --out "$RUNS/$2"
 }
-run demo_tsm_r18_8f_b32_e10 demo_tsm
-[ "${SKIP_TSN:-0}" = 1 ] || run demo_tsn_r18_8f_b32_e10 demo_tsn
+run demo_tsm_r18_8f_b32_e12 demo_tsm
+[ "${SKIP_TSN:-0}" = 1 ] || run demo_tsn_r18_8f_b32_e12 demo_tsn
 python - "$RUNS" <<'PY'
 import json, sys, pathlib
 runs = pathlib.Path(sys.argv[1])

@@ -59,7 +59,7 @@ from vidscale.netlab.link import Rate
 from vidscale.recipes import get_recipe
 from vidscale.run.data import load_data
 
-RECIPE = "demo_tsm_r18_8f_b32_e10"
+RECIPE = "demo_tsm_r18_8f_b32_e12"
 
 
 def run_overrides(args: argparse.Namespace) -> list[str]:

@@ -2,7 +2,7 @@
 # Several nodes on one machine: two torchrun agents, one process each, joined by a c10d
 # rendezvous exactly as two nodes are (docs/distributed.md, "Several nodes"), train one recipe. The result
 # equals `torchrun --standalone --nproc_per_node 2` of the same recipe, step for step.
-#   RECIPE=demo_tsm_r18_8f_b32_e10, DEMO_DATA=demo_data, RUNS=runs, RUN=multinode (run name),
+#   RECIPE=demo_tsm_r18_8f_b32_e12, DEMO_DATA=demo_data, RUNS=runs, RUN=multinode (run name),
 #   PORT (rendezvous port; default: a free one), THREADS (per process; default: half the cores).
 #   Arguments go on to `vidscale train`, e.g. `bash scripts/multinode_local.sh --set train.epochs=1`.
 # Writes the run to $RUNS/$RUN and each agent's output to $RUNS/$RUN/agent{0,1}.log.
@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/python ] || bash scripts/setup.sh
 . .venv/bin/activate
-RECIPE=${RECIPE:-demo_tsm_r18_8f_b32_e10}
+RECIPE=${RECIPE:-demo_tsm_r18_8f_b32_e12}
 DATA=${DEMO_DATA:-demo_data}
 RUNS=${RUNS:-runs}
 OUT=$RUNS/${RUN:-multinode}

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Run a vidscale command as a two-node job over a real, shaped link on this machine (as root).
 
-    sudo .venv/bin/python scripts/two_nodes.py --rate 500mbit -- train --recipe demo_tsm_r18_8f_b32_e10 \\
+    sudo .venv/bin/python scripts/two_nodes.py --rate 500mbit -- train --recipe demo_tsm_r18_8f_b32_e12 \\
         --set data.root=demo_data --set data.batch_size=16
     sudo .venv/bin/python scripts/two_nodes.py --rate 1gbit --down-at 60 --down-for 40 \\
         --max-restarts 3 -- train ...   # the link pulled for 40 s at 60 s; torchrun restarts

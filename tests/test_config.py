@@ -77,7 +77,7 @@ def test_save_and_load_round_trip(tmp_path: Path) -> None:
 def test_impossible_clip_specs_fail_validation_naming_the_field(override: str, field: str) -> None:
     from vidscale.recipes import get_recipe
 
-    cfg = apply_overrides(get_recipe("demo_tsm_r18_8f_b32_e10"), [override])
+    cfg = apply_overrides(get_recipe("demo_tsm_r18_8f_b32_e12"), [override])
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
         validate(cfg)
 

@@ -117,7 +117,7 @@ def train_demo_run(root: Path) -> tuple[Path, Path]:
         "train.threads=1",
         "train.progress=false",
     ]
-    cfg = apply_overrides(get_recipe("demo_tsm_r18_8f_b32_e10"), overrides)
+    cfg = apply_overrides(get_recipe("demo_tsm_r18_8f_b32_e12"), overrides)
     train(cfg, run_dir=root / "run")
     return root / "run", data
 

@@ -17,7 +17,7 @@ from vidscale.config import load_config, resolve, to_dict
 from vidscale.recipes import get_recipe
 from vidscale.run.metrics import read_metrics
 
-RECIPE = "demo_tsm_r18_8f_b32_e10"
+RECIPE = "demo_tsm_r18_8f_b32_e12"
 JITTERED = "slowfast_r50_charades_16x8_multigrid_b128_e57"  # a short-side jitter crop
 
 

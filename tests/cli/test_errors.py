@@ -22,7 +22,7 @@ def test_bad_set_key_names_the_field(tmp_path: Path, capsys: pytest.CaptureFixtu
         [
             "train",
             "--recipe",
-            "demo_tsm_r18_8f_b32_e10",
+            "demo_tsm_r18_8f_b32_e12",
             "--data",
             str(tmp_path),
             "--out",
@@ -45,7 +45,7 @@ def test_bad_annotation_row_names_file_and_line(
         [
             "train",
             "--recipe",
-            "demo_tsm_r18_8f_b32_e10",
+            "demo_tsm_r18_8f_b32_e12",
             "--data",
             str(tmp_path),
             "--out",
@@ -89,7 +89,7 @@ class Bad:
         return " ".join(self.argv)
 
 
-DEMO = "demo_tsm_r18_8f_b32_e10"
+DEMO = "demo_tsm_r18_8f_b32_e12"
 NCCL_ON_CPU = ("--set", "dist.backend=nccl", "--set", "train.device=cpu")
 # One or more cases per command, each run as its own process.
 BAD = [

@@ -140,7 +140,7 @@ def check_derived(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, .
         (["bench", "scaling", "--bucket-cap-mb", "0"], "--bucket-cap-mb: must be > 0, got 0.0"),
         (["bench", "scaling", "--nproc", "1,0"], "--nproc: must be >= 1, got 0"),
         (["bench", "data-wait", "--workers", "0,-1"], "--workers: must be >= 0, got -1"),
-        (["bench", "multigrid", "demo_tsm_r18_8f_b32_e10", "--repeats", "0"], "--repeats"),
+        (["bench", "multigrid", "demo_tsm_r18_8f_b32_e12", "--repeats", "0"], "--repeats"),
         (["bench", "models", "--quick", "--settle", "-1"], "--settle: must be >= 0, got -1"),
         (["bench", "data", "--count", "0"], "--count: must be >= 1, got 0"),
         (["plan", "--epochs", "0"], "--epochs: must be > 0, got 0.0"),

@@ -38,11 +38,11 @@ def test_models_and_schedule_print_lines_or_json(capsys: pytest.CaptureFixture[s
     names = capsys.readouterr().out.split()
     assert main(["models", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == names
-    argv = ["schedule", "demo_tsm_r18_8f_b32_e10", "--dataset-size", "1536"]
+    argv = ["schedule", "demo_tsm_r18_8f_b32_e12", "--dataset-size", "1536"]
     assert main([*argv, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert (
-        doc["epochs"] == len(doc["rows"]) == 10
+        doc["epochs"] == len(doc["rows"]) == 12
         and doc["phases"][0]["steps_per_epoch"] == 1536 // 32
     )
 

@@ -79,7 +79,7 @@ def submit(
         "train.amp=off",  # compare runs, not a load-dependent fast-path choice
         "train.channels_last=off",
     ]
-    train_args = ["--recipe", "demo_tsm_r18_8f_b32_e10", "--out", str(run)]
+    train_args = ["--recipe", "demo_tsm_r18_8f_b32_e12", "--out", str(run)]
     for s in sets:
         train_args += ["--set", s]
     job_env = {

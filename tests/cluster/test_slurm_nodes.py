@@ -95,7 +95,7 @@ def submit(
 ) -> int:
     """sbatch the training script for a tiny run, one rank on each of `nodes` nodes, without
     --cpus-per-task; its log is RUN.out."""
-    train_args = ["--recipe", "demo_tsm_r18_8f_b32_e10", "--out", str(run)]
+    train_args = ["--recipe", "demo_tsm_r18_8f_b32_e12", "--out", str(run)]
     for item in [
         *tiny_overrides(data),
         f"train.epochs={epochs}",

@@ -24,7 +24,7 @@ from vidscale.run.metrics import read_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "multinode_local.sh"
-RECIPE = "demo_tsm_r18_8f_b32_e10"
+RECIPE = "demo_tsm_r18_8f_b32_e12"
 # 16 training videos, 4 per rank: 2 steps of global batch 8 per epoch.
 TINY = [
     "data.batch_size=4",

@@ -23,7 +23,7 @@ from vidscale.train import builders, loop
 
 
 def config(root: Path, cache: Path | str, *extra: str) -> RunConfig:
-    cfg = get_recipe("demo_tsm_r18_8f_b32_e10")
+    cfg = get_recipe("demo_tsm_r18_8f_b32_e12")
     sets = [*tiny_overrides(root), "data.batch_size=2", "train.epochs=2"]
     sets += [f"train.fast_path_cache={cache}", *extra]
     return apply_overrides(cfg, sets)

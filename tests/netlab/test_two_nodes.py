@@ -41,7 +41,7 @@ LOST = (
 
 
 def command(data: Path, run: Path) -> list[str]:
-    args = ["train", "--recipe", "demo_tsm_r18_8f_b32_e10", "--out", str(run)]
+    args = ["train", "--recipe", "demo_tsm_r18_8f_b32_e12", "--out", str(run)]
     for item in [
         *tiny_overrides(data),
         "data.batch_size=2",  # 2 ranks x 2 clips

@@ -25,7 +25,7 @@ PROGRESS = {"epoch": 1, "step": 8, "step_in_epoch": 0}
 
 
 def run_config() -> RunConfig:
-    return apply_overrides(get_recipe("demo_tsm_r18_8f_b32_e10"), ["model.num_classes=5"])
+    return apply_overrides(get_recipe("demo_tsm_r18_8f_b32_e12"), ["model.num_classes=5"])
 
 
 def a_record(cfg: RunConfig) -> RunRecord:

@@ -28,7 +28,7 @@ from vidscale.scoring.evaluate import EvalResult
 from vidscale.train import loop
 from vidscale.train.records.run_log import RunLog
 
-RECIPE = "demo_tsm_r18_8f_b32_e10"
+RECIPE = "demo_tsm_r18_8f_b32_e12"
 VIDSCALE = Path(__file__).resolve().parents[2] / "vidscale"
 
 # The keys of a single-label run's summary.json in the order the trainer wrote them before

@@ -13,7 +13,7 @@ from vidscale.recipes import get_recipe
 from vidscale.run.timeline import Phase, Shape, make_timeline, run_sizes, steps_in_epoch
 from vidscale.schedules.lr import lr_at
 
-DEMO = "demo_tsm_r18_8f_b32_e10"
+DEMO = "demo_tsm_r18_8f_b32_e12"
 
 
 def test_a_plain_run_is_one_phase_with_the_run_sizes_and_lr() -> None:
@@ -169,7 +169,7 @@ def test_every_cycle_combination_runs_on_one_process_and_tiles_the_epochs(
     long: bool, short: bool
 ) -> None:
     cfg = apply_overrides(
-        get_recipe("demo_tsm_r18_8f_b32_e10"),
+        get_recipe("demo_tsm_r18_8f_multigrid_b32_e10"),
         [
             f"multigrid.long_cycle={long}",
             f"multigrid.short_cycle={short}",

@@ -15,7 +15,7 @@ from vidscale.schedules.batch_scaling import (
 )
 from vidscale.schedules.lr import scaled_lr
 
-DEMO_LR_PER_8 = 0.0125  # demo_tsm_r18_8f_b32_e10
+DEMO_LR_PER_8 = 0.0125  # demo_tsm_r18_8f_b32_e12
 
 
 def test_sgd_keeps_the_recipe_linear_scaling() -> None:

@@ -66,7 +66,7 @@ def compare(run: Path, report: dict[str, Any], *, average: Average) -> None:
 @pytest.mark.slow
 def test_eval_and_predict_score_a_single_label_video_alike(tiny_demo: Path, tmp_path: Path) -> None:
     sets = [*tiny_overrides(tiny_demo), "data.eval_clip.num_clips=2"]
-    run = train_run("demo_tsm_r18_8f_b32_e10", sets, tmp_path / "run")
+    run = train_run("demo_tsm_r18_8f_b32_e12", sets, tmp_path / "run")
     assert json.loads((run / "summary.json").read_text())["eval_precision"] == "fp32"
     for average in ("logits", "softmax"):
         report = evaluate_run(run, views=Views(num_clips=2, average=average), keep_scores=True)

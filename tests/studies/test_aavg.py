@@ -13,7 +13,7 @@ from vidscale.studies.aavg import StudySpec, aavg_study, design_aavg_study
 
 
 def test_the_study_plans_the_k_series_and_aavg1_to_3(tmp_path: Path) -> None:
-    runs = design_aavg_study(StudySpec("demo_tsm_r18_8f_b32_e10", tmp_path, ks=(1, 4, -1)))
+    runs = design_aavg_study(StudySpec("demo_tsm_r18_8f_b32_e12", tmp_path, ks=(1, 4, -1)))
     names = [r.name for r in runs]
     assert names == ["k1", "k4", "k-1", "k-1_plain", "k-1_adaptive_plain", "k-1_adaptive"]
     by_name = {r.name: r.cfg for r in runs}
@@ -28,15 +28,15 @@ def test_the_study_plans_the_k_series_and_aavg1_to_3(tmp_path: Path) -> None:
 
 def test_a_controlled_field_or_a_bad_k_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"--set aavg\.k"):
-        design_aavg_study(StudySpec("demo_tsm_r18_8f_b32_e10", tmp_path, overrides=("aavg.k=3",)))
+        design_aavg_study(StudySpec("demo_tsm_r18_8f_b32_e12", tmp_path, overrides=("aavg.k=3",)))
     with pytest.raises(ConfigError, match="--aavg-k"):
-        design_aavg_study(StudySpec("demo_tsm_r18_8f_b32_e10", tmp_path, ks=(0,)))
+        design_aavg_study(StudySpec("demo_tsm_r18_8f_b32_e12", tmp_path, ks=(0,)))
 
 
 @pytest.mark.slow
 def test_the_study_trains_skips_finished_runs_and_reports(tiny_demo: Path, tmp_path: Path) -> None:
     spec = StudySpec(
-        "demo_tsm_r18_8f_b32_e10",
+        "demo_tsm_r18_8f_b32_e12",
         tmp_path / "study",
         overrides=(*tiny_overrides(tiny_demo), "optim.simulate_world_size=0"),
         ks=(-1,),

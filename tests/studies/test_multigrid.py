@@ -18,7 +18,7 @@ from vidscale.studies.multigrid import (
     summarize_seeds,
 )
 
-RECIPE = "demo_tsm_r18_8f_b32_e10"
+RECIPE = "demo_tsm_r18_8f_b32_e12"
 
 
 def small(root: Path) -> tuple[str, ...]:

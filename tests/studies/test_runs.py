@@ -14,7 +14,7 @@ from vidscale.studies import runs as study_runs
 from vidscale.studies.runs import StudyRun
 from vidscale.studies.sweep import SweepSpec, design_sweep
 
-RECIPE = "demo_tsm_r18_8f_b32_e10"
+RECIPE = "demo_tsm_r18_8f_b32_e12"
 
 
 def spec(out: Path, **kw) -> SweepSpec:

@@ -26,7 +26,7 @@ class Recorded(Study[list[str]]):
     def __init__(self, out: Path) -> None:
         self.out, self.nproc = out, 1
         self.steps: list[str] = []
-        self.spec = SweepSpec("demo_tsm_r18_8f_b32_e10", out, ("data.root=/x",), batches=(32,))
+        self.spec = SweepSpec("demo_tsm_r18_8f_b32_e12", out, ("data.root=/x",), batches=(32,))
 
     def design(self) -> list[StudyRun]:
         self.steps.append("design")

@@ -20,7 +20,7 @@ from vidscale.studies import sweep as sw
 from vidscale.studies.runs import StudyRun
 from vidscale.train.records.summary import RunCounters
 
-RECIPE = "demo_tsm_r18_8f_b32_e10"
+RECIPE = "demo_tsm_r18_8f_b32_e12"
 
 
 def spec(out: Path, **kw) -> sw.SweepSpec:

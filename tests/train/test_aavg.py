@@ -24,7 +24,7 @@ from vidscale.train import loop
 
 def aavg_config(root: Path, *extra: str) -> RunConfig:
     """2 processes x 2 clips: global batch 4, 4 steps per epoch on the tiny demo's 16 videos."""
-    cfg = get_recipe("demo_tsm_r18_8f_b32_e10")
+    cfg = get_recipe("demo_tsm_r18_8f_b32_e12")
     return apply_overrides(
         cfg,
         [

@@ -48,7 +48,7 @@ def write_run(run: Path, weights: dict[str, dict[str, Tensor]]) -> None:
     """A run directory as training leaves it: config, classes, metrics, checkpoints holding
     the model, optimizer and progress under the trainer's keys."""
     (run / "checkpoints").mkdir(parents=True)
-    cfg = get_recipe("demo_tsn_r18_8f_b32_e10")
+    cfg = get_recipe("demo_tsn_r18_8f_b32_e12")
     save_config(
         replace(cfg, model=replace(cfg.model, num_classes=RGB_CLASSES)), run / "config.json"
     )
@@ -168,7 +168,7 @@ def test_missing_runs_and_checkpoints(
 
 
 def test_unreadable_checkpoints_fail_naming_the_file(tmp_path: Path) -> None:
-    cfg = get_recipe("demo_tsn_r18_8f_b32_e10")
+    cfg = get_recipe("demo_tsn_r18_8f_b32_e12")
     (tmp_path / "checkpoints").mkdir()
     save_config(cfg, tmp_path / "config.json")
     damaged = tmp_path / "checkpoints" / "last.pt"

@@ -16,7 +16,7 @@ from vidscale.train import loop
 
 
 def config(root: Path, workers: int = 0):
-    cfg = get_recipe("demo_tsm_r18_8f_b32_e10")
+    cfg = get_recipe("demo_tsm_r18_8f_b32_e12")
     overrides = ["train.epochs=2", "train.checkpoint_every_steps=1", f"data.workers={workers}"]
     return apply_overrides(cfg, [*tiny_overrides(root), *overrides])
 

@@ -29,10 +29,10 @@ def test_the_k400_recipe_writes_the_fixture_byte_for_byte(
 def test_a_plain_recipe_is_one_phase_and_bad_fields_are_named(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    args = ["schedule", "demo_tsm_r18_8f_b32_e10", "--world-size", "2", "--dataset-size", "768"]
+    args = ["schedule", "demo_tsm_r18_8f_b32_e12", "--world-size", "2", "--dataset-size", "768"]
     assert main(args) == 0
     text = capsys.readouterr().out
-    assert "10 epochs, 240 steps" in text and "saving" not in text
+    assert "12 epochs, 288 steps" in text and "saving" not in text
     assert main([*args, "--set", "multigrid.eval_freq=0"]) == 2
     assert "multigrid: eval_freq must be >= 1" in capsys.readouterr().err
     assert main(["schedule", "no_such_recipe"]) == 2

@@ -49,7 +49,7 @@ def test_torchrun_two_processes_end_to_end(tiny_demo: Path, tmp_path: Path) -> N
         "vidscale",
         "train",
         "--recipe",
-        "demo_tsm_r18_8f_b32_e10",
+        "demo_tsm_r18_8f_b32_e12",
         "--out",
         str(run),
     ]

@@ -16,7 +16,7 @@ from tests.data.damaged import damaged_copy
 from tests.tiny_run import tiny_overrides
 from vidscale.data.synthetic.videos import write_synthetic_dataset
 
-RECIPE = "demo_tsm_r18_8f_b32_e10"
+RECIPE = "demo_tsm_r18_8f_b32_e12"
 
 
 @pytest.fixture(scope="module")

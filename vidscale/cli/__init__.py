@@ -45,7 +45,7 @@ papers' runs.
 
 A first run, on the built-in demo data:
   vidscale synth --out demo_data
-  vidscale train --recipe demo_tsm_r18_8f_b32_e10 --data demo_data --out runs/demo_tsm
+  vidscale train --recipe demo_tsm_r18_8f_b32_e12 --data demo_data --out runs/demo_tsm
   vidscale eval runs/demo_tsm
   vidscale predict runs/demo_tsm demo_data/videos/val/moving_left/moving_left_0000.mp4
 On N processes or GPUs: `torchrun --standalone --nproc_per_node N -m vidscale train ...`.

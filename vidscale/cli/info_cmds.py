@@ -134,7 +134,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="list named recipes with their resolved batch and LR",
         description="List named recipes with their resolved batch and LR. With --json, a "
         "recipe's exact name prints its full config instead, the JSON file `vidscale train "
-        "--config FILE` reads: `vidscale recipes demo_tsm_r18_8f_b32_e10 --json > my.json`.",
+        "--config FILE` reads: `vidscale recipes demo_tsm_r18_8f_b32_e12 --json > my.json`.",
     )
     p.add_argument("filter", nargs="?", default="", help="only names containing this")
     _add_run_size(p)

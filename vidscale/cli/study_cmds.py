@@ -17,7 +17,7 @@ from vidscale.cli.args import _with_data_root
 from vidscale.cli.flags import add_config_flags, add_renamed, config_from_args
 from vidscale.cli.output import add_json_flag, print_json_file, progress_to_stderr
 
-DEMO_RECIPE = "demo_tsm_r18_8f_b32_e10"
+DEMO_RECIPE = "demo_tsm_r18_8f_b32_e12"
 
 S = TypeVar("S")
 

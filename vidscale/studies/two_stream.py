@@ -3,7 +3,7 @@ demo scale: `vidscale study two-stream`.
 
 Three runs on one prepared directory PREP (`vidscale prepare ... --flow dis`), in STUDY/:
 
-- `rgb`: `demo_tsm_r18_8f_b32_e10` reading PREP's RGB shards;
+- `rgb`: `demo_tsm_r18_8f_b32_e12` reading PREP's RGB shards;
 - `flow_scratch`: `demo_tsm_r18_flow_8f_b32_e10` reading PREP/flow, from random weights;
 - `flow_from_rgb`: the same flow run started from the trained `rgb` run
   (`model.init_from=STUDY/rgb`: every layer copied, conv1 the mean of the RGB filters over their
@@ -47,7 +47,7 @@ from vidscale.studies.runs import (
 )
 from vidscale.studies.skeleton import Study, run_study, write_report_json
 
-RGB_RECIPE = "demo_tsm_r18_8f_b32_e10"
+RGB_RECIPE = "demo_tsm_r18_8f_b32_e12"
 FLOW_RECIPE = "demo_tsm_r18_flow_8f_b32_e10"
 RECIPES = {"rgb": RGB_RECIPE, "flow_scratch": FLOW_RECIPE, "flow_from_rgb": FLOW_RECIPE}
 FLOW_RUNS = ("flow_scratch", "flow_from_rgb")

@@ -98,7 +98,7 @@ def train_and_evaluate(prepared: Path, run: Path) -> dict:
         [
             "train",
             "--recipe",
-            "demo_tsm_r18_8f_b32_e10",
+            "demo_tsm_r18_8f_b32_e12",
             "--data",
             str(prepared),
             "--out",

@@ -36,7 +36,7 @@ def run_state(env: DistEnv, *, seed: int, classes: int = 5) -> RunState:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     strategy = build_strategy(env, CommConfig(), name="ddp")
     strategy.wrap(model, optimizer)
-    cfg = get_recipe("demo_tsm_r18_8f_b32_e10")
+    cfg = get_recipe("demo_tsm_r18_8f_b32_e12")
     return RunState(
         model=model,
         optimizer=optimizer,

@@ -31,7 +31,7 @@ class Crafted:
 
 
 def make_run(root: Path, data: Path) -> Path:
-    cfg = apply_overrides(get_recipe("demo_tsm_r18_8f_b32_e10"), tiny_overrides(data))
+    cfg = apply_overrides(get_recipe("demo_tsm_r18_8f_b32_e12"), tiny_overrides(data))
     cfg, _ = load_data(cfg)  # the class count, which the model needs
     run = root / "run"
     run.mkdir()

@@ -64,7 +64,7 @@ def run_dir(tiny_demo: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """
     plant_unreadable_val(tiny_demo)
     cfg = apply_overrides(
-        get_recipe("demo_tsm_r18_8f_b32_e10"), [*tiny_overrides(tiny_demo), "train.epochs=1"]
+        get_recipe("demo_tsm_r18_8f_b32_e12"), [*tiny_overrides(tiny_demo), "train.epochs=1"]
     )
     run = tmp_path_factory.mktemp("unreadable_run") / "run"
     loop.Trainer(cfg, run, init_distributed("cpu"), resume="never").run()

@@ -149,7 +149,7 @@ def test_multiview_on_two_ranks_counts_every_video_once() -> None:
 
 
 def test_views_validate_and_apply() -> None:
-    spec = get_recipe("demo_tsm_r18_8f_b32_e10").data.eval_clip
+    spec = get_recipe("demo_tsm_r18_8f_b32_e12").data.eval_clip
     paper = PAPER_VIEWS.apply(spec)
     assert (paper.num_clips, paper.num_crops, paper.short_side, paper.crop_size) == (
         10,
@@ -167,7 +167,7 @@ def test_views_validate_and_apply() -> None:
 
 def test_evaluate_run_uses_the_requested_views(tiny_demo: Path, tmp_path: Path) -> None:
     cfg = apply_overrides(
-        get_recipe("demo_tsm_r18_8f_b32_e10"), [*tiny_overrides(tiny_demo), "train.epochs=1"]
+        get_recipe("demo_tsm_r18_8f_b32_e12"), [*tiny_overrides(tiny_demo), "train.epochs=1"]
     )
     run = tmp_path / "run"
     loop.Trainer(cfg, run, init_distributed("cpu"), resume="never").run()

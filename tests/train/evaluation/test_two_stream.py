@@ -47,7 +47,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     data, prep = write_flow_demo(root)
     made = {"data": data, "prep": prep}
     for name, recipe, extra in (
-        ("rgb", "demo_tsm_r18_8f_b32_e10", [f"data.root={data}"]),
+        ("rgb", "demo_tsm_r18_8f_b32_e12", [f"data.root={data}"]),
         ("flow", "demo_tsm_r18_flow_8f_b32_e10", [f"data.root={prep}"]),
     ):
         cfg = apply_overrides(get_recipe(recipe), extra + SMALL)

@@ -19,7 +19,7 @@ from vidscale.distributed.ft.position import DataPosition
 from vidscale.recipes import get_recipe
 
 #: Every group's run: TSN-R18 on the tiny demo, one clip a process per step.
-RUN = ["--recipe", "demo_tsm_r18_8f_b32_e10", "--set", "model.name=tsn_resnet18"]
+RUN = ["--recipe", "demo_tsm_r18_8f_b32_e12", "--set", "model.name=tsn_resnet18"]
 TRAIN_VIDEOS = 16  # the tiny demo: 8 classes x 2
 LR_PER_8 = get_recipe(RUN[1]).optim.lr_per_8_clips
 WARMUP_EPOCHS = get_recipe(RUN[1]).lr.warmup_epochs

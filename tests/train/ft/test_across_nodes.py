@@ -90,7 +90,7 @@ def test_groups_on_two_nodes_over_a_shaped_link_survive_a_kill(
 def test_an_address_not_of_this_node_is_refused_in_one_line(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    base = ["train-ft", "--recipe", "demo_tsm_r18_8f_b32_e10", "--out", "unused"]
+    base = ["train-ft", "--recipe", "demo_tsm_r18_8f_b32_e12", "--out", "unused"]
     base += ["--lighthouse", "127.0.0.1:1", "--groups", "2", "--group", "0"]
     for address, why in (("node0", "is not an IP address"), ("192.0.2.7", "is not an address")):
         assert main([*base, "--address", address]) == 2

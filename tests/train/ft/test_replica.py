@@ -27,7 +27,7 @@ SIZE, BATCH, EPOCHS = 96, 8, 5  # 12 steps an epoch at full strength
     ],
 )
 def test_at_full_strength_it_is_the_trainers_schedule(lr: dict) -> None:
-    cfg = get_recipe("demo_tsm_r18_8f_b32_e10")
+    cfg = get_recipe("demo_tsm_r18_8f_b32_e12")
     cfg = replace(cfg, lr=replace(cfg.lr, **lr), train=replace(cfg.train, epochs=EPOCHS))
     steps_per_epoch = SIZE // BATCH
     peak = cfg.optim.lr_per_8_clips * BATCH / 8
@@ -46,7 +46,7 @@ def test_at_full_strength_it_is_the_trainers_schedule(lr: dict) -> None:
 
 
 def test_a_group_away_halves_the_step_and_its_rate_not_the_schedule() -> None:
-    cfg = get_recipe("demo_tsm_r18_8f_b32_e10")
+    cfg = get_recipe("demo_tsm_r18_8f_b32_e12")
     position = DataPosition(SIZE, 0, epoch=1, consumed=40)
     full, half = scaled_lr(cfg, position, BATCH), scaled_lr(cfg, position, BATCH // 2)
     assert half == pytest.approx(full / 2, rel=1e-12)
@@ -60,7 +60,7 @@ def test_a_group_away_halves_the_step_and_its_rate_not_the_schedule() -> None:
 
 
 def test_milestones_in_steps_are_refused_in_one_line(tmp_path: Path) -> None:
-    cfg = get_recipe("demo_tsm_r18_8f_b32_e10")
+    cfg = get_recipe("demo_tsm_r18_8f_b32_e12")
     cfg = replace(cfg, lr=replace(cfg.lr, schedule="step", milestones=(5,), milestone_unit="step"))
     settings = FTSettings(lighthouse="127.0.0.1:1", group=0, groups=2)
     with pytest.raises(InputError, match="^lr.milestone_unit: "):

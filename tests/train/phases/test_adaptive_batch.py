@@ -16,7 +16,7 @@ from vidscale.train.phases.adaptive_batch import (
 
 def cfg(*extra: str) -> RunConfig:
     return apply_overrides(
-        get_recipe("demo_tsm_r18_8f_b32_e10"), ["aavg.adaptive_batch=true", *extra]
+        get_recipe("demo_tsm_r18_8f_b32_e12"), ["aavg.adaptive_batch=true", *extra]
     )
 
 

@@ -24,7 +24,7 @@ from vidscale.train.records.loggers import LoggerChoice
 from vidscale.train.records.run_log import RunLog
 from vidscale.train.records.wandb_logger import RUN_ID_FILE, run_id
 
-RECIPE = "demo_tsm_r18_8f_b32_e10"
+RECIPE = "demo_tsm_r18_8f_b32_e12"
 WANDB = ["train.loggers=tensorboard,wandb", "train.epochs=2"]
 
 

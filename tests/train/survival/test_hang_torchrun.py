@@ -22,7 +22,7 @@ from tests.tiny_run import tiny_overrides
 from vidscale.run.metrics import read_metrics
 from vidscale.train.survival.watchdog import HANG_EXIT_CODE
 
-RECIPE = "demo_tsm_r18_8f_b32_e10"
+RECIPE = "demo_tsm_r18_8f_b32_e12"
 DIST_TIMEOUT_S = 600  # the collective timeout the watchdog must beat by far
 
 

@@ -24,7 +24,7 @@ from vidscale.run.record import read_record
 from vidscale.train import loop
 from vidscale.train.survival.resilience import PREEMPTED_EXIT_CODE
 
-RECIPE = "demo_tsm_r18_8f_b32_e10"
+RECIPE = "demo_tsm_r18_8f_b32_e12"
 STEPS = 12  # 3 epochs x 4 steps of 4 clips
 
 

@@ -27,7 +27,7 @@ from vidscale.train.survival.resilience import Diverged
 
 
 def config(root: Path, *extra: str) -> RunConfig:
-    cfg = get_recipe("demo_tsm_r18_8f_b32_e10")
+    cfg = get_recipe("demo_tsm_r18_8f_b32_e12")
     return apply_overrides(cfg, [*tiny_overrides(root), "train.epochs=2", *extra])
 
 
