@@ -121,3 +121,36 @@ def test_a_checkpoint_every_n_steps_is_refused_in_one_line(
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1
     assert err.startswith("vidscale: error: train.checkpoint_every_steps: train-ft checkpoints")
+
+
+def test_a_restart_with_other_run_settings_is_refused_naming_them() -> None:
+    """The check a whole-job restart makes of the newest checkpoint's record: another LR or
+    seed would not continue the run (refused, the fields named); other paths or logging
+    would (accepted)."""
+    from dataclasses import replace
+
+    from vidscale.config import ConfigError, apply_overrides
+    from vidscale.fastpath.decision import FastPathDecision
+    from vidscale.recipes import get_recipe
+    from vidscale.run.record import Origin, RunRecord
+    from vidscale.run.timeline import run_sizes
+    from vidscale.train.ft.epochs import check_same_run
+
+    cfg = apply_overrides(get_recipe(RUN[1]), ["model.num_classes=8", "data.root=/a"])
+    record = RunRecord(
+        origin=Origin.of_run(cfg, run_sizes(cfg, world_size=2, train_size=1536)),
+        fast_path=FastPathDecision(False, False, "explicit", reason="plain"),
+        model_name=cfg.model.name,
+        num_classes=8,
+    )
+    state = record.state()
+    check_same_run(cfg, state, Path("epoch_0001.pt"))
+    moved = apply_overrides(cfg, ["data.root=/b", "train.progress=false", "train.threads=1"])
+    check_same_run(moved, state, Path("epoch_0001.pt"))
+    other = replace(cfg, optim=replace(cfg.optim, lr_per_8_clips=0.1))
+    other = apply_overrides(other, ["train.seed=3"])
+    with pytest.raises(ConfigError) as refused:
+        check_same_run(other, state, Path("epoch_0001.pt"))
+    message = str(refused.value)
+    assert message.startswith("epoch_0001.pt was written by this run with other settings: ")
+    assert "optim.lr_per_8_clips 0.0125 -> 0.1" in message and "train.seed 0 -> 3" in message

@@ -38,7 +38,7 @@ from typing import Any
 import torch
 
 from vidscale.atomic import atomic_link, atomic_write_text
-from vidscale.config import RunConfig, save_config
+from vidscale.config import ConfigError, RunConfig, save_config
 from vidscale.data.loaders import Placement, eval_loader
 from vidscale.errors import InputError
 from vidscale.fastpath.decision import FastPathDecision
@@ -50,11 +50,12 @@ from vidscale.run.checkpoint import (
 )
 from vidscale.run.data import load_data
 from vidscale.run.metrics import MetricsLog, read_metrics
-from vidscale.run.record import Origin, RunRecord
+from vidscale.run.record import Origin, RunRecord, flat_config
 from vidscale.run.summary import RunSummary, summary_path
 from vidscale.run.timeline import RunSizes
 from vidscale.scoring.evaluate import EvalResult, Stream, evaluate
 from vidscale.scoring.precision import scoring_arithmetic
+from vidscale.train.checkpoints.resume import CHECKED_FIELDS, FIXED_FIELDS
 from vidscale.train.ft.replica import Replica
 
 #: The checkpoint's key for what only a train-ft restart reads (data position, manager step).
@@ -242,6 +243,7 @@ def restore_latest(replica: Replica, manager: Any, out: Path) -> Path | None:
     if found.state is None or FT_KEY not in found.state:
         return None
     state = found.state
+    check_same_run(replica.cfg, state, found.path)
     replica.load_state_dict(
         {
             "model": state["model"],
@@ -251,3 +253,27 @@ def restore_latest(replica: Replica, manager: Any, out: Path) -> Path | None:
     )
     manager.load_state_dict(state[FT_KEY]["manager"])
     return found.path
+
+
+#: What a whole-job restart may not change: the model, and what fixes the steps' samples and
+#: updates (the batch, the data order's seed, the epochs the schedule spans, the optimizer and
+#: the LR schedule). Other fields (paths, logging, threads) may differ.
+RUN_FIELDS = (*FIXED_FIELDS, *CHECKED_FIELDS, "data.batch_size", "train.seed")
+RUN_PREFIXES = ("optim.", "lr.")
+
+
+def check_same_run(cfg: RunConfig, state: dict[str, Any], source: Path | None) -> None:
+    """Refuse, naming the fields, a restart whose config would not continue the run that wrote
+    `state` (see RUN_FIELDS): its replicas would take other samples or other updates from the
+    checkpoint on, which is a new run (a new --out), not this one continued."""
+    record = RunRecord.of(state, path=str(source))
+    if record.origin is None:
+        return
+    old, new = record.origin.config, flat_config(cfg)
+    keys = sorted(k for k in set(old) | set(new) if k in RUN_FIELDS or k.startswith(RUN_PREFIXES))
+    changed = [f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in keys if old.get(k) != new.get(k)]
+    if changed:
+        raise ConfigError(
+            f"{source} was written by this run with other settings: {'; '.join(changed)} "
+            "(restore them, or start another run in a new --out)"
+        )
