@@ -25,6 +25,7 @@ import os
 import re
 import shutil
 import subprocess
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Protocol, Self
@@ -46,15 +47,15 @@ class LinkError(RuntimeError):
     """An `ip` or `tc` command failed (its message says which and why)."""
 
 
-class Held:
+class Held(ABC):
     """Held up inside a `with` block: `open()` on entry (a failed open closes what it made),
     `close()` on exit, whatever ends the block."""
 
-    def open(self) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def open(self) -> None: ...
 
-    def close(self) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def close(self) -> None: ...
 
     def __enter__(self) -> Self:
         try:

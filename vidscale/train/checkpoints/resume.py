@@ -83,7 +83,8 @@ def _checked_values(
     return values
 
 
-def _diff(old: Mapping[str, Any], new: Mapping[str, Any], keys: Any) -> list[str]:
+def field_changes(old: Mapping[str, Any], new: Mapping[str, Any], keys: Any) -> list[str]:
+    """`field old -> new` for each of `keys` whose value differs between two flat configs."""
     return [f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in keys if old.get(k) != new.get(k)]
 
 
@@ -105,7 +106,9 @@ def _changes(
     new_values = _checked_values(new_flat, global_batch=asked, train_size=train_size)
     checked_keys = dict.fromkeys([*old_values, *new_values])
     others = sorted((set(old_flat) | set(new_flat)) - set(checked_keys))
-    return _diff(old_values, new_values, checked_keys), _diff(old_flat, new_flat, others)
+    return field_changes(old_values, new_values, checked_keys), field_changes(
+        old_flat, new_flat, others
+    )
 
 
 def _process_count_notes(
@@ -164,7 +167,7 @@ def _continued(
         note = f"{source} records no plan: not checked, and this epoch's metrics restart"
         return Start(sizes, progress, True, [note])
     old, old_flat = record.origin.sizes, record.origin.config
-    fixed = _diff(old_flat, flat_config(cfg), FIXED_FIELDS)
+    fixed = field_changes(old_flat, flat_config(cfg), FIXED_FIELDS)
     if fixed:
         raise ConfigError(f"--resume: {source} holds another model: {'; '.join(fixed)}")
     changed, others = _changes(cfg, old_flat, old, train_size=train_size)

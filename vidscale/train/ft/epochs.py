@@ -53,9 +53,10 @@ from vidscale.run.metrics import MetricsLog, read_metrics
 from vidscale.run.record import Origin, RunRecord, flat_config
 from vidscale.run.summary import RunSummary, summary_path
 from vidscale.run.timeline import RunSizes
+from vidscale.schedules.lr import scaled_lr
 from vidscale.scoring.evaluate import EvalResult, Stream, evaluate
 from vidscale.scoring.precision import scoring_arithmetic
-from vidscale.train.checkpoints.resume import CHECKED_FIELDS, FIXED_FIELDS
+from vidscale.train.checkpoints.resume import CHECKED_FIELDS, FIXED_FIELDS, field_changes
 from vidscale.train.ft.replica import Replica
 
 #: The checkpoint's key for what only a train-ft restart reads (data position, manager step).
@@ -219,7 +220,7 @@ def run_record(cfg: RunConfig, replica: Replica, groups: int) -> RunRecord:
         steps_per_epoch=per_epoch,
         total_steps=per_epoch * cfg.train.epochs,
         warmup_steps=round(cfg.lr.warmup_epochs * per_epoch),
-        base_lr=cfg.optim.lr_per_8_clips * global_batch / 8,
+        base_lr=scaled_lr(cfg.optim.lr_per_8_clips, global_batch),
         world_size=world,
         micro_batch=replica.per_process,
         train_size=replica.position.size,
@@ -271,7 +272,7 @@ def check_same_run(cfg: RunConfig, state: dict[str, Any], source: Path | None) -
         return
     old, new = record.origin.config, flat_config(cfg)
     keys = sorted(k for k in set(old) | set(new) if k in RUN_FIELDS or k.startswith(RUN_PREFIXES))
-    changed = [f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in keys if old.get(k) != new.get(k)]
+    changed = field_changes(old, new, keys)
     if changed:
         raise ConfigError(
             f"{source} was written by this run with other settings: {'; '.join(changed)} "
