@@ -35,7 +35,12 @@ DEMO_FLOW_STACK = 2
 
 
 def _demo(
-    model: str, modality: Modality = "rgb", *, size: int = DEMO_SIZE, epochs: int = 10
+    model: str,
+    modality: Modality = "rgb",
+    *,
+    size: int = DEMO_SIZE,
+    epochs: int = 10,
+    eval_clips: int = 1,
 ) -> RunConfig:
     stack = DEMO_FLOW_STACK if modality == "flow" else 1
     train_clip = ClipSpec(
@@ -55,6 +60,7 @@ def _demo(
         flip=False,
         modality=modality,
         flow_stack=stack,
+        num_clips=eval_clips,
     )
     return RunConfig(
         # No dropout: on the 1,536 training videos the training loss stays at the validation
@@ -87,16 +93,23 @@ def _demo(
     )
 
 
+# Two test clips: 8 segment centres of 16 frames see every other frame; the second clip takes each
+# segment's other frame, so together they see all 16 (the TSM code's `--twice_sample`). On the
+# same checkpoints of seeds 0-4 on both CPU kinds this raised the final top-1 from 91.7-97.9% to
+# 94.8-98.4% (docs/benchmarks.md, "The demo with two test clips"); training is unchanged.
+DEMO_EVAL_CLIPS = 2
+
+
 @register_recipe
 def demo_tsm_r18_8f_b32_e12() -> RunConfig:
-    """TSM-ResNet-18, 8 frames, global batch 32, 12 epochs: the demo."""
-    return _demo("tsm_resnet18", epochs=12)
+    """TSM-ResNet-18, 8 frames, global batch 32, 12 epochs, 2 test clips: the demo."""
+    return _demo("tsm_resnet18", epochs=12, eval_clips=DEMO_EVAL_CLIPS)
 
 
 @register_recipe
 def demo_tsn_r18_8f_b32_e12() -> RunConfig:
     """The same recipe with TSN (no temporal shift): must stay near chance on the demo."""
-    return _demo("tsn_resnet18", epochs=12)
+    return _demo("tsn_resnet18", epochs=12, eval_clips=DEMO_EVAL_CLIPS)
 
 
 @register_recipe
