@@ -75,7 +75,8 @@ class TwoStreamStudySpec:
 # -- the runs ------------------------------------------------------------------------------------
 def run_overrides(spec: TwoStreamStudySpec) -> dict[str, tuple[str, ...]]:
     """Each run's --set items, in order: data.root, (data.source, one test clip), (train.epochs),
-    the user's, (model.init_from). `vidscale train --recipe RECIPES[name]` with them makes the same run."""
+    the user's, (model.init_from). `vidscale train --recipe RECIPES[name]` with them makes the
+    same run."""
     epochs = () if spec.epochs is None else (f"train.epochs={spec.epochs}",)
     rgb_dir = (spec.out / "rgb").absolute()
     return {
