@@ -28,12 +28,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
+import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +46,7 @@ from vidscale.bench.cluster.measure import ending_on_sigterm
 from vidscale.config import resolve
 from vidscale.data.loaders import eval_dataset
 from vidscale.distributed.ft.launch import (
+    JOIN_TIMEOUT_MS,
     Lighthouse,
     children,
     finish,
@@ -101,12 +105,17 @@ def placement(cluster: Cluster | None, group: int) -> dict[str, Any]:
 
 
 @contextmanager
-def lighthouse_for(out: Path, cluster: Cluster | None) -> Iterator[Lighthouse]:
+def lighthouse_for(
+    out: Path, cluster: Cluster | None, join_timeout_ms: int = JOIN_TIMEOUT_MS
+) -> Iterator[Lighthouse]:
+    log = out / "lighthouse.log"
     if cluster is None:
-        lighthouse = Lighthouse.start(out / "lighthouse.log")
+        lighthouse = Lighthouse.start(log, join_timeout_ms=join_timeout_ms)
     else:
-        where = {"host": cluster.addresses[0], "prefix": cluster.exec_prefix(0)}
-        lighthouse = Lighthouse.start(out / "lighthouse.log", **where)  # type: ignore[arg-type]
+        host, prefix = cluster.addresses[0], cluster.exec_prefix(0)
+        lighthouse = Lighthouse.start(
+            log, join_timeout_ms=join_timeout_ms, host=host, prefix=prefix
+        )
     try:
         yield lighthouse
     finally:
@@ -118,7 +127,7 @@ def torchft_failure(args: argparse.Namespace, out: Path, cluster: Cluster | None
     n, run = args.groups, as_flags(run_overrides(args))
     started: list[subprocess.Popen] = []
     load = os.getloadavg()[0]
-    with lighthouse_for(out, cluster) as lighthouse:
+    with lighthouse_for(out, cluster, args.join_timeout_ms) as lighthouse:
         go = dict(run=run, out=out, lighthouse=lighthouse.address, timeout_s=args.timeout)
 
         def start(g: int) -> subprocess.Popen:
@@ -162,7 +171,62 @@ def torchft_failure(args: argparse.Namespace, out: Path, cluster: Cluster | None
         "after_rejoin_heals": sum(
             r["healed"] for g in range(n) for r in records(out, g) if r["time"] > rejoined["time"]
         ),
+        "heals": sum(r["healed"] for g in range(n) for r in records(out, g)),
+        **whole_run(out, n),
+        **quorum_waits(out / "lighthouse.log"),
         "load_average_1min": [load, os.getloadavg()[0]],
+    }
+
+
+def whole_run(out: Path, groups: int) -> dict[str, Any]:
+    """Over the whole run: committed steps, those every group took, and clips a second from the
+    first commit to the last (each committed step's global batch counted once)."""
+    logged = sorted((r for g in range(groups) for r in records(out, g)), key=lambda r: r["time"])
+    takers: dict[int, set[int]] = {}
+    batch: dict[int, int] = {}
+    for g in range(groups):
+        for r in records(out, g):
+            takers.setdefault(r["step"], set()).add(g)
+            batch[r["step"]] = r["stop"] - r["start"]
+    return {
+        "committed_steps": len(takers),
+        "steps_all_groups": sum(len(t) == groups for t in takers.values()),
+        "clips_per_s_over_run": sum(batch.values()) / (logged[-1]["time"] - logged[0]["time"]),
+    }
+
+
+# The lighthouse's log lines (torchft 0.2.0): a request, a quorum formed, and the status that
+# says it formed with fewer groups asking than heartbeating (a live group left out).
+_LOG_TIME = re.compile(r"^(\S+) \[INFO\]")
+_LEFT_OUT = re.compile(
+    r"Valid quorum found \[(\d+)/\d+ participants healthy\]\[(\d+) heartbeating\]"
+)
+
+
+def quorum_waits(log: Path) -> dict[str, Any]:
+    """From the lighthouse's log: each quorum's wait (from its first group's request to its
+    forming; the others wait that long for the last), and the quorums formed without a group
+    that was alive (heartbeating) but late: the join timeout's cost and what it prevents."""
+    waits: list[float] = []
+    first: datetime | None = None
+    left_out = 0
+    for line in log.read_text(errors="replace").splitlines():
+        stamp = _LOG_TIME.match(line)
+        if stamp is None:
+            continue
+        when = datetime.fromisoformat(stamp.group(1))
+        if "Received quorum request" in line and first is None:
+            first = when
+        elif "Quorum! " in line and first is not None:
+            waits.append((when - first).total_seconds())
+            first = None
+        elif (found := _LEFT_OUT.search(line)) and int(found.group(1)) < int(found.group(2)):
+            left_out += 1
+    return {
+        "quorums": len(waits),
+        "quorum_wait_median_s": statistics.median(waits) if waits else float("nan"),
+        "quorum_wait_max_s": max(waits, default=float("nan")),
+        "quorums_leaving_out_a_live_group": left_out,
     }
 
 
@@ -334,6 +398,13 @@ def main() -> int:
         help="failure: N netlab nodes, one group each (0: localhost)",
     )
     p.add_argument("--rate", default="1gbit", help="with --nodes: each node's link, each way")
+    p.add_argument(
+        "--join-timeout-ms",
+        type=int,
+        default=JOIN_TIMEOUT_MS,
+        help="failure: the lighthouse's wait for a live group late to join a quorum",
+    )
+    p.add_argument("--torchft-only", action="store_true", help="failure: skip the torchrun restart")
     args = p.parse_args()
     args.groups = args.nodes or 2
     if args.what == "failure" and args.nodes:
@@ -347,14 +418,18 @@ def main() -> int:
             result = {
                 "nodes": args.nodes,
                 "rate": args.rate,
+                "join_timeout_ms": args.join_timeout_ms,
                 "torchft": torchft_failure(args, args.out / "torchft", cluster),
-                "torchrun": torchrun_failure(args, args.out / "torchrun" / "run", cluster),
             }
+            if not args.torchft_only:
+                result["torchrun"] = torchrun_failure(args, args.out / "torchrun" / "run", cluster)
     elif args.what == "failure":
         result = {
+            "join_timeout_ms": args.join_timeout_ms,
             "torchft": torchft_failure(args, args.out / "torchft", None),
-            "torchrun": torchrun_failure(args, args.out / "torchrun" / "run", None),
         }
+        if not args.torchft_only:
+            result["torchrun"] = torchrun_failure(args, args.out / "torchrun" / "run", None)
     else:
         result = compare(args)
     args.json.write_text(json.dumps(result, indent=2) + "\n")

@@ -43,11 +43,20 @@ def listening(prefix: Sequence[str], port: int) -> bool:
     return bool(done.stdout.strip())
 
 
+# How long a quorum waits for a group that is alive (heartbeating) but has not asked to join yet.
+# TorchFT's lighthouse forms a quorum at once when every live group has asked (or every member of
+# the last quorum has), so this wait is paid only for a late group, never for a dead one (dropped
+# after `heartbeat_ms`). It must outlast a heal: at 500 ms three groups on 1 Gbit/s links took
+# turns being left out, each healing at the next step and late again for the one after
+# (docs/benchmarks.md, "A join timeout that outlasts a heal").
+JOIN_TIMEOUT_MS = 5000
+
+
 @dataclass
 class Lighthouse:
     """`torchft_lighthouse` (`min_replicas` 1) bound to `host` (127.0.0.1, or a node's address
     with `prefix` its `exec_prefix`), dropping a group silent for `heartbeat_ms` from the
-    quorum."""
+    quorum and waiting up to `join_timeout_ms` for a live group late to join one."""
 
     address: str
     process: subprocess.Popen
@@ -59,6 +68,7 @@ class Lighthouse:
         port: int | None = None,
         *,
         heartbeat_ms: int = 1000,
+        join_timeout_ms: int = JOIN_TIMEOUT_MS,
         host: str = "127.0.0.1",
         prefix: Sequence[str] = (),
     ) -> Lighthouse:
@@ -66,7 +76,8 @@ class Lighthouse:
         address = f"{host}:{port}"
         binary = str(Path(sys.executable).with_name("torchft_lighthouse"))
         cmd = [*prefix, binary, "--min_replicas", "1", "--bind", address]
-        cmd += ["--join_timeout_ms", "500", "--heartbeat_timeout_ms", str(heartbeat_ms)]
+        cmd += ["--join_timeout_ms", str(join_timeout_ms)]
+        cmd += ["--heartbeat_timeout_ms", str(heartbeat_ms)]
         with log.open("a") as out:
             process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
         lighthouse = cls(address, process)
