@@ -117,7 +117,8 @@ def one_process() -> DistEnv:
 
 def one_video_at_a_time(run: Path, val_list: str) -> tuple[float, float, int]:
     """top-1 (%), mean loss and count of `val_list`, each video through the model alone,
-    without `evaluate` or `collate`: an independent reference."""
+    without `evaluate` or `collate`: an independent reference. A video of several test views
+    (V, C, T, H, W) scores the mean of their logits, the evaluator's default."""
     cfg = eval_config(str(run), val_list, batch_size=1, workers=0)
     splits = load_splits(cfg)
     cfg = resolve_data(cfg, splits.classes)
@@ -129,7 +130,9 @@ def one_video_at_a_time(run: Path, val_list: str) -> tuple[float, float, int]:
         for i in range(len(dataset)):
             item = dataset[i]
             assert item["readable"]
-            logits = model(prepare(item["inputs"]["rgb"][None]))
+            clips = item["inputs"]["rgb"]
+            views = clips if clips.ndim == 5 else clips[None]
+            logits = model(prepare(views)).mean(dim=0, keepdim=True)
             label = torch.tensor([item["label"]])
             hits += int(logits.argmax(1) == label)
             loss += float(nn.functional.cross_entropy(logits, label))
