@@ -46,9 +46,9 @@ def listening(prefix: Sequence[str], port: int) -> bool:
 # How long a quorum waits for a group that is alive (heartbeating) but has not asked to join yet.
 # TorchFT's lighthouse forms a quorum at once when every live group has asked (or every member of
 # the last quorum has), so this wait is paid only for a late group; a dead one is waited for only
-# until `heartbeat_ms` of silence drops it. It must outlast a heal: at 500 ms three groups on 1 Gbit/s links took
-# turns being left out, each healing at the next step and late again for the one after
-# (docs/benchmarks.md, "A join timeout that outlasts a heal").
+# until `heartbeat_ms` of silence drops it. It must outlast a heal: at 500 ms three groups on
+# 1 Gbit/s links took turns being left out, each healing at the next step and late again for the
+# one after (docs/benchmarks.md, "A join timeout that outlasts a heal").
 JOIN_TIMEOUT_MS = 5000
 
 
