@@ -31,7 +31,11 @@ def test_four_stand_in_nodes_scale_as_the_planner_says(netns_ok: None, tmp_path:
     assert bench.returncode == 0, stderr[-3000:]
     assert out.is_file() and (tmp_path / "cluster.png").is_file()
     assert "bench cluster: 4 nodes at 1gbit" in stdout and f"wrote {out}" in stdout
-    rows = {row.variant: row for row in ClusterResult.read(out).rows}
+    # The stand-in calibrated on one process first: its own work measured and taken off.
+    assert "stand-in alone: tsm_resnet50" in stdout, stdout[-3000:]
+    result = ClusterResult.read(out)
+    assert 0 < result.calibration.own_s["tsm_resnet50"] < result.rows[0].one_process_step_s
+    rows = {row.variant: row for row in result.rows}
     assert set(rows) == {"ddp", "aavg k=2"}
     for row in rows.values():
         assert row.nodes == 4 and row.rate == "1gbit"

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import torch
 import torch.nn.functional as F
 
+from vidscale.bench.cluster.calibrate import own_work_s
+from vidscale.bench.cluster.config import ClipShape
 from vidscale.bench.cluster.standin import Clock, ComputeProfile, StandInModel, StandInSGD
 from vidscale.models.costs import model_costs
 from vidscale.models.registry import ModelConfig, build_model
@@ -74,3 +77,22 @@ def test_the_optimizer_s_first_step_is_real_later_ones_only_wait() -> None:
     moved = weight.detach().clone()
     optimizer.step()
     assert torch.equal(moved, weight)
+
+
+def test_less_shortens_every_wait_in_proportion_and_never_below_zero() -> None:
+    profile = ComputeProfile.from_step(0.6, tail_s=0.06, backward_fraction=2 / 3)
+    shorter = profile.less(0.15)
+    assert shorter.step_s == pytest.approx(0.45)
+    assert shorter.backward_s / shorter.forward_s == pytest.approx(2.0)
+    assert shorter.tail_s / shorter.step_s == pytest.approx(0.1)
+    assert profile.less(1.0).step_s == 0.0
+
+
+def test_the_own_work_is_the_cpu_of_a_step_without_waits_and_comes_off_the_waits() -> None:
+    shape = ClipShape(batch=2, frames=2, size=32, num_classes=10)
+    own = own_work_s(MODEL, shape, reps=3)
+    # Real work (the gradients filled, their norm, autograd's chain): some CPU, far less than
+    # a step of the model it stands for.
+    assert 0.0 < own < 0.5, own
+    profile = ComputeProfile.from_step(0.6, tail_s=0.06, backward_fraction=2 / 3).less(own)
+    assert profile.step_s + own == pytest.approx(0.6)

@@ -18,28 +18,30 @@ from __future__ import annotations
 import contextlib
 import json
 import signal
-import statistics
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import torch
-
+from vidscale.bench.cluster.calibrate import alone_step_s, optimizer_tail_s, own_work_s
 from vidscale.bench.cluster.config import ClipShape, ClusterConfig
 from vidscale.bench.cluster.rank import RankSpec
-from vidscale.bench.cluster.report import ClusterResult, ProbedLink, build, plot_cluster
+from vidscale.bench.cluster.report import (
+    Calibration,
+    ClusterResult,
+    ProbedLink,
+    build,
+    format_calibration,
+    plot_cluster,
+)
 from vidscale.bench.cluster.standin import ComputeProfile
 from vidscale.bench.results import write_result
 from vidscale.errors import InputError
-from vidscale.models.registry import ModelConfig, build_model
 from vidscale.netlab import nodes
 from vidscale.netlab.cluster import Cluster
 from vidscale.netlab.link import Rate, unavailable
 from vidscale.planner.link_model import BACKWARD_FRACTION
-from vidscale.step.fixed_batch import bench_sgd
 
 PASS_TIMEOUT_S = 1800.0
 
@@ -64,36 +66,21 @@ class ClusterRunFailed(RuntimeError):
     """A pass's ranks failed; the message has rank 0's last lines."""
 
 
-def optimizer_tail_s(model: str, shape: ClipShape, *, reps: int = 3) -> float:
-    """Seconds of the benches' SGD update and the gradient norm for `model` on this process
-    with one thread: the part of a one-node step after backward (the stand-in waits it)."""
-    torch.set_num_threads(1)
-    cfg = ModelConfig(name=model, num_classes=shape.num_classes, frames=shape.frames)
-    net = build_model(cfg)
-    for param in net.parameters():
-        param.grad = torch.full_like(param, 1e-3)
-    optimizer = bench_sgd(net)
-    times = []
-    for _ in range(reps + 1):
-        start = time.perf_counter()
-        torch.nn.utils.get_total_norm([p.grad for p in net.parameters() if p.grad is not None])
-        optimizer.step()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times[1:])
+def profile_of(
+    baseline: dict[str, Any], model: str, *, tail_s: float, own_s: float
+) -> ComputeProfile:
+    """What a rank of `model` waits: the baseline's one-node step split by `tail_s` and the
+    planner's backward fraction, less the stand-in's own work `own_s` (`calibrate`)."""
+    return ComputeProfile.from_step(
+        baseline["one_process_step_s"][model], tail_s=tail_s, backward_fraction=BACKWARD_FRACTION
+    ).less(own_s)
 
 
-def _spec(cfg: ClusterConfig, baseline: dict[str, Any], tails: dict[str, float]) -> RankSpec:
+def _spec(
+    cfg: ClusterConfig, baseline: dict[str, Any], tails: dict[str, float], own: dict[str, float]
+) -> RankSpec:
     shape = ClipShape.of(baseline["settings"])
-    profiles = {
-        m: vars(
-            ComputeProfile.from_step(
-                baseline["one_process_step_s"][m],
-                tail_s=tails[m],
-                backward_fraction=BACKWARD_FRACTION,
-            )
-        )
-        for m in cfg.models
-    }
+    profiles = {m: vars(profile_of(baseline, m, tail_s=tails[m], own_s=own[m])) for m in cfg.models}
     return RankSpec(
         models=cfg.models,
         profiles=profiles,
@@ -107,6 +94,19 @@ def _spec(cfg: ClusterConfig, baseline: dict[str, Any], tails: dict[str, float])
         bucket_cap_mb=cfg.bucket_cap_mb,
         epoch_k=cfg.epoch_k,
     )
+
+
+def calibrate_standins(cfg: ClusterConfig, baseline: dict[str, Any]) -> Calibration:
+    """Each model's optimizer tail and stand-in own work on this process, and the calibrated
+    stand-in's step alone (`calibrate`)."""
+    shape = ClipShape.of(baseline["settings"])
+    tails = {m: optimizer_tail_s(m, shape) for m in cfg.models}
+    own = {m: own_work_s(m, shape) for m in cfg.models}
+    alone = {
+        m: alone_step_s(m, shape, profile_of(baseline, m, tail_s=tails[m], own_s=own[m]))
+        for m in cfg.models
+    }
+    return Calibration(tail_s=tails, own_s=own, alone_s=alone)
 
 
 def _job(cluster: Cluster, module: str, args: list[str], work: Path, cores: int) -> None:
@@ -166,8 +166,10 @@ def run(
     if reason is not None:
         raise InputError(f"bench cluster: {reason}")
     baseline = cfg.read_baseline()
-    tails = {m: optimizer_tail_s(m, ClipShape.of(baseline["settings"])) for m in cfg.models}
-    spec = _spec(cfg, baseline, tails)
+    calibration = calibrate_standins(cfg, baseline)
+    if progress:
+        print(format_calibration(calibration, baseline), flush=True)
+    spec = _spec(cfg, baseline, calibration.tail_s, calibration.own_s)
     rows: list[dict[str, Any]] = []
     links: list[ProbedLink] = []
     failed: list[str] = []
@@ -188,7 +190,7 @@ def run(
             rows += _stragglers(cfg, spec, work, links, progress=progress)
     if not rows:
         raise ClusterRunFailed("every pass failed: " + "; ".join(failed))
-    result = build(cfg, baseline, tails, links, rows, failed=failed)
+    result = build(cfg, baseline, calibration, links, rows, failed=failed)
     write_result(out_json, result.to_dict())
     if plot is not None:
         plot_cluster(result, plot)

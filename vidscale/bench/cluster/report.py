@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -58,10 +58,28 @@ class ClusterRow:
 
 
 @dataclass(frozen=True)
+class Calibration:
+    """Per model, measured on one process before the passes (`calibrate`): the optimizer's
+    tail of a one-node step, the stand-in's own work (taken off its waits) and the calibrated
+    stand-in's step alone. Results written before the calibration existed have only tails."""
+
+    tail_s: dict[str, float]
+    own_s: dict[str, float] = field(default_factory=dict)
+    alone_s: dict[str, float] = field(default_factory=dict)
+
+    def merged(self, other: Calibration) -> Calibration:
+        return Calibration(
+            {**self.tail_s, **other.tail_s},
+            {**self.own_s, **other.own_s},
+            {**self.alone_s, **other.alone_s},
+        )
+
+
+@dataclass(frozen=True)
 class ClusterResult:
     settings: dict[str, Any]
     host: dict[str, Any]
-    optimizer_tail_s: dict[str, float]
+    calibration: Calibration
     links: list[ProbedLink]
     rows: list[ClusterRow]
 
@@ -70,7 +88,9 @@ class ClusterResult:
             "benchmark": "cluster",
             "settings": self.settings,
             "host": self.host,
-            "optimizer_tail_s": self.optimizer_tail_s,
+            "optimizer_tail_s": self.calibration.tail_s,
+            "standin_own_s": self.calibration.own_s,
+            "standin_alone_s": self.calibration.alone_s,
             "links": [asdict(link) for link in self.links],
             "rows": [asdict(row) for row in self.rows],
         }
@@ -83,7 +103,11 @@ class ClusterResult:
             return cls(
                 settings=raw["settings"],
                 host=raw["host"],
-                optimizer_tail_s=raw["optimizer_tail_s"],
+                calibration=Calibration(
+                    raw["optimizer_tail_s"],
+                    raw.get("standin_own_s", {}),
+                    raw.get("standin_alone_s", {}),
+                ),
                 links=[ProbedLink(**link) for link in raw["links"]],
                 rows=[ClusterRow(**row) for row in raw["rows"]],
             )
@@ -156,7 +180,7 @@ def predict_row(
 def build(
     cfg: ClusterConfig,
     baseline: dict[str, Any],
-    tails: dict[str, float],
+    calibration: Calibration,
     links: list[ProbedLink],
     measured: list[dict[str, Any]],
     *,
@@ -192,7 +216,21 @@ def build(
             )
         )
     host = {**describe(torch.device("cpu")), "load_average": load_average()}
-    return ClusterResult({**cfg.as_dict(), "failed": failed or []}, host, tails, links, rows)
+    settings = {**cfg.as_dict(), "failed": failed or []}
+    return ClusterResult(settings, host, calibration, links, rows)
+
+
+def format_calibration(calibration: Calibration, baseline: dict[str, Any]) -> str:
+    """One line per model: the calibrated stand-in alone against the one-node step it waits."""
+    lines = []
+    for model, alone in calibration.alone_s.items():
+        one = baseline["one_process_step_s"][model]
+        lines.append(
+            f"stand-in alone: {model} {alone:.3f} s against the one-node {one:.3f} s "
+            f"({alone / one - 1:+.1%}; its own work {calibration.own_s[model]:.3f} s, "
+            "taken off its waits)"
+        )
+    return "\n".join(lines)
 
 
 def format_table(result: ClusterResult) -> str:
@@ -278,8 +316,10 @@ def combine(results: list[ClusterResult]) -> ClusterResult:
     host = {**first.host, "load_averages": [r.host.get("load_average") for r in results]}
     links = [replace(link, run=i) for i, r in enumerate(results) for link in r.links]
     rows = [replace(row, run=i) for i, r in enumerate(results) for row in r.rows]
-    tails = {k: v for r in results for k, v in r.optimizer_tail_s.items()}
-    return ClusterResult(first.settings, host, tails, links, rows)
+    calibration = first.calibration
+    for result in results[1:]:
+        calibration = calibration.merged(result.calibration)
+    return ClusterResult(first.settings, host, calibration, links, rows)
 
 
 def standin_check(result: ClusterResult, network: Path) -> list[tuple[str, str, str, float, float]]:

@@ -61,6 +61,17 @@ class ComputeProfile:
     def step_s(self) -> float:
         return self.forward_s + self.backward_s + self.tail_s
 
+    def less(self, own_s: float) -> ComputeProfile:
+        """This profile with its waits shortened, in proportion, by `own_s`: the CPU work a
+        stand-in step does for real (its gradients' allocation and filling, the gradient norm,
+        autograd's chain, `calibrate.own_work_s`), which the measured one-node step already
+        holds. Waiting the whole step on top of that work would make the stand-in alone slower
+        than the step it stands for."""
+        if self.step_s <= 0:
+            return self
+        scale = max(0.0, self.step_s - own_s) / self.step_s
+        return ComputeProfile(self.forward_s * scale, self.backward_s * scale, self.tail_s * scale)
+
 
 class Clock:
     """Waits without computing; with `shared_core`, also the CPU time the process's other
