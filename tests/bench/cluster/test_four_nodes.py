@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from vidscale.bench.cluster.report import ClusterResult
+from vidscale.bench.cluster.report import ClusterResult, busy
 from vidscale.netlab.link import PREFIX, namespaces
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -43,6 +43,9 @@ def test_four_stand_in_nodes_scale_as_the_planner_says(netns_ok: None, tmp_path:
         # what the planner predicts for this cluster (a loose bound: CI machines are shared).
         assert row.step_s > 0.95 * row.one_process_step_s, row
         assert abs(row.error) < 0.3, row
+        # The ranks' CPU recorded: some (gloo's copying and adding, DDP's copies), and no more
+        # than the 2 cores the four nodes' agents are pinned over could give in the step.
+        assert 0 < busy(row, 2) < 1.2, row
     # DDP sent every gradient each step: 97 MB for TSM-R50 (its fp32 parameters).
     assert rows["ddp"].comm_bytes_per_step == pytest.approx(97.3e6, rel=0.01)
     # AAVG at K = 2 sends its parameters, momentum and BatchNorm statistics every other step:

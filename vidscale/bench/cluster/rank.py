@@ -131,7 +131,8 @@ def measure(
     spec: RankSpec, model: str, real: nn.Module, variant: tuple[str, str, int]
 ) -> dict[str, Any]:
     """This rank's steps of `model` (parameters `real`'s) under `variant`: step seconds,
-    exposed communication, bytes, and the waits' stretch by the other threads' CPU."""
+    exposed communication, bytes, the waits' stretch by the other threads' CPU, and the CPU
+    seconds the process used (what the machine's cores had to give this rank each step)."""
     env = init_distributed("cpu")
     step, strategy, clock, params = _stand_in_step(spec, model, real, variant, env)
     samples: dict[str, list[float]] = {
@@ -139,10 +140,11 @@ def measure(
         "comm_exposed_s": [],
         "comm_bytes": [],
         "stretched_s": [],
+        "cpu_s": [],
     }
     strategy.take_traffic()
     for index in range(spec.warmup + spec.measured_steps(variant)):
-        start, stretch = time.perf_counter(), clock.stretched_s
+        start, stretch, cpu = time.perf_counter(), clock.stretched_s, time.process_time()
         step()
         # The warm-up is an epoch of its own, as in `bench scaling`: AAVG averages at its end.
         in_epoch = index + 1 if index < spec.warmup else index - spec.warmup + 1
@@ -153,6 +155,7 @@ def measure(
             samples["comm_exposed_s"].append(traffic.exposed_seconds)
             samples["comm_bytes"].append(traffic.bytes_sent)
             samples["stretched_s"].append(clock.stretched_s - stretch)
+            samples["cpu_s"].append(time.process_time() - cpu)  # every thread's: gloo's too
     del step, strategy
     for param in real.parameters():
         param.grad = None  # DDP's bucket views go with the next variant's DDP

@@ -55,6 +55,7 @@ class ClusterRow:
     predicted_step_s: float
     error: float
     run: int = 0  # which of the combined runs measured it: its links are that run's probes
+    cpu_s: float = 0.0  # CPU seconds a rank's process used a step (0: not recorded)
 
 
 @dataclass(frozen=True)
@@ -121,9 +122,10 @@ def label(strategy: str, hook: str, k: int) -> str:
     return "ddp" if hook == "none" else f"ddp+{hook}"
 
 
-def measured_step(row: dict[str, Any]) -> tuple[float, float, float, float]:
-    """(step, exposed communication, bytes, stretch) of a measured row: per step the slowest
-    rank's; the median step for DDP, the mean for AAVG (its averaging comes every k steps)."""
+def measured_step(row: dict[str, Any]) -> tuple[float, float, float, float, float]:
+    """(step, exposed communication, bytes, stretch, CPU a rank) of a measured row: per step
+    the slowest rank's; the median step for DDP, the mean for AAVG (its averaging comes every
+    k steps); the CPU seconds a rank's process used a step, the mean over ranks and steps."""
     ranks = row["ranks"]
     steps = [max(r["step_s"][i] for r in ranks) for i in range(len(ranks[0]["step_s"]))]
     pick = statistics.fmean if row["strategy"] == "aavg" else statistics.median
@@ -132,7 +134,8 @@ def measured_step(row: dict[str, Any]) -> tuple[float, float, float, float]:
     )
     sent = statistics.fmean(ranks[0]["comm_bytes"])
     stretch = statistics.fmean(statistics.fmean(r["stretched_s"]) for r in ranks)
-    return pick(steps), exposed, sent, stretch
+    cpu = statistics.fmean(statistics.fmean(r.get("cpu_s") or [0.0]) for r in ranks)
+    return pick(steps), exposed, sent, stretch, cpu
 
 
 def predict_row(
@@ -191,7 +194,7 @@ def build(
     by_rate = {(link.run, link.rate): link for link in links}
     rows = []
     for found in measured:
-        step, exposed, sent, stretch = measured_step(found)
+        step, exposed, sent, stretch, cpu = measured_step(found)
         one = baseline["one_process_step_s"][found["model"]]
         predicted = predict_row(cfg, baseline, by_rate, found)
         rows.append(
@@ -213,6 +216,7 @@ def build(
                 efficiency=one / step,
                 predicted_step_s=predicted,
                 error=predicted / step - 1,
+                cpu_s=cpu,
             )
         )
     host = {**describe(torch.device("cpu")), "load_average": load_average()}
@@ -233,10 +237,18 @@ def format_calibration(calibration: Calibration, baseline: dict[str, Any]) -> st
     return "\n".join(lines)
 
 
+def busy(row: ClusterRow, cores: int) -> float:
+    """The share of the machine's `cores` the row's ranks kept busy: N ranks' CPU a step over
+    the cores' seconds in it. Near 1, the step was bounded by this machine's cores, which a
+    cluster's nodes (each with cores of its own) would not share; 0 where not recorded."""
+    return row.nodes * row.cpu_s / (cores * row.step_s)
+
+
 def format_table(result: ClusterResult) -> str:
+    cores = int(result.settings.get("cores", 2))
     head = (
         f"{'link':>8} {'N':>3} {'model':<20} {'variant':<14} {'straggler':<12} {'step s':>7} "
-        f"{'comm':>6} {'eff':>5} {'MB/step':>8} {'pred s':>7} {'error':>7}"
+        f"{'comm':>6} {'eff':>5} {'MB/step':>8} {'busy':>5} {'pred s':>7} {'error':>7}"
     )
     lines = [head, "-" * len(head)]
     for r in result.rows:
@@ -248,7 +260,8 @@ def format_table(result: ClusterResult) -> str:
         lines.append(
             f"{r.rate:>8} {r.nodes:>3} {r.model:<20} {r.variant:<14} {straggler:<12} "
             f"{r.step_s:7.3f} {r.comm_exposed_s:6.3f} {r.efficiency:5.2f} "
-            f"{r.comm_bytes_per_step / 1e6:8.1f} {r.predicted_step_s:7.3f} {r.error:+7.1%}"
+            f"{r.comm_bytes_per_step / 1e6:8.1f} {busy(r, cores):5.2f} {r.predicted_step_s:7.3f} "
+            f"{r.error:+7.1%}"
         )
     return "\n".join(lines)
 
