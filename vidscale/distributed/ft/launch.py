@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -18,6 +19,8 @@ from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from vidscale.errors import InputError
 
 
 def free_port() -> int:
@@ -52,6 +55,18 @@ def listening(prefix: Sequence[str], port: int) -> bool:
 JOIN_TIMEOUT_MS = 5000
 
 
+def lighthouse_binary() -> str:
+    """torchft's `torchft_lighthouse`: beside this interpreter (a virtual environment's, not
+    necessarily on PATH), else on PATH (torch and torchft installed for the host's Python)."""
+    beside = Path(sys.executable).with_name("torchft_lighthouse")
+    found = str(beside) if beside.is_file() else shutil.which("torchft_lighthouse")
+    if found is None:
+        raise InputError(
+            f"torchft_lighthouse: not beside {sys.executable} nor on PATH (pip install torchft)"
+        )
+    return found
+
+
 @dataclass
 class Lighthouse:
     """`torchft_lighthouse` (`min_replicas` 1) bound to `host` (127.0.0.1, or a node's address
@@ -74,8 +89,7 @@ class Lighthouse:
     ) -> Lighthouse:
         port = port or free_port()
         address = f"{host}:{port}"
-        binary = str(Path(sys.executable).with_name("torchft_lighthouse"))
-        cmd = [*prefix, binary, "--min_replicas", "1", "--bind", address]
+        cmd = [*prefix, lighthouse_binary(), "--min_replicas", "1", "--bind", address]
         cmd += ["--join_timeout_ms", str(join_timeout_ms)]
         cmd += ["--heartbeat_timeout_ms", str(heartbeat_ms)]
         with log.open("a") as out:
