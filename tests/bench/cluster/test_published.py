@@ -51,3 +51,36 @@ def test_the_rows_cover_the_sweep_and_the_docs_state_their_accuracy() -> None:
     within = sum(abs(r.error) <= 0.10 for r in result.rows)
     assert f"{100 * largest:.1f}" == found.group(1)
     assert (within, len(result.rows)) == (int(found.group(2)), int(found.group(3)))
+
+
+CALIBRATED = ROOT / "docs" / "results" / "cluster_calibrated.json"
+
+
+def test_the_calibrated_sweep_is_predicted_as_published_and_the_docs_state_its_accuracy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The sweep with calibrated stand-ins (docs/benchmarks.md, "Calibrated stand-ins"): its
+    one-node inputs are a `bench network` run of the same session, recorded beside it."""
+    monkeypatch.chdir(ROOT)
+    result = ClusterResult.read(CALIBRATED)
+    for before, after in zip(result.rows, replan(result).rows, strict=True):
+        assert after.predicted_step_s == pytest.approx(before.predicted_step_s, rel=1e-9), before
+    assert {r.nodes for r in result.rows} == {2, 4, 8, 16}
+    assert {r.model for r in result.rows} == {"tsm_resnet50", "i3d_resnet50_3x3x3"}
+    # Calibrated: each stand-in alone took its one-node step within 5%, and every row recorded
+    # its ranks' CPU.
+    ones = {r.model: r.one_process_step_s for r in result.rows}
+    for model, alone in result.calibration.alone_s.items():
+        assert abs(alone / ones[model] - 1) < 0.05, (model, alone, ones[model])
+    assert all(r.cpu_s > 0 for r in result.rows)
+    text = BENCHMARKS.read_text()
+    found = re.search(
+        r"calibrated\s+stand-ins,\s+the\s+planner's\s+largest\s+error\s+([0-9.]+)%\s+"
+        r"\((\d+)\s+of\s+(\d+)\s+rows\s+within\s+±10%\)",
+        text,
+    )
+    assert found is not None, "docs/benchmarks.md no longer states the calibrated accuracy"
+    largest = max(abs(r.error) for r in result.rows)
+    within = sum(abs(r.error) <= 0.10 for r in result.rows)
+    assert f"{100 * largest:.1f}" == found.group(1)
+    assert (within, len(result.rows)) == (int(found.group(2)), int(found.group(3)))
