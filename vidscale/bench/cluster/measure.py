@@ -6,8 +6,9 @@ small all-reduce's time, large ones' bandwidth: the planner's only knowledge of 
 for each node count N a cluster of N nodes (`netlab.cluster`), every link shaped to the rate,
 runs one stand-in rank per node (`rank`, node K's agent on core K mod `cores`) through every
 model and variant. The ranks' compute is the one-node step of `baseline` (a `bench network`
-JSON measured on this machine), split by `standin.ComputeProfile`; the optimizer's part is
-measured here on one process. The straggler runs repeat DDP and AAVG at one N with node 1's
+JSON measured on this machine), split by `standin.ComputeProfile` and shortened by the
+stand-in's own work; both the optimizer's part and that work are measured first on one process
+(`calibrate`). The straggler runs repeat DDP and AAVG at one N with node 1's
 link slower, then with its compute slower. `report.build` joins the rows with the planner's
 predictions (`planner.cluster_model`), the table, the JSON and the plot. `vidscale bench
 cluster` runs it inside `ending_on_sigterm`, so a SIGTERM tears the clusters down.
