@@ -21,13 +21,10 @@ from collections.abc import Callable
 import torch
 
 from vidscale.bench.cluster.config import ClipShape
-from vidscale.bench.cluster.standin import Clock, ComputeProfile, StandInModel, StandInSGD
+from vidscale.bench.cluster.standin import Clock, ComputeProfile, stand_in_with_sgd
 from vidscale.models.costs import model_costs
 from vidscale.models.registry import ModelConfig, build_model
 from vidscale.step.fixed_batch import (
-    BENCH_LR,
-    SGD_MOMENTUM,
-    SGD_WEIGHT_DECAY,
     FixedBatchStep,
     bench_sgd,
 )
@@ -62,15 +59,8 @@ def _alone(model: str, shape: ClipShape, profile: ComputeProfile) -> Callable[[]
     real = build_model(cfg)
     costs = model_costs(model, frames=shape.frames, size=shape.size, num_classes=shape.num_classes)
     clock = Clock(shared_core=True)
-    standin = StandInModel(real, costs, profile, num_classes=shape.num_classes, clock=clock)
-    standin.train()
-    optimizer = StandInSGD(
-        standin.parameters(),
-        step_s=profile.tail_s,
-        clock=clock,
-        lr=BENCH_LR,
-        momentum=SGD_MOMENTUM,
-        weight_decay=SGD_WEIGHT_DECAY,
+    standin, optimizer = stand_in_with_sgd(
+        real, costs, profile, num_classes=shape.num_classes, clock=clock
     )
     return FixedBatchStep(
         standin,

@@ -24,7 +24,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from vidscale.bench.cluster.standin import Clock, ComputeProfile, StandInModel, StandInSGD
+from vidscale.bench.cluster.standin import Clock, ComputeProfile, stand_in_with_sgd
 from vidscale.distributed.aavg.config import AAVGConfig
 from vidscale.distributed.collectives import all_gather_object, barrier
 from vidscale.distributed.env import DistEnv, init_distributed
@@ -33,7 +33,7 @@ from vidscale.distributed.strategy import build_strategy
 from vidscale.distributed.sync.comm_handle import CommConfig, HookName
 from vidscale.models.costs import model_costs
 from vidscale.models.registry import ModelConfig, build_model
-from vidscale.step.fixed_batch import BENCH_LR, SGD_MOMENTUM, SGD_WEIGHT_DECAY, FixedBatchStep
+from vidscale.step.fixed_batch import FixedBatchStep
 
 
 @dataclass(frozen=True)
@@ -91,15 +91,8 @@ def _stand_in_step(
     costs = model_costs(model, frames=spec.frames, size=spec.size, num_classes=spec.num_classes)
     clock = Clock(shared_core=spec.shared_core)
     profile = _profile(spec, model, env.rank)
-    standin = StandInModel(real, costs, profile, num_classes=spec.num_classes, clock=clock)
-    standin.train()
-    optimizer = StandInSGD(
-        standin.parameters(),
-        step_s=profile.tail_s,
-        clock=clock,
-        lr=BENCH_LR,
-        momentum=SGD_MOMENTUM,
-        weight_decay=SGD_WEIGHT_DECAY,
+    standin, optimizer = stand_in_with_sgd(
+        real, costs, profile, num_classes=spec.num_classes, clock=clock
     )
     comm = CommConfig(
         hook=cast(HookName, hook),

@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from vidscale.models.costs import ModelCosts
+from vidscale.step.fixed_batch import BENCH_LR, SGD_MOMENTUM, SGD_WEIGHT_DECAY
 
 # A stretch shorter than this is not waited again (one sleep's granularity).
 _SETTLE_S = 5e-4
@@ -192,3 +193,21 @@ class StandInSGD(torch.optim.SGD):
             return super().step(closure)
         self.clock.wait(self.stand_in_step_s)
         return None
+
+
+def stand_in_with_sgd(
+    model: nn.Module, costs: ModelCosts, profile: ComputeProfile, *, num_classes: int, clock: Clock
+) -> tuple[StandInModel, StandInSGD]:
+    """`model`'s stand-in in training mode, and the benches' SGD over it waiting `profile`'s
+    tail: what a cluster rank and the one-process calibration both step."""
+    standin = StandInModel(model, costs, profile, num_classes=num_classes, clock=clock)
+    standin.train()
+    optimizer = StandInSGD(
+        standin.parameters(),
+        step_s=profile.tail_s,
+        clock=clock,
+        lr=BENCH_LR,
+        momentum=SGD_MOMENTUM,
+        weight_decay=SGD_WEIGHT_DECAY,
+    )
+    return standin, optimizer
