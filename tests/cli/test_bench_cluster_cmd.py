@@ -43,6 +43,7 @@ def test_no_flags_is_the_configs_defaults_and_each_flag_sets_its_field() -> None
         "--aavg-k", "2", "--epoch-k", "0", "--steps", "3", "--warmup", "1",
         "--bucket-cap-mb", "5", "--straggler-nodes", "4", "--straggler-rate", "50mbit",
         "--straggler-factor", "2", "--cores", "1", "--baseline", str(NETWORK),
+        "--standin-compute", "co_running",
     )  # fmt: skip
     assert config_from_args(ClusterConfig, args) == ClusterConfig(
         nodes=(2, 4),
@@ -59,6 +60,7 @@ def test_no_flags_is_the_configs_defaults_and_each_flag_sets_its_field() -> None
         straggler_factor=2.0,
         cores=1,
         baseline=NETWORK,
+        standin_compute="co_running",
     )
     assert (args.out_json, args.plot) == (Path("bench_cluster.json"), Path("bench_cluster.png"))
 
@@ -74,6 +76,10 @@ def test_no_flags_is_the_configs_defaults_and_each_flag_sets_its_field() -> None
         (["--bucket-cap-mb", "0"], "--bucket-cap-mb: must be > 0, got 0.0"),
         (["--baseline", "no_such.json"], "--baseline: no_such.json is not a file"),
         (["--models", "tsm_resnet18"], "--models: tsm_resnet18 is not in"),
+        (
+            ["--standin-compute", "co_running", "--baseline", str(NETWORK)],
+            f"--standin-compute: {NETWORK} has no co_running step of tsm_resnet50",
+        ),
         (["--combine", "no_such.json"], "--combine: no_such.json is not a file"),
         (["--check-against", str(NETWORK), "--json"], "--check-against: its table is for a person"),
     ],
@@ -115,7 +121,7 @@ def test_without_root_the_sweep_ends_in_one_line(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_sigterm_mid_sweep_takes_the_cluster_down(netns_ok: None, tmp_path: Path) -> None:
     """SIGTERM while a pass's ranks run ends the command with 143, its namespaces, veths and
-    torchrun agents gone (`measure.ending_on_sigterm`: the default action would leave them)."""
+    torchrun agents gone (`netlab.link.ending_on_sigterm`: the default action would leave them)."""
     cmd = [sys.executable, "-m", "vidscale", "bench", "cluster", "--nodes", "2"]
     cmd += ["--rates", "1gbit", "--models", "tsm_resnet50", "--hooks", "none", "--epoch-k", "0"]
     cmd += ["--steps", "50"]  # a pass that lasts until the signal

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 
 def cmd_bench_cluster(args: argparse.Namespace) -> int:
     from vidscale.bench.cluster.config import ClusterConfig
-    from vidscale.bench.cluster.measure import ClusterRunFailed, ending_on_sigterm, run
+    from vidscale.bench.cluster.measure import ClusterRunFailed, run
+    from vidscale.netlab.link import ending_on_sigterm
 
     _check_parent("--out-json", args.out_json)
     _check_parent("--plot", args.plot)

@@ -20,6 +20,7 @@ def cmd_bench_network(args: argparse.Namespace) -> int:
     from vidscale.bench.network.measure import run
     from vidscale.bench.network.report import format_table
     from vidscale.bench.scaling.measure import ScalingRunFailed
+    from vidscale.netlab.link import ending_on_sigterm
 
     _check_parent("--out-json", args.out_json)
     _check_parent("--plot", args.plot)
@@ -28,7 +29,7 @@ def cmd_bench_network(args: argparse.Namespace) -> int:
     base = NetworkConfig(fast_path=args.fast_path != "fp32")
     cfg = config_from_args(NetworkConfig, args, skip=SKIP, base=base)
     try:
-        with progress_to_stderr(args.json):
+        with progress_to_stderr(args.json), ending_on_sigterm():  # a SIGTERM takes the link down
             result = run(cfg, out_json=args.out_json, plot=args.plot)
     except ScalingRunFailed as err:  # not bad input: a measurement failed (its output above)
         print(f"vidscale: error: bench network: {err}", file=sys.stderr)

@@ -12,20 +12,23 @@ and none touches the host's network. Shaping is a token bucket (`tc qdisc ... tb
 egress of each end: the link carries `rate` bits per second in each direction, full duplex,
 as a switched Ethernet port does. Delay is not shaped (the kernels this runs on lack `netem`).
 
-Everything is undone by `close` (the context's exit, also on an exception or Ctrl-C): deleting
-a namespace deletes its end of the veth, and with it the pair. A process killed before it could
-close leaves its namespaces behind; `sweep_stale` (run by every new link) deletes those whose
+Everything is undone by `close` (the context's exit, also on an exception or Ctrl-C; on SIGTERM
+inside `ending_on_sigterm`): deleting a namespace deletes its end of the veth, and with it the
+pair. A process killed before it could close leaves its namespaces behind; `sweep_stale` (run by every new link) deletes those whose
 creating process is gone. Needs root (CAP_NET_ADMIN) and iproute2; `unavailable()` says why
 not where either is missing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Protocol, Self
@@ -186,6 +189,22 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+@contextlib.contextmanager
+def ending_on_sigterm() -> Iterator[None]:
+    """While inside, SIGTERM raises `SystemExit(143)`: it unwinds through the jobs' and the
+    links' `finally` blocks (namespaces, veths, agents torn down) where the default action
+    would end the process at once and leave them behind."""
+
+    def end(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    before = signal.signal(signal.SIGTERM, end)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def sweep_stale() -> list[str]:

@@ -4,14 +4,18 @@ its one-line refusals."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from vidscale.bench.network.config import NetworkConfig
 from vidscale.errors import ConfigError
+from vidscale.netlab.link import PREFIX, namespaces
 
 TINY = ["--models", "tsm_resnet18", "--frames", "2", "--size", "32", "--batch", "1"]
 
@@ -59,6 +63,13 @@ def test_two_nodes_across_a_shaped_link_are_measured_and_predicted(
             row["predicted_step_s"] / row["step_s"] - 1
         )
     assert "largest planner error" in done.stdout
+    # Two processes computing at once, one a core: each model's step with a neighbour (on a
+    # machine of two cores or more), which the replanned file keeps.
+    if len(os.sched_getaffinity(0)) >= 2:
+        ((model, steps),) = result["co_running_steps_s"].items()
+        assert len(steps) == 2 and min(steps) > 0
+        assert result["co_running_step_s"] == {model: max(steps)}
+        assert "two at once" in done.stdout
     assert (tmp_path / "net.png").read_bytes()[:4] == b"\x89PNG"
 
     # --replan: the same measurements predicted again, here by the same planner.
@@ -80,6 +91,32 @@ def test_two_nodes_across_a_shaped_link_are_measured_and_predicted(
         [r["predicted_step_s"] for r in rows]
     )
     assert [r["step_s"] for r in replanned["rows"]] == [r["step_s"] for r in rows]
+    assert replanned["co_running_steps_s"] == result["co_running_steps_s"]
+
+
+@pytest.mark.slow
+def test_sigterm_mid_pass_takes_the_link_down(netns_ok: None, tmp_path: Path) -> None:
+    """SIGTERM while a pass's two nodes train ends the command with 143 and its namespaces
+    gone (`netlab.link.ending_on_sigterm`: the default action would leave them)."""
+    cmd = [sys.executable, "-m", "vidscale", "bench", "network", *TINY, "--rates", "1gbit"]
+    cmd += ["--hooks", "none", "--epoch-k", "0", "--steps", "500"]  # lasts until the signal
+    cmd += ["--out-json", str(tmp_path / "net.json"), "--plot", str(tmp_path / "net.png")]
+    bench = subprocess.Popen(
+        cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        assert bench.stdout is not None
+        said = next((ln for ln in bench.stdout if ln.startswith("bench network: link 1gbit")), "")
+        assert said, "the link was never measured"
+        time.sleep(3.0)  # the pass's agents and ranks start
+        bench.send_signal(signal.SIGTERM)
+        assert bench.wait(timeout=60) == 128 + signal.SIGTERM
+    finally:
+        if bench.poll() is None:  # a failed check above: the command must not outlive the test
+            bench.kill()
+            bench.wait(timeout=60)
+    assert not [ns for ns in namespaces() if ns.startswith(f"{PREFIX}{bench.pid}-")]
+    assert not (tmp_path / "net.json").exists()
 
 
 def test_without_namespaces_it_says_why_in_one_line(tmp_path: Path) -> None:

@@ -16,6 +16,10 @@ from vidscale.netlab.link import Rate
 
 DEFAULT_BASELINE = Path("docs/results/network_scaling.json")
 STANDIN_HOOKS = ("none", "bf16", "powersgd")  # the DDP hooks a stand-in rank registers
+# Which of the baseline's one-node steps a stand-in waits: one process alone (a cluster's node,
+# which has memory of its own), or one with a second computing beside it on this machine (what
+# each node of `bench network`'s two-node rows computed: for the check against those rows).
+STANDIN_COMPUTE = ("one_process", "co_running")
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,13 @@ class ClusterConfig:
     cores: int = option(
         2, help="cores the nodes' agents are pinned over (node K on K mod it)", low=1
     )
+    standin_compute: str = option(
+        "one_process",
+        help="the baseline's step the stand-ins wait: one_process (a node alone, as on a "
+        "cluster) or co_running (with a second process beside it, as bench network's "
+        "two-node rows computed: for --check-against)",
+        choices=STANDIN_COMPUTE,
+    )
 
     def check(self) -> None:
         """An `InputError` naming the flag of the first bad setting."""
@@ -100,6 +111,11 @@ class ClusterConfig:
         for model in self.models:
             if model not in baseline["one_process_step_s"]:
                 raise InputError(f"--models: {model} is not in {self.baseline}")
+            if model not in baseline.get(f"{self.standin_compute}_step_s", {}):
+                raise InputError(
+                    f"--standin-compute: {self.baseline} has no {self.standin_compute} step "
+                    f"of {model} (bench network measures it since it records co_running_step_s)"
+                )
 
     def read_baseline(self) -> dict[str, Any]:
         try:
@@ -111,6 +127,11 @@ class ClusterConfig:
                 f"--baseline: {self.baseline} is not a bench network JSON ({err})"
             ) from None
         return found
+
+    def waited_steps(self, baseline: dict[str, Any]) -> dict[str, float]:
+        """Each model's one-node step the stand-ins wait (`standin_compute`)."""
+        steps: dict[str, float] = baseline[f"{self.standin_compute}_step_s"]
+        return {model: steps[model] for model in self.models}
 
     def variants(self) -> list[tuple[str, str, int]]:
         """(strategy, hook, k) of every pass at one node count, AAVG per epoch last."""

@@ -6,21 +6,19 @@ small all-reduce's time, large ones' bandwidth: the planner's only knowledge of 
 for each node count N a cluster of N nodes (`netlab.cluster`), every link shaped to the rate,
 runs one stand-in rank per node (`rank`, node K's agent on core K mod `cores`) through every
 model and variant. The ranks' compute is the one-node step of `baseline` (a `bench network`
-JSON measured on this machine), split by `standin.ComputeProfile` and shortened by the
+JSON measured on this machine; its step alone, or with a second process beside it:
+`standin_compute`), split by `standin.ComputeProfile` and shortened by the
 stand-in's own work; both the optimizer's part and that work are measured first on one process
 (`calibrate`). The straggler runs repeat DDP and AAVG at one N with node 1's
 link slower, then with its compute slower. `report.build` joins the rows with the planner's
 predictions (`planner.cluster_model`), the table, the JSON and the plot. `vidscale bench
-cluster` runs it inside `ending_on_sigterm`, so a SIGTERM tears the clusters down.
+cluster` runs it inside `netlab.link.ending_on_sigterm`, so a SIGTERM tears the clusters down.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import signal
 import tempfile
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -47,33 +45,15 @@ from vidscale.planner.link_model import BACKWARD_FRACTION
 PASS_TIMEOUT_S = 1800.0
 
 
-@contextlib.contextmanager
-def ending_on_sigterm() -> Iterator[None]:
-    """While inside, SIGTERM raises `SystemExit(143)`: it unwinds through the jobs' and the
-    clusters' `finally` blocks (namespaces, veths, agents torn down) where the default action
-    would end the process at once and leave them behind."""
-
-    def end(signum: int, frame: object) -> None:
-        raise SystemExit(128 + signum)
-
-    before = signal.signal(signal.SIGTERM, end)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, before)
-
-
 class ClusterRunFailed(RuntimeError):
     """A pass's ranks failed; the message has rank 0's last lines."""
 
 
-def profile_of(
-    baseline: dict[str, Any], model: str, *, tail_s: float, own_s: float
-) -> ComputeProfile:
-    """What a rank of `model` waits: the baseline's one-node step split by `tail_s` and the
+def profile_of(step_s: float, *, tail_s: float, own_s: float) -> ComputeProfile:
+    """What a rank waits for a one-node step of `step_s`: it split by `tail_s` and the
     planner's backward fraction, less the stand-in's own work `own_s` (`calibrate`)."""
     return ComputeProfile.from_step(
-        baseline["one_process_step_s"][model], tail_s=tail_s, backward_fraction=BACKWARD_FRACTION
+        step_s, tail_s=tail_s, backward_fraction=BACKWARD_FRACTION
     ).less(own_s)
 
 
@@ -81,7 +61,8 @@ def _spec(
     cfg: ClusterConfig, baseline: dict[str, Any], tails: dict[str, float], own: dict[str, float]
 ) -> RankSpec:
     shape = ClipShape.of(baseline["settings"])
-    profiles = {m: vars(profile_of(baseline, m, tail_s=tails[m], own_s=own[m])) for m in cfg.models}
+    waited = cfg.waited_steps(baseline)
+    profiles = {m: vars(profile_of(waited[m], tail_s=tails[m], own_s=own[m])) for m in cfg.models}
     return RankSpec(
         models=cfg.models,
         profiles=profiles,
@@ -103,8 +84,9 @@ def calibrate_standins(cfg: ClusterConfig, baseline: dict[str, Any]) -> Calibrat
     shape = ClipShape.of(baseline["settings"])
     tails = {m: optimizer_tail_s(m, shape) for m in cfg.models}
     own = {m: own_work_s(m, shape) for m in cfg.models}
+    waited = cfg.waited_steps(baseline)
     alone = {
-        m: alone_step_s(m, shape, profile_of(baseline, m, tail_s=tails[m], own_s=own[m]))
+        m: alone_step_s(m, shape, profile_of(waited[m], tail_s=tails[m], own_s=own[m]))
         for m in cfg.models
     }
     return Calibration(tail_s=tails, own_s=own, alone_s=alone)
@@ -169,7 +151,7 @@ def run(
     baseline = cfg.read_baseline()
     calibration = calibrate_standins(cfg, baseline)
     if progress:
-        print(format_calibration(calibration, baseline), flush=True)
+        print(format_calibration(calibration, cfg.waited_steps(baseline)), flush=True)
     spec = _spec(cfg, baseline, calibration.tail_s, calibration.own_s)
     rows: list[dict[str, Any]] = []
     links: list[ProbedLink] = []

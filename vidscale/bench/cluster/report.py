@@ -224,11 +224,12 @@ def build(
     return ClusterResult(settings, host, calibration, links, rows)
 
 
-def format_calibration(calibration: Calibration, baseline: dict[str, Any]) -> str:
-    """One line per model: the calibrated stand-in alone against the one-node step it waits."""
+def format_calibration(calibration: Calibration, waited: dict[str, float]) -> str:
+    """One line per model: the calibrated stand-in alone against the one-node step it waits
+    (`waited`, per model)."""
     lines = []
     for model, alone in calibration.alone_s.items():
-        one = baseline["one_process_step_s"][model]
+        one = waited[model]
         lines.append(
             f"stand-in alone: {model} {alone:.3f} s against the one-node {one:.3f} s "
             f"({alone / one - 1:+.1%}; its own work {calibration.own_s[model]:.3f} s, "

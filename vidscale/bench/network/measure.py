@@ -3,28 +3,33 @@
 
 One process per node, one core each. First one process measures every model alone (`bench
 scaling --nproc 1`, pinned to core 0): the baseline of every efficiency, and the planner's one
-input about compute. Then, for each rate, two namespaces joined by a veth shaped to it
-(`vidscale.netlab`) run `bench scaling` as a two-node torchrun job (node N on core N) for DDP
-with each hook and AAVG at `--aavg-k`, and again for AAVG at `--epoch-k`, each pass reading the
-baseline (`--baseline`), so that every row has its speed-up and efficiency. Each rate's link is
-also measured: one TCP stream's throughput, and gloo's all-reduce across it
-(`distributed.peers.link_probe`: a small one's time, large ones' bandwidth), the link's two numbers
-in the paper's Eq. 1 for the planner. Each model's hooks' own compute is measured on one
-process (`hook_cost`).
+input about compute. Then two such processes at once, one a core, with no communication
+(`co_running`): what each node computes when two nodes share this machine's memory and caches,
+as the two-node rows' nodes do (a cluster's nodes would not; `bench cluster` can give its
+stand-ins this step for the check against those rows). Then, for each rate, two namespaces
+joined by a veth shaped to it (`vidscale.netlab`) run `bench scaling` as a two-node torchrun
+job (node N on core N) for DDP with each hook and AAVG at `--aavg-k`, and again for AAVG at
+`--epoch-k`, each pass reading the baseline (`--baseline`), so that every row has its speed-up
+and efficiency. Each rate's link is also measured: one TCP stream's throughput, and gloo's
+all-reduce across it (`distributed.peers.link_probe`: a small one's time, large ones'
+bandwidth), the link's two numbers in the paper's Eq. 1 for the planner. Each model's hooks'
+own compute is measured on one process (`hook_cost`).
 
 Every row then gets the planner's prediction (`planner.link_model.predict_step`) from the
 one-process step, the hooks' one-process compute, the link's all-reduce latency and bandwidth
-and the model alone, and its error against
-the measured two-node step (`report.build`). Needs root; without it, one line says why.
+and the model alone, and its error against the measured two-node step (`report.build`). Needs
+root; without it, one line says why.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from vidscale.bench.network.config import NetworkConfig
@@ -53,9 +58,10 @@ def run(
     with tempfile.TemporaryDirectory(prefix="vidscale-network-") as tmp:
         work = Path(tmp)
         baseline = ScalingResult.read(_one_process(cfg, work, progress=progress))
+        co_running = _co_running(cfg, baseline, work, progress=progress)
         hooks = {m: _hook_compute(cfg, baseline, m, work) for m in cfg.models}
         measured = [_at_rate(cfg, Rate.parse(t), work, progress=progress) for t in cfg.rates]
-    result = build(cfg, baseline, measured, hooks)
+    result = build(cfg, baseline, measured, hooks, co_running=co_running)
     write_result(out_json, result.to_dict())
     if plot is not None:
         plot_network(result, plot)
@@ -79,6 +85,42 @@ def _one_process(cfg: NetworkConfig, work: Path, *, progress: bool) -> Path:
     if done.returncode or not out.is_file():
         raise ScalingRunFailed(f"the one-process baseline exited with {done.returncode}")
     return out
+
+
+def _co_running(
+    cfg: NetworkConfig, baseline: ScalingResult, work: Path, *, progress: bool
+) -> dict[str, list[float]]:
+    """Each model's one-process step while a second process runs the same steps on the other
+    core, both processes' (core 0's first), with the baseline's fast-path settings; {} on one
+    core."""
+    if len(os.sched_getaffinity(0)) < 2:
+        return {}
+    if progress:
+        print("bench network: two processes at once, one a core, no communication", flush=True)
+    scaling = replace(cfg.scaling(), fast_settings=baseline.settings.fast_settings)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    jobs = []
+    try:
+        for core in (0, 1):
+            out = work / f"co_running_{core}.json"
+            cmd = [sys.executable, "-m", "vidscale", "bench", "scaling", *as_argv(scaling)]
+            cmd += ["--nproc", "1", "--out-json", str(out), "--plot", str(work / f"co{core}.png")]
+            pin = functools.partial(_pinned, core)
+            jobs.append((out, subprocess.Popen(cmd, env=env, preexec_fn=pin)))
+        codes = [job.wait() for _, job in jobs]  # both, before either's failure is raised
+    finally:  # an interrupt (Ctrl-C, SIGTERM) must not leave them running
+        for _, job in jobs:
+            if job.poll() is None:
+                job.kill()
+                job.wait()
+    if any(codes) or not all(out.is_file() for out, _ in jobs):
+        raise ScalingRunFailed(f"the co-running one-process runs exited with {codes}")
+    steps: dict[str, list[float]] = {}
+    for out, _ in jobs:
+        for found in ScalingResult.read(out).runs:
+            if found.procs == 1:
+                steps.setdefault(found.model, []).append(found.step_s)
+    return steps
 
 
 def _hook_compute(

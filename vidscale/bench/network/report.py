@@ -92,6 +92,14 @@ class NetworkResult:
     one_process: dict[str, float]  # model -> its one-process step (s)
     hook_compute: dict[str, dict[str, float]]  # model -> hook -> its compute per step (s)
     rows: list[NetworkRow]
+    # model -> the one-process steps of two processes computing at once, one a core (s); {}
+    # in results measured before they were
+    co_running: dict[str, list[float]] = dataclasses.field(default_factory=dict)
+
+    def co_running_step(self) -> dict[str, float]:
+        """Each model's step with a second process beside it: the slower process's, as a
+        synchronous two-node step waits for the slower node."""
+        return {model: max(steps) for model, steps in self.co_running.items()}
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -101,6 +109,8 @@ class NetworkResult:
             "links": [dataclasses.asdict(link) for link in self.links],
             "one_process_step_s": self.one_process,
             "hook_compute_s": self.hook_compute,
+            "co_running_steps_s": self.co_running,
+            "co_running_step_s": self.co_running_step(),
             "rows": [
                 {
                     **dataclasses.asdict(r),
@@ -175,9 +185,12 @@ def build(
     baseline: ScalingResult,
     measured: list[tuple[LinkMeasurement, list[ScalingRun]]],
     hook_compute: dict[str, dict[str, float]],
+    *,
+    co_running: dict[str, list[float]] | None = None,
 ) -> NetworkResult:
     """Every measured two-node run with its prediction (see `measure`); `hook_compute`: each
-    model's hooks' compute per step on one process (`hook_cost`)."""
+    model's hooks' compute per step on one process (`hook_cost`); `co_running`: each model's
+    one-process steps of two processes computing at once (`measure._co_running`)."""
     alone = {r.model: r.step_s for r in baseline.runs if r.procs == 1}
     cpu = cpu_s_per_byte([link for link, _ in measured])
     rows = []
@@ -214,7 +227,8 @@ def build(
                 )
             )
     links = [link for link, _ in measured]
-    return NetworkResult(cfg, describe(torch.device("cpu")), links, alone, hook_compute, rows)
+    host = describe(torch.device("cpu"))
+    return NetworkResult(cfg, host, links, alone, hook_compute, rows, co_running or {})
 
 
 def replan(result: NetworkResult) -> NetworkResult:
@@ -271,6 +285,7 @@ def read_result(path: Path) -> NetworkResult:
                 NetworkRow(**_variant_fields(r["variant"]) | {k: r[k] for k in r if k in measured})
                 for r in data["rows"]
             ],
+            co_running=data.get("co_running_steps_s", {}),
         )
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise InputError(f"{path}: not a `vidscale bench network` result ({err})") from None
@@ -293,6 +308,13 @@ def format_table(result: NetworkResult) -> str:
         )
     worst = max((abs(r.error) for r in result.rows), default=0.0)
     lines.append(f"largest planner error: {worst:.1%} over {len(result.rows)} rows")
+    for model, steps in result.co_running.items():
+        alone = result.one_process[model]
+        each = " and ".join(f"{step:.3f}" for step in steps)
+        lines.append(
+            f"{model}: one process {alone:.3f} s a step alone; two at once {each} s "
+            f"(the slower {max(steps) / alone - 1:+.1%})"
+        )
     return "\n".join(lines)
 
 

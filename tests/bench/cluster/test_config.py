@@ -1,0 +1,47 @@
+"""`bench cluster`'s config: which one-node step the stand-ins wait (`standin_compute`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vidscale.bench.cluster.config import ClusterConfig
+from vidscale.errors import InputError
+
+ROOT = Path(__file__).resolve().parents[3]
+NETWORK = ROOT / "docs" / "results" / "network_scaling_idle.json"
+
+
+def with_co_running(tmp_path: Path, steps: dict[str, float]) -> Path:
+    """The recorded baseline with a co-running step per model added."""
+    found = json.loads(NETWORK.read_text())
+    path = tmp_path / "network.json"
+    path.write_text(json.dumps({**found, "co_running_step_s": steps}))
+    return path
+
+
+def test_the_stand_ins_wait_the_step_asked_for(tmp_path: Path) -> None:
+    models = ("tsm_resnet50", "i3d_resnet50_3x3x3")
+    baseline = with_co_running(tmp_path, {"tsm_resnet50": 1.3, "i3d_resnet50_3x3x3": 0.95})
+    alone = ClusterConfig(models=models, baseline=baseline)
+    alone.check()
+    found = alone.read_baseline()
+    assert alone.waited_steps(found) == {m: found["one_process_step_s"][m] for m in models}
+    beside = ClusterConfig(models=models, baseline=baseline, standin_compute="co_running")
+    beside.check()
+    assert beside.waited_steps(found) == {"tsm_resnet50": 1.3, "i3d_resnet50_3x3x3": 0.95}
+
+
+def test_a_baseline_without_the_co_running_step_is_refused_naming_the_flag(
+    tmp_path: Path,
+) -> None:
+    baseline = with_co_running(tmp_path, {"tsm_resnet50": 1.3})
+    cfg = ClusterConfig(
+        models=("tsm_resnet50", "i3d_resnet50_3x3x3"),
+        baseline=baseline,
+        standin_compute="co_running",
+    )
+    with pytest.raises(InputError, match="--standin-compute: .* no co_running step of i3d"):
+        cfg.check()
