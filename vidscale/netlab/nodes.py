@@ -73,6 +73,12 @@ class NodeJob:
     def output(self, node: int) -> str:
         return self.logs[node].read_text(errors="replace")
 
+    def failure(self, codes: list[int], lines: int = 30) -> str:
+        """Which node failed by itself (an exit status, not the signal that stopped the rest;
+        node 0 where none did) and the end of its output (`output_ending`), for an error."""
+        node = next((i for i, code in enumerate(codes) if code > 0), 0)
+        return f"node {node}'s output ends:\n{output_ending(self.output(node), lines)}"
+
     def stop(self, *, grace_s: float = 10.0) -> None:
         """SIGTERM each agent's process group, SIGKILL what is left after `grace_s`."""
         for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
@@ -179,3 +185,27 @@ def _pin(core: int) -> Callable[[], None]:
         os.sched_setaffinity(0, {core})
 
     return pin
+
+
+# torchrun's own report of a failed child: its traceback ends in this exception, then a table.
+_LAUNCHER_FAILED = "torch.distributed.elastic.multiprocessing.errors.ChildFailedError"
+_ROOT_CAUSE_FIELDS = ("rank ", "exitcode ", "traceback ")
+
+
+def output_ending(text: str, lines: int = 30) -> str:
+    """The last `lines` lines of an agent's output, torchrun's own report of a failed child (a
+    traceback of the launcher and a table, some 30 lines) cut to its root cause's rank, exit
+    code and traceback lines: what the rank itself printed last (a C++ abort's one line, say)
+    would otherwise be pushed out of view by the launcher's report."""
+    found = text.splitlines()
+    failed = max((i for i, line in enumerate(found) if _LAUNCHER_FAILED in line), default=None)
+    if failed is None:
+        return "\n".join(found[-lines:])
+    start = max(
+        (i for i, line in enumerate(found[:failed]) if line.startswith("Traceback (most recent")),
+        default=failed,
+    )
+    report = [" ".join(line.split()) for line in found[failed:]]
+    cause = [field for field in report if field.startswith(_ROOT_CAUSE_FIELDS)]
+    own = found[:start][-max(lines - len(cause) - 1, 1) :]
+    return "\n".join([*own, "torchrun: the child failed: " + "; ".join(cause)])

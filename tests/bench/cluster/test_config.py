@@ -14,17 +14,25 @@ ROOT = Path(__file__).resolve().parents[3]
 NETWORK = ROOT / "docs" / "results" / "network_scaling_idle.json"
 
 
-def with_co_running(tmp_path: Path, steps: dict[str, float]) -> Path:
-    """The recorded baseline with a co-running step per model added."""
+def with_co_running(
+    tmp_path: Path, steps: dict[str, float], lockstep: dict[str, float] | None = None
+) -> Path:
+    """The recorded baseline with a co-running step (and a lockstep compute) per model added."""
     found = json.loads(NETWORK.read_text())
     path = tmp_path / "network.json"
-    path.write_text(json.dumps({**found, "co_running_step_s": steps}))
+    path.write_text(
+        json.dumps({**found, "co_running_step_s": steps, "lockstep_step_s": lockstep or {}})
+    )
     return path
 
 
 def test_the_stand_ins_wait_the_step_asked_for(tmp_path: Path) -> None:
     models = ("tsm_resnet50", "i3d_resnet50_3x3x3")
-    baseline = with_co_running(tmp_path, {"tsm_resnet50": 1.3, "i3d_resnet50_3x3x3": 0.95})
+    baseline = with_co_running(
+        tmp_path,
+        {"tsm_resnet50": 1.3, "i3d_resnet50_3x3x3": 0.95},
+        {"tsm_resnet50": 1.4, "i3d_resnet50_3x3x3": 0.99},
+    )
     alone = ClusterConfig(models=models, baseline=baseline)
     alone.check()
     found = alone.read_baseline()
@@ -32,6 +40,9 @@ def test_the_stand_ins_wait_the_step_asked_for(tmp_path: Path) -> None:
     beside = ClusterConfig(models=models, baseline=baseline, standin_compute="co_running")
     beside.check()
     assert beside.waited_steps(found) == {"tsm_resnet50": 1.3, "i3d_resnet50_3x3x3": 0.95}
+    in_step = ClusterConfig(models=models, baseline=baseline, standin_compute="lockstep")
+    in_step.check()
+    assert in_step.waited_steps(found) == {"tsm_resnet50": 1.4, "i3d_resnet50_3x3x3": 0.99}
 
 
 def test_a_baseline_without_the_co_running_step_is_refused_naming_the_flag(
@@ -45,3 +56,6 @@ def test_a_baseline_without_the_co_running_step_is_refused_naming_the_flag(
     )
     with pytest.raises(InputError, match="--standin-compute: .* no co_running step of i3d"):
         cfg.check()
+    in_step = ClusterConfig(models=("tsm_resnet50",), baseline=baseline, standin_compute="lockstep")
+    with pytest.raises(InputError, match="no lockstep step of tsm_resnet50 .* lockstep_step_s"):
+        in_step.check()

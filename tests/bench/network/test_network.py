@@ -28,6 +28,10 @@ def test_bad_rates_and_an_epoch_k_off_the_grid_are_refused() -> None:
     passes = NetworkConfig(aavg_k=4, epoch_k=16).passes()
     assert [p.strategies for p in passes] == [("ddp", "aavg"), ("aavg",)]
     assert passes[1].aavg_k == passes[1].steps == 16
+    # Lockstep: as many steps as the longer pass, averaging once, at the last.
+    lockstep = NetworkConfig(aavg_k=4, epoch_k=16).lockstep_pass()
+    assert lockstep.strategies == ("aavg",) and lockstep.aavg_k == lockstep.steps == 16
+    assert NetworkConfig(steps=6, aavg_k=2, epoch_k=0).lockstep_pass().aavg_k == 6
 
 
 def run_bench(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -70,6 +74,10 @@ def test_two_nodes_across_a_shaped_link_are_measured_and_predicted(
         assert len(steps) == 2 and min(steps) > 0
         assert result["co_running_step_s"] == {model: max(steps)}
         assert "two at once" in done.stdout
+    # Two nodes in lockstep with almost nothing to send: each model's compute a step.
+    ((model, compute),) = result["lockstep_step_s"].items()
+    assert model == "tsm_resnet18" and compute > 0
+    assert "two nodes in lockstep" in done.stdout
     assert (tmp_path / "net.png").read_bytes()[:4] == b"\x89PNG"
 
     # --replan: the same measurements predicted again, here by the same planner.
@@ -92,12 +100,14 @@ def test_two_nodes_across_a_shaped_link_are_measured_and_predicted(
     )
     assert [r["step_s"] for r in replanned["rows"]] == [r["step_s"] for r in rows]
     assert replanned["co_running_steps_s"] == result["co_running_steps_s"]
+    assert replanned["lockstep_step_s"] == result["lockstep_step_s"]
 
 
 @pytest.mark.slow
 def test_sigterm_mid_pass_takes_the_link_down(netns_ok: None, tmp_path: Path) -> None:
-    """SIGTERM while a pass's two nodes train ends the command with 143 and its namespaces
-    gone (`netlab.link.ending_on_sigterm`: the default action would leave them)."""
+    """SIGTERM while a pass's two nodes train (the first: two nodes in lockstep) ends the
+    command with 143 and its namespaces gone (`netlab.link.ending_on_sigterm`: the default
+    action would leave them)."""
     cmd = [sys.executable, "-m", "vidscale", "bench", "network", *TINY, "--rates", "1gbit"]
     cmd += ["--hooks", "none", "--epoch-k", "0", "--steps", "500"]  # lasts until the signal
     cmd += ["--out-json", str(tmp_path / "net.json"), "--plot", str(tmp_path / "net.png")]
@@ -106,8 +116,8 @@ def test_sigterm_mid_pass_takes_the_link_down(netns_ok: None, tmp_path: Path) ->
     )
     try:
         assert bench.stdout is not None
-        said = next((ln for ln in bench.stdout if ln.startswith("bench network: link 1gbit")), "")
-        assert said, "the link was never measured"
+        said = next((ln for ln in bench.stdout if "two nodes in lockstep" in ln), "")
+        assert said, "no two-node pass started"
         time.sleep(3.0)  # the pass's agents and ranks start
         bench.send_signal(signal.SIGTERM)
         assert bench.wait(timeout=60) == 128 + signal.SIGTERM

@@ -19,7 +19,7 @@ STANDIN_HOOKS = ("none", "bf16", "powersgd")  # the DDP hooks a stand-in rank re
 # Which of the baseline's one-node steps a stand-in waits: one process alone (a cluster's node,
 # which has memory of its own), or one with a second computing beside it on this machine (what
 # each node of `bench network`'s two-node rows computed: for the check against those rows).
-STANDIN_COMPUTE = ("one_process", "co_running")
+STANDIN_COMPUTE = ("one_process", "co_running", "lockstep")
 
 
 @dataclass(frozen=True)
@@ -75,8 +75,8 @@ class ClusterConfig:
     standin_compute: str = option(
         "one_process",
         help="the baseline's step the stand-ins wait: one_process (a node alone, as on a "
-        "cluster) or co_running (with a second process beside it, as bench network's "
-        "two-node rows computed: for --check-against)",
+        "cluster), co_running (with a second process beside it) or lockstep (two nodes "
+        "computing in step, as bench network's two-node rows do: for --check-against)",
         choices=STANDIN_COMPUTE,
     )
 
@@ -111,10 +111,11 @@ class ClusterConfig:
         for model in self.models:
             if model not in baseline["one_process_step_s"]:
                 raise InputError(f"--models: {model} is not in {self.baseline}")
-            if model not in baseline.get(f"{self.standin_compute}_step_s", {}):
+            if model not in baseline.get(self.waited_key, {}):
                 raise InputError(
                     f"--standin-compute: {self.baseline} has no {self.standin_compute} step "
-                    f"of {model} (bench network measures it since it records co_running_step_s)"
+                    f"of {model} (bench network records it as {self.waited_key} since it "
+                    "measures it)"
                 )
 
     def read_baseline(self) -> dict[str, Any]:
@@ -128,9 +129,14 @@ class ClusterConfig:
             ) from None
         return found
 
+    @property
+    def waited_key(self) -> str:
+        """The baseline's key of the steps the stand-ins wait (`standin_compute`)."""
+        return f"{self.standin_compute}_step_s"
+
     def waited_steps(self, baseline: dict[str, Any]) -> dict[str, float]:
         """Each model's one-node step the stand-ins wait (`standin_compute`)."""
-        steps: dict[str, float] = baseline[f"{self.standin_compute}_step_s"]
+        steps: dict[str, float] = baseline[self.waited_key]
         return {model: steps[model] for model in self.models}
 
     def variants(self) -> list[tuple[str, str, int]]:

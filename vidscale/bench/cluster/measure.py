@@ -100,11 +100,8 @@ def _job(cluster: Cluster, module: str, args: list[str], work: Path, cores: int)
     finally:
         job.stop()
     if any(codes):
-        # The node that failed by itself (an exit status, not the signal that stopped the rest).
-        node = next((i for i, code in enumerate(codes) if code > 0), 0)
-        tail = "\n".join(job.output(node).splitlines()[-30:])
         raise ClusterRunFailed(
-            f"{module} on {len(codes)} nodes exited {codes}; node {node}'s output ends:\n{tail}"
+            f"{module} on {len(codes)} nodes exited {codes}; {job.failure(codes)}"
         )
 
 

@@ -77,3 +77,9 @@ class NetworkConfig:
             return [first]
         epoch = replace(first, strategies=("aavg",), aavg_k=self.epoch_k, steps=self.epoch_k)
         return [first, epoch]
+
+    def lockstep_pass(self) -> ScalingConfig:
+        """Two nodes computing in step with almost nothing to send: AAVG averaging once, at
+        the last of as many steps as the longer pass measures (`measure._lockstep`)."""
+        steps = max(self.steps, self.epoch_k)
+        return replace(self.scaling(), strategies=("aavg",), aavg_k=steps, steps=steps)

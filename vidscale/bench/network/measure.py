@@ -35,6 +35,7 @@ from pathlib import Path
 from vidscale.bench.network.config import NetworkConfig
 from vidscale.bench.network.report import LinkMeasurement, NetworkResult, build, plot_network
 from vidscale.bench.results import write_result
+from vidscale.bench.scaling.config import ScalingConfig
 from vidscale.bench.scaling.measure import ScalingRunFailed, as_argv
 from vidscale.bench.scaling.result import ScalingResult, ScalingRun
 from vidscale.errors import ConfigError
@@ -59,9 +60,10 @@ def run(
         work = Path(tmp)
         baseline = ScalingResult.read(_one_process(cfg, work, progress=progress))
         co_running = _co_running(cfg, baseline, work, progress=progress)
+        lockstep = _lockstep(cfg, work, progress=progress)
         hooks = {m: _hook_compute(cfg, baseline, m, work) for m in cfg.models}
         measured = [_at_rate(cfg, Rate.parse(t), work, progress=progress) for t in cfg.rates]
-    result = build(cfg, baseline, measured, hooks, co_running=co_running)
+    result = build(cfg, baseline, measured, hooks, co_running=co_running, lockstep=lockstep)
     write_result(out_json, result.to_dict())
     if plot is not None:
         plot_network(result, plot)
@@ -72,16 +74,24 @@ def _pinned(core: int) -> None:
     os.sched_setaffinity(0, {core})
 
 
+def _one_thread() -> dict[str, str]:
+    """The environment of a one-core process: one node's compute, as every row measures it."""
+    return {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def _one_process_cmd(scaling: ScalingConfig, out: Path, plot: Path) -> list[str]:
+    """`bench scaling --nproc 1` of `scaling`, writing `out` (and `plot`)."""
+    bench = [sys.executable, "-m", "vidscale", "bench", "scaling", *as_argv(scaling)]
+    return [*bench, "--nproc", "1", "--out-json", str(out), "--plot", str(plot)]
+
+
 def _one_process(cfg: NetworkConfig, work: Path, *, progress: bool) -> Path:
     """The one-process rows (and the fast-path decisions), on core 0 with one thread."""
     out = work / "one_process.json"
-    scaling = cfg.scaling()
-    cmd = [sys.executable, "-m", "vidscale", "bench", "scaling", *as_argv(scaling)]
-    cmd += ["--nproc", "1", "--out-json", str(out), "--plot", str(work / "one_process.png")]
     if progress:
         print("bench network: one process, the baseline", flush=True)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(cmd, env=env, preexec_fn=lambda: _pinned(0), check=False)
+    cmd = _one_process_cmd(cfg.scaling(), out, work / "one_process.png")
+    done = subprocess.run(cmd, env=_one_thread(), preexec_fn=lambda: _pinned(0), check=False)
     if done.returncode or not out.is_file():
         raise ScalingRunFailed(f"the one-process baseline exited with {done.returncode}")
     return out
@@ -98,15 +108,13 @@ def _co_running(
     if progress:
         print("bench network: two processes at once, one a core, no communication", flush=True)
     scaling = replace(cfg.scaling(), fast_settings=baseline.settings.fast_settings)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     jobs = []
     try:
         for core in (0, 1):
             out = work / f"co_running_{core}.json"
-            cmd = [sys.executable, "-m", "vidscale", "bench", "scaling", *as_argv(scaling)]
-            cmd += ["--nproc", "1", "--out-json", str(out), "--plot", str(work / f"co{core}.png")]
+            cmd = _one_process_cmd(scaling, out, work / f"co{core}.png")
             pin = functools.partial(_pinned, core)
-            jobs.append((out, subprocess.Popen(cmd, env=env, preexec_fn=pin)))
+            jobs.append((out, subprocess.Popen(cmd, env=_one_thread(), preexec_fn=pin)))
         codes = [job.wait() for _, job in jobs]  # both, before either's failure is raised
     finally:  # an interrupt (Ctrl-C, SIGTERM) must not leave them running
         for _, job in jobs:
@@ -121,6 +129,40 @@ def _co_running(
             if found.procs == 1:
                 steps.setdefault(found.model, []).append(found.step_s)
     return steps
+
+
+def _lockstep(cfg: NetworkConfig, work: Path, *, progress: bool) -> dict[str, float]:
+    """Each model's compute per step on two nodes stepping together across an unshaped link
+    with almost nothing to send: AAVG averaging once, at its last measured step
+    (`NetworkConfig.lockstep_pass`), so every step is the same layers on both cores at the same
+    time and one small agreement, as in the two-node rows. Two processes each on its own
+    (`_co_running`) interleave their layers at random instead."""
+    with TwoNodeLink() as link:
+        link.shape(Rate.parse("unshaped"))
+        if progress:
+            print(
+                "bench network: two nodes in lockstep, unshaped link, nothing to send", flush=True
+            )
+        runs = _two_node_pass(link, cfg.lockstep_pass(), work, "lockstep")
+    return {run.model: run.compute_s for run in runs}
+
+
+def _two_node_pass(
+    link: TwoNodeLink, scaling: ScalingConfig, work: Path, name: str
+) -> list[ScalingRun]:
+    """The two-node rows of `bench scaling` as `scaling` says, one node a namespace of `link`,
+    at the one-process baseline's fast-path settings."""
+    out = work / f"{name}.json"
+    args = ["bench", "scaling", *as_argv(scaling), "--baseline", str(work / "one_process.json")]
+    args += ["--out-json", str(out), "--plot", str(work / f"{name}.png")]
+    job = nodes.start(link, args, log_dir=work / f"{name}_logs")
+    try:
+        codes = job.wait(PASS_TIMEOUT_S)
+    finally:
+        job.stop()
+    if codes != [0, 0] or not out.is_file():
+        raise ScalingRunFailed(f"the two-node run {name} exited {codes}; {job.failure(codes)}")
+    return [r for r in ScalingResult.read(out).runs if r.procs == 2]
 
 
 def _hook_compute(
@@ -138,8 +180,7 @@ def _hook_compute(
     cmd = [sys.executable, "-m", "vidscale.bench.network.hook_cost", "--out", str(out)]
     cmd += ["--bucket-cap-mb", str(cfg.bucket_cap_mb), "--setting", setting]
     cmd += [model, str(cfg.frames), str(cfg.size), str(cfg.batch), str(cfg.num_classes), *hooks]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(cmd, env=env, preexec_fn=lambda: _pinned(0), check=False)
+    done = subprocess.run(cmd, env=_one_thread(), preexec_fn=lambda: _pinned(0), check=False)
     if done.returncode or not out.is_file():
         raise ScalingRunFailed(f"the hook cost of {model} exited with {done.returncode}")
     costs: dict[str, float] = json.loads(out.read_text())["hook_compute_s"]
@@ -182,22 +223,5 @@ def _at_rate(
         if progress:
             print(f"bench network: link {probe.describe()}", flush=True)
         for index, scaling in enumerate(cfg.passes()):
-            out = work / f"{rate.label}_{index}.json"
-            args = [
-                "bench",
-                "scaling",
-                *as_argv(scaling),
-                "--baseline",
-                str(work / "one_process.json"),
-            ]
-            args += ["--out-json", str(out), "--plot", str(work / f"{rate.label}_{index}.png")]
-            job = nodes.start(link, args, log_dir=work / f"{rate.label}_{index}_logs")
-            try:
-                codes = job.wait(PASS_TIMEOUT_S)
-            finally:
-                job.stop()
-            if codes != [0, 0] or not out.is_file():
-                tail = "\n".join(job.output(0).splitlines()[-30:])
-                raise ScalingRunFailed(f"the two-node run at {rate.label} exited {codes}:\n{tail}")
-            runs += [r for r in ScalingResult.read(out).runs if r.procs == 2]
+            runs += _two_node_pass(link, scaling, work, f"{rate.label}_{index}")
     return probe, runs

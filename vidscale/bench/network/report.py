@@ -95,6 +95,9 @@ class NetworkResult:
     # model -> the one-process steps of two processes computing at once, one a core (s); {}
     # in results measured before they were
     co_running: dict[str, list[float]] = dataclasses.field(default_factory=dict)
+    # model -> its compute per step on two nodes in lockstep with almost nothing to send (s);
+    # {} in results measured before it was
+    lockstep: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def co_running_step(self) -> dict[str, float]:
         """Each model's step with a second process beside it: the slower process's, as a
@@ -111,6 +114,7 @@ class NetworkResult:
             "hook_compute_s": self.hook_compute,
             "co_running_steps_s": self.co_running,
             "co_running_step_s": self.co_running_step(),
+            "lockstep_step_s": self.lockstep,
             "rows": [
                 {
                     **dataclasses.asdict(r),
@@ -187,10 +191,12 @@ def build(
     hook_compute: dict[str, dict[str, float]],
     *,
     co_running: dict[str, list[float]] | None = None,
+    lockstep: dict[str, float] | None = None,
 ) -> NetworkResult:
     """Every measured two-node run with its prediction (see `measure`); `hook_compute`: each
     model's hooks' compute per step on one process (`hook_cost`); `co_running`: each model's
-    one-process steps of two processes computing at once (`measure._co_running`)."""
+    one-process steps of two processes computing at once (`measure._co_running`); `lockstep`:
+    each model's compute per step on two nodes in step (`measure._lockstep`)."""
     alone = {r.model: r.step_s for r in baseline.runs if r.procs == 1}
     cpu = cpu_s_per_byte([link for link, _ in measured])
     rows = []
@@ -228,7 +234,9 @@ def build(
             )
     links = [link for link, _ in measured]
     host = describe(torch.device("cpu"))
-    return NetworkResult(cfg, host, links, alone, hook_compute, rows, co_running or {})
+    return NetworkResult(
+        cfg, host, links, alone, hook_compute, rows, co_running or {}, lockstep or {}
+    )
 
 
 def replan(result: NetworkResult) -> NetworkResult:
@@ -286,6 +294,7 @@ def read_result(path: Path) -> NetworkResult:
                 for r in data["rows"]
             ],
             co_running=data.get("co_running_steps_s", {}),
+            lockstep=data.get("lockstep_step_s", {}),
         )
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise InputError(f"{path}: not a `vidscale bench network` result ({err})") from None
@@ -314,6 +323,12 @@ def format_table(result: NetworkResult) -> str:
         lines.append(
             f"{model}: one process {alone:.3f} s a step alone; two at once {each} s "
             f"(the slower {max(steps) / alone - 1:+.1%})"
+        )
+    for model, compute in result.lockstep.items():
+        alone = result.one_process[model]
+        lines.append(
+            f"{model}: two nodes in lockstep, nothing to send: {compute:.3f} s of compute a step "
+            f"({compute / alone - 1:+.1%} over one process alone)"
         )
     return "\n".join(lines)
 
