@@ -17,8 +17,9 @@ from vidscale.netlab.link import Rate
 DEFAULT_BASELINE = Path("docs/results/network_scaling.json")
 STANDIN_HOOKS = ("none", "bf16", "powersgd")  # the DDP hooks a stand-in rank registers
 # Which of the baseline's one-node steps a stand-in waits: one process alone (a cluster's node,
-# which has memory of its own), or one with a second computing beside it on this machine (what
-# each node of `bench network`'s two-node rows computed: for the check against those rows).
+# which has memory of its own); one with a second computing beside it on this machine; or the
+# compute of two nodes in lockstep on it, which is what each node of `bench network`'s two-node
+# rows computed (for the check against those rows).
 STANDIN_COMPUTE = ("one_process", "co_running", "lockstep")
 
 

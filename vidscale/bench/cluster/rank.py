@@ -27,7 +27,7 @@ from torch import nn
 from vidscale.bench.cluster.standin import Clock, ComputeProfile, stand_in_with_sgd
 from vidscale.distributed.aavg.config import AAVGConfig
 from vidscale.distributed.collectives import all_gather_object, barrier
-from vidscale.distributed.env import DistEnv, init_distributed
+from vidscale.distributed.env import DistEnv, init_distributed, shutdown
 from vidscale.distributed.parallel import DataParallel
 from vidscale.distributed.strategy import build_strategy
 from vidscale.distributed.sync.comm_handle import CommConfig, HookName
@@ -181,4 +181,11 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    # Leave the process group before the interpreter ends, as the `vidscale` command does: a
+    # gloo group still alive at exit can end a finished rank in SIGABRT ("terminate called
+    # without an active exception"), which failed a pass now and then.
+    try:
+        status = main(sys.argv[1:])
+    finally:
+        shutdown()
+    sys.exit(status)

@@ -6,7 +6,10 @@ scaling --nproc 1`, pinned to core 0): the baseline of every efficiency, and the
 input about compute. Then two such processes at once, one a core, with no communication
 (`co_running`): what each node computes when two nodes share this machine's memory and caches,
 as the two-node rows' nodes do (a cluster's nodes would not; `bench cluster` can give its
-stand-ins this step for the check against those rows). Then, for each rate, two namespaces
+stand-ins this step for the check against those rows). Then two nodes in lockstep across an
+unshaped link with almost nothing to send (`lockstep`): the same layers on both cores at the
+same time every step, as the two-node rows compute, which `bench cluster --standin-compute
+lockstep` gives its stand-ins for that check. Then, for each rate, two namespaces
 joined by a veth shaped to it (`vidscale.netlab`) run `bench scaling` as a two-node torchrun
 job (node N on core N) for DDP with each hook and AAVG at `--aavg-k`, and again for AAVG at
 `--epoch-k`, each pass reading the baseline (`--baseline`), so that every row has its speed-up
