@@ -26,6 +26,8 @@ def cmd_bench_network(args: argparse.Namespace) -> int:
     _check_parent("--plot", args.plot)
     if args.replan is not None:
         return _replan(args)
+    if args.replan_compute != "one_process":
+        raise InputError("--replan-compute: only with --replan FILE")
     base = NetworkConfig(fast_path=args.fast_path != "fp32")
     cfg = config_from_args(NetworkConfig, args, skip=SKIP, base=base)
     try:
@@ -49,7 +51,7 @@ def _replan(args: argparse.Namespace) -> int:
 
     if not args.replan.is_file():
         raise InputError(f"--replan: {args.replan} is not a file")
-    result = replan(read_result(args.replan))
+    result = replan(read_result(args.replan), compute=args.replan_compute)
     write_result(args.out_json, result.to_dict())
     plot_network(result, args.plot)
     if args.json:
@@ -62,7 +64,7 @@ def _replan(args: argparse.Namespace) -> int:
 
 def add_parser(bench_sub: argparse._SubParsersAction) -> None:
     """`bench network`'s flags."""
-    from vidscale.bench.network.config import NetworkConfig
+    from vidscale.bench.network.config import REPLAN_COMPUTE, NetworkConfig
 
     p = bench_sub.add_parser(
         "network",
@@ -85,6 +87,14 @@ def add_parser(bench_sub: argparse._SubParsersAction) -> None:
         default=None,
         metavar="FILE",
         help="measure nothing: FILE's rows predicted again by the planner as it is now",
+    )
+    p.add_argument(
+        "--replan-compute",
+        choices=REPLAN_COMPUTE,
+        default="one_process",
+        help="with --replan: the compute step the planner starts from, one process alone (as "
+        "for a cluster) or two nodes in lockstep on this machine, as the two-node rows "
+        "computed (one_process)",
     )
     add_output_flags(p, out_json="bench_network.json", device=False)
     p.add_argument(

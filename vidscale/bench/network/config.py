@@ -17,6 +17,10 @@ DEFAULT_RATES = ("unshaped", "2gbit", "500mbit", "100mbit")
 DEFAULT_MODELS = ("tsm_resnet50", "tsn_resnet50", "i3d_resnet50_3x3x3")
 
 
+# The compute step `--replan` starts the planner from (`report.replan`).
+REPLAN_COMPUTE = ("one_process", "lockstep")
+
+
 @dataclass(frozen=True)
 class NetworkConfig:
     """Link rates, models and clip shape; one process per node, one core each. Each field but

@@ -239,19 +239,29 @@ def build(
     )
 
 
-def replan(result: NetworkResult) -> NetworkResult:
+def replan(result: NetworkResult, *, compute: str = "one_process") -> NetworkResult:
     """`result` with every row's prediction made again by the planner as it is now (its
-    measurements kept): how a change to the model moves the errors, without measuring again."""
+    measurements kept): how a change to the model moves the errors, without measuring again.
+    `compute`: the step the planner starts from, one process alone (as for a cluster, whose
+    nodes have memory of their own) or two nodes in lockstep on this machine (`lockstep`, as
+    the two-node rows computed: the same model, given the compute those rows had).
+    `InputError` for a result without the lockstep compute."""
+    if compute == "lockstep" and not all(r.model in result.lockstep for r in result.rows):
+        raise InputError(
+            "--replan-compute: lockstep: the result has no lockstep compute of every model "
+            "(bench network records lockstep_step_s since it measures it)"
+        )
     links = {link.rate: link for link in result.links}
     cpu = cpu_s_per_byte(result.links)
     rows = []
     for row in result.rows:
+        start = result.lockstep[row.model] if compute == "lockstep" else row.one_process_step_s
         predicted = predict_for(
             result.settings,
             row.model,
             LinkVariant(strategy=row.strategy, hook=row.hook, k=row.k),
             links[row.rate],
-            one_process_s=row.one_process_step_s,
+            one_process_s=start,
             hook_compute=result.hook_compute.get(row.model, {}),
             cpu_s_per_byte=cpu,
         )
