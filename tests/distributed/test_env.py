@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch.distributed as dist
@@ -13,6 +16,8 @@ from tests.distributed.sync.test_comm_hooks import backward_on_random_batch, dee
 from vidscale.distributed.env import DistEnv, init_distributed, shutdown
 from vidscale.distributed.sync.comm_hooks import CommConfig, attach_comm_hook
 from vidscale.distributed.sync.ddp import wrap_ddp
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def powersgd_teardown_cycles(env: DistEnv, cycles: int) -> int:
@@ -59,3 +64,58 @@ def test_retired_groups_are_destroyed_before_the_interpreter_finalizes() -> None
     """The exit handler destroys every retired group on the main thread once gloo's threads have
     let go of it: left to finalization, a gloo thread needing the GIL there aborts the process."""
     assert run_ranks(release_at_exit, 2, 3, timeout=120) == [[3, 0], [3, 0]]
+
+
+LEAVES_WITHOUT_SHUTDOWN = """
+import atexit, sys
+
+
+def report() -> None:
+    import torch.distributed as dist
+    from vidscale.distributed import env as env_module
+
+    retired = len(env_module._retired_groups)
+    print(f"at exit: in group {dist.is_initialized()}, retired {retired}", flush=True)
+
+
+# Registered before vidscale is imported, so it runs after every exit handler vidscale registers.
+atexit.register(report)
+import torch
+import torch.distributed as dist
+from vidscale.distributed.env import init_distributed
+
+env = init_distributed("cpu", timeout_s=60)
+buffer = torch.ones(1000)
+dist.all_reduce(buffer)
+assert float(buffer[0]) == env.world_size
+sys.exit(0)  # no shutdown(): the process leaves with the group alive
+"""
+
+
+@pytest.mark.slow
+def test_a_process_that_never_calls_shutdown_leaves_its_group_as_it_exits(
+    tmp_path: Path,
+) -> None:
+    """`init_distributed` registers the leaving itself: at exit the group is left and destroyed
+    on the main thread, before the interpreter finalizes (a gloo group left to finalization can
+    abort the process)."""
+    script = tmp_path / "leave.py"
+    script.write_text(LEAVES_WITHOUT_SHUTDOWN)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            str(script),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("at exit: in group False, retired 0") == 2, done.stdout

@@ -201,6 +201,7 @@ def init_distributed(
             device_id=dev if backend == "nccl" else None,
         )
         _group_store = GroupStore(host, port, namespace, agent_store, hosted_here, timeout_s)
+        _leave_at_exit()
     return DistEnv(rank, local_rank, world_size, local_world, dev, backend)
 
 
@@ -277,6 +278,24 @@ def _release_retired_groups() -> None:
 
 
 atexit.register(_release_retired_groups)
+
+_leaving_at_exit = False
+
+
+def _leave_at_exit() -> None:
+    """Have the process leave its group as it exits, whether or not its code calls `shutdown`.
+
+    A process that exits with its gloo group alive can abort as the interpreter finalizes
+    ("terminate called without an active exception": a stand-in rank that never called
+    `shutdown` failed 2 of 7 two-node passes so). Registered after `_release_retired_groups`,
+    this runs before it (atexit runs last-registered first): the group is retired, then
+    destroyed on the main thread. A no-op for a process that already left (`vidscale`'s
+    commands leave in their `finally`).
+    """
+    global _leaving_at_exit
+    if not _leaving_at_exit:
+        atexit.register(shutdown)
+        _leaving_at_exit = True
 
 
 def shutdown() -> None:

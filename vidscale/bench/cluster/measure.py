@@ -32,6 +32,7 @@ from vidscale.bench.cluster.report import (
     ProbedLink,
     build,
     format_calibration,
+    pass_name,
     plot_cluster,
 )
 from vidscale.bench.cluster.standin import ComputeProfile
@@ -164,7 +165,7 @@ def run(
                 try:
                     rows += one_pass(cfg, spec, n, rate, work)
                 except ClusterRunFailed as err:  # the other passes still count; this one is named
-                    failed.append(f"{n} nodes at {rate.label}: {str(err).splitlines()[0]}")
+                    failed.append(f"{pass_name(n, rate.label)}: {str(err).splitlines()[0]}")
                     print(f"bench cluster: failed: {err}", flush=True)
         if cfg.straggler_nodes:
             rows += _stragglers(cfg, spec, work, links, progress=progress)

@@ -325,7 +325,8 @@ def replan(result: ClusterResult) -> ClusterResult:
 def combine(results: list[ClusterResult]) -> ClusterResult:
     """Several runs' rows and probes as one result, each row predicted from its own run's
     probes (`run`); the first run's settings, each run's load average under
-    `host["load_averages"]`."""
+    `host["load_averages"]`. `settings["failed"]` names every run's failed passes that no run
+    measured: a pass one run lost and another measured is not missing from the result."""
     first = results[0]
     host = {**first.host, "load_averages": [r.host.get("load_average") for r in results]}
     links = [replace(link, run=i) for i, r in enumerate(results) for link in r.links]
@@ -333,7 +334,19 @@ def combine(results: list[ClusterResult]) -> ClusterResult:
     calibration = first.calibration
     for result in results[1:]:
         calibration = calibration.merged(result.calibration)
-    return ClusterResult(first.settings, host, calibration, links, rows)
+    measured = {pass_name(row.nodes, row.rate) for row in rows}
+    failed = [
+        entry
+        for result in results
+        for entry in result.settings.get("failed", [])
+        if entry.split(":", 1)[0] not in measured
+    ]
+    return ClusterResult({**first.settings, "failed": failed}, host, calibration, links, rows)
+
+
+def pass_name(nodes: int, rate: str) -> str:
+    """How `settings["failed"]` names a pass, before the colon that starts its error."""
+    return f"{nodes} nodes at {rate}"
 
 
 def standin_check(result: ClusterResult, network: Path) -> list[tuple[str, str, str, float, float]]:
