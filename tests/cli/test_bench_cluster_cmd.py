@@ -17,7 +17,7 @@ import pytest
 
 from vidscale.bench.cluster.config import ClusterConfig
 from vidscale.cli import build_parser, main
-from vidscale.cli.flags import config_from_args
+from vidscale.cli.flags import config_from_args, plot_path
 from vidscale.netlab.link import PREFIX, namespaces
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,7 +62,10 @@ def test_no_flags_is_the_configs_defaults_and_each_flag_sets_its_field() -> None
         baseline=NETWORK,
         standin_compute="co_running",
     )
-    assert (args.out_json, args.plot) == (Path("bench_cluster.json"), Path("bench_cluster.png"))
+    assert (args.out_json, plot_path(args)) == (Path("bench_cluster.json"), Path("bench_cluster.png"))
+    elsewhere = parse("--out-json", "results/n4.json")
+    assert plot_path(elsewhere) == Path("results/n4.png")  # a result and its plot together
+    assert plot_path(parse("--out-json", "results/n4.json", "--plot", "p.png")) == Path("p.png")
 
 
 @pytest.mark.parametrize(
@@ -199,10 +202,9 @@ def split_published(tmp_path: Path) -> list[Path]:
 
 def test_combine_joins_two_recorded_results_without_root(tmp_path: Path) -> None:
     recorded = split_published(tmp_path)
-    out, plot = tmp_path / "combined.json", tmp_path / "combined.png"
+    out, plot = tmp_path / "combined.json", tmp_path / "combined.png"  # the plot beside the JSON
     done = cli(
-        "--combine", *map(str, recorded), "--check-against", str(NETWORK),
-        "--out-json", str(out), "--plot", str(plot),
+        "--combine", *map(str, recorded), "--check-against", str(NETWORK), "--out-json", str(out)
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert plot.stat().st_size > 0

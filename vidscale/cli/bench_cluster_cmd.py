@@ -10,7 +10,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vidscale.cli.args import _check_parent
-from vidscale.cli.flags import add_config_flags, add_output_flags, config_from_args
+from vidscale.cli.flags import (
+    add_config_flags,
+    add_output_flags,
+    add_plot_flag,
+    config_from_args,
+    plot_path,
+)
 from vidscale.cli.output import print_json_file, progress_to_stderr
 from vidscale.errors import InputError
 
@@ -24,6 +30,7 @@ def cmd_bench_cluster(args: argparse.Namespace) -> int:
     from vidscale.netlab.link import ending_on_sigterm
 
     _check_parent("--out-json", args.out_json)
+    args.plot = plot_path(args)
     _check_parent("--plot", args.plot)
     if args.check_against is not None and not args.check_against.is_file():
         raise InputError(f"--check-against: {args.check_against} is not a file")
@@ -104,7 +111,5 @@ def add_parser(bench_sub: argparse._SubParsersAction) -> None:
         help="a bench network JSON: each two-node stand-in step beside its real two-node step",
     )
     add_output_flags(p, out_json="bench_cluster.json", device=False)
-    p.add_argument(
-        "--plot", type=Path, default=Path("bench_cluster.png"), help="(bench_cluster.png)"
-    )
+    add_plot_flag(p)
     p.set_defaults(fn=cmd_bench_cluster)

@@ -22,7 +22,13 @@ from vidscale.cli.args import (
     _name_list,
     _width_x_height,
 )
-from vidscale.cli.flags import add_config_flags, add_output_flags, config_from_args
+from vidscale.cli.flags import (
+    add_config_flags,
+    add_output_flags,
+    add_plot_flag,
+    config_from_args,
+    plot_path,
+)
 from vidscale.cli.output import print_json_file, progress_to_stderr
 from vidscale.config import ConfigError
 
@@ -209,6 +215,7 @@ def cmd_bench_scaling(args: argparse.Namespace) -> int:
         measure.run_worker(cfg, args.worker_out)
         return 0
     _check_parent("--out-json", args.out_json)
+    args.plot = plot_path(args)
     _check_parent("--plot", args.plot)
     if args.baseline is not None and not args.baseline.is_file():
         raise ConfigError(f"--baseline: {args.baseline} is not a file")
@@ -266,9 +273,7 @@ def _add_bench_scaling(bench_sub: argparse._SubParsersAction) -> None:
         help="an earlier JSON whose 1-process rows to compare with (under torchrun)",
     )
     add_output_flags(p, out_json="bench_scaling.json", device=False)
-    p.add_argument(
-        "--plot", type=Path, default=Path("bench_scaling.png"), help="(bench_scaling.png)"
-    )
+    add_plot_flag(p)
     p.add_argument("--worker-out", type=Path, default=None, help=argparse.SUPPRESS)
     p.set_defaults(fn=cmd_bench_scaling)
 

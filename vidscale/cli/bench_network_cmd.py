@@ -8,7 +8,13 @@ import sys
 from pathlib import Path
 
 from vidscale.cli.args import _check_parent
-from vidscale.cli.flags import add_config_flags, add_output_flags, config_from_args
+from vidscale.cli.flags import (
+    add_config_flags,
+    add_output_flags,
+    add_plot_flag,
+    config_from_args,
+    plot_path,
+)
 from vidscale.cli.output import print_json_file, progress_to_stderr
 from vidscale.errors import InputError
 
@@ -23,6 +29,7 @@ def cmd_bench_network(args: argparse.Namespace) -> int:
     from vidscale.netlab.link import ending_on_sigterm
 
     _check_parent("--out-json", args.out_json)
+    args.plot = plot_path(args)
     _check_parent("--plot", args.plot)
     if args.replan is not None:
         return _replan(args)
@@ -97,7 +104,5 @@ def add_parser(bench_sub: argparse._SubParsersAction) -> None:
         "computed (one_process)",
     )
     add_output_flags(p, out_json="bench_network.json", device=False)
-    p.add_argument(
-        "--plot", type=Path, default=Path("bench_network.png"), help="(bench_network.png)"
-    )
+    add_plot_flag(p)
     p.set_defaults(fn=cmd_bench_network)

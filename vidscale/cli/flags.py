@@ -84,6 +84,18 @@ def config_from_args(
     return cfg
 
 
+def add_plot_flag(p: argparse.ArgumentParser) -> None:
+    """`--plot`, by default beside the JSON (`plot_path`)."""
+    p.add_argument("--plot", type=Path, default=None, help="(--out-json's path, ending .png)")
+
+
+def plot_path(args: argparse.Namespace) -> Path:
+    """`--plot`, or `--out-json`'s path ending .png: a result and its plot stay together,
+    wherever the JSON is written."""
+    plot: Path | None = args.plot
+    return plot if plot is not None else Path(args.out_json).with_suffix(".png")
+
+
 def add_output_flags(p: argparse.ArgumentParser, *, out_json: str, device: bool = True) -> None:
     """`--out-json` (default `out_json`), `--json` and, with `device`, `--device`."""
     p.add_argument("--out-json", type=Path, default=Path(out_json), help=f"({out_json})")
