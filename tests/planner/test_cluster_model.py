@@ -9,11 +9,12 @@ import pytest
 
 from vidscale.models.costs import model_costs
 from vidscale.planner.cluster_model import (
-    GLOO_MAX_SEGMENT_BYTES,
     ClusterLink,
+    GLOO_MAX_SEGMENT_BYTES,
     gloo_ring_seconds,
     gloo_segments,
     predict_cluster_step,
+    trunk_hops,
 )
 from vidscale.planner.link_model import LinkVariant, predict_step, ring_seconds
 
@@ -96,3 +97,21 @@ def test_at_two_nodes_it_is_the_two_node_planner() -> None:
             **args,  # type: ignore[arg-type]
         )
         assert math.isclose(got.step_s, want.step_s, rel_tol=1e-9)
+
+
+def test_the_ring_crosses_a_trunk_once_each_way_when_ranks_follow_the_racks() -> None:
+    # Consecutive ranks on two racks: one hop each way, however many nodes share the trunk.
+    assert trunk_hops([0, 0, 1, 1]) == 1
+    assert trunk_hops([0] * 8 + [1] * 8) == 1
+    assert trunk_hops([0, 1]) == 1
+    assert trunk_hops([0, 0, 0]) == 0  # one rack: no trunk in the ring
+    # Racks interleaved rank by rank: every hop crosses, half of them each way.
+    assert trunk_hops([0, 1, 0, 1, 0, 1]) == 3
+
+
+def test_sixteen_nodes_ranked_by_address_cross_the_trunk_twice_each_way() -> None:
+    """torch's c10d rendezvous ranks nodes by their addresses as strings: on 16 nodes .1, .10,
+    ..., .16, .2, ..., .9, i.e. nodes 0, 9-15, 1-8; nodes 0-7 on rack 0, 8-15 on rack 1."""
+    nodes_by_rank = sorted(range(16), key=lambda node: f"10.0.0.{node + 1}")
+    assert nodes_by_rank[:3] == [0, 9, 10]
+    assert trunk_hops([int(node >= 8) for node in nodes_by_rank]) == 2

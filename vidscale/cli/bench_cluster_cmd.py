@@ -90,7 +90,8 @@ def add_parser(bench_sub: argparse._SubParsersAction) -> None:
         "each rate, one stand-in rank per node (the real model's parameters and DDP buckets; "
         "its compute waits the one-node step of --baseline): each model's step with DDP (each "
         "hook) and AAVG, its efficiency against one node, and the planner's prediction with "
-        "its error; optionally a straggler (one node's link, then its compute, slower). "
+        "its error; optionally a straggler (one node's link, then its compute, slower) and "
+        "two racks joined by a slower trunk. "
         "Needs root, but --combine does not.",
     )
     add_config_flags(p, ClusterConfig)

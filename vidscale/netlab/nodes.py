@@ -98,6 +98,12 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
         os.killpg(pid, sig)
 
 
+# Set for every process of a node's job: the node's index in the network (0 first). A worker's
+# rank is not its node's index: torch's c10d rendezvous ranks the nodes by their addresses as
+# strings, so node 9 of 16 (address .10) comes before node 1 (.2).
+NODE_ENV = "VIDSCALE_NETLAB_NODE"
+
+
 def agent_command(
     link: Network,
     node: int,
@@ -149,6 +155,7 @@ def start(
             **os.environ,
             **(env or {}),
             "GLOO_SOCKET_IFNAME": link.devices[node],
+            NODE_ENV: str(node),  # which node a worker is on: its rank is the rendezvous's
             "OMP_NUM_THREADS": str(threads),
             "PYTHONUNBUFFERED": "1",
         }

@@ -26,6 +26,13 @@ time), AAVG's averaging every k steps, and the per-step small collectives.
 A straggler: a node whose compute is `slow_factor` times as long holds every step of DDP and
 of AAVG alike (both end each step with the loop's agreement, an all-reduce every rank joins);
 a node whose link is slower bounds the ring's wire term (every segment crosses every link).
+
+Two racks joined by a trunk: the ring sends from each rank to the one before it (gloo's
+`sendRank` is rank - 1), so every hop between a rank on one rack and the next on the other
+crosses the trunk, one way or the other. A full-duplex trunk carrying h hops one way gives
+each of them 1/h of its rate, and the slowest hop bounds the ring as a straggler's link does
+(`trunk_hops`). Ranks on consecutive nodes cross it once each way, whatever the racks'
+oversubscription (nodes per trunk); a rank order that interleaves the racks crosses it more.
 """
 
 from __future__ import annotations
@@ -59,6 +66,17 @@ class ClusterLink:
     def contention(self) -> float:
         """How much longer each rank's CPU work takes while every rank does it at once."""
         return max(1.0, self.procs / self.cores) if self.cores else 1.0
+
+
+def trunk_hops(racks_by_rank: Sequence[int]) -> int:
+    """How many hops of gloo's ring cross the trunk in its busier direction, the rack of each
+    rank given in rank order (0 when every rank is on one rack)."""
+    ways: dict[tuple[int, int], int] = {}
+    for rank, rack in enumerate(racks_by_rank):
+        towards = racks_by_rank[rank - 1]  # rank 0 sends to the last rank
+        if towards != rack:
+            ways[rack, towards] = ways.get((rack, towards), 0) + 1
+    return max(ways.values(), default=0)
 
 
 def gloo_segments(nbytes: float, procs: int) -> int:

@@ -23,19 +23,22 @@ def test_four_stand_in_nodes_scale_as_the_planner_says(netns_ok: None, tmp_path:
         sys.executable, "-m", "vidscale", "bench", "cluster",
         "--nodes", "4", "--rates", "1gbit", "--models", "tsm_resnet50", "--hooks", "none",
         "--aavg-k", "2", "--epoch-k", "0", "--steps", "2", "--warmup", "2",
+        "--trunk-nodes", "4", "--trunk-rates", "250mbit",
         "--baseline", str(ROOT / "docs" / "results" / "network_scaling.json"),
-        "--out-json", str(out), "--plot", str(tmp_path / "cluster.png"),
+        "--out-json", str(out),
     ]  # fmt: skip
     bench = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stdout, stderr = bench.communicate(timeout=900)
     assert bench.returncode == 0, stderr[-3000:]
-    assert out.is_file() and (tmp_path / "cluster.png").is_file()
+    assert out.is_file() and (tmp_path / "cluster.png").is_file()  # the plot beside the JSON
     assert "bench cluster: 4 nodes at 1gbit" in stdout and f"wrote {out}" in stdout
+    assert "bench cluster: 4 nodes at 1gbit on two racks, trunk 250mbit" in stdout
     # The stand-in calibrated on one process first: its own work measured and taken off.
     assert "stand-in alone: tsm_resnet50" in stdout, stdout[-3000:]
     result = ClusterResult.read(out)
+    assert result.settings["failed"] == []
     assert 0 < result.calibration.own_s["tsm_resnet50"] < result.rows[0].one_process_step_s
-    rows = {row.variant: row for row in result.rows}
+    rows = {row.variant: row for row in result.rows if row.in_sweep}
     assert set(rows) == {"ddp", "aavg k=2"}
     for row in rows.values():
         assert row.nodes == 4 and row.rate == "1gbit"
@@ -51,6 +54,14 @@ def test_four_stand_in_nodes_scale_as_the_planner_says(netns_ok: None, tmp_path:
     # AAVG at K = 2 sends its parameters, momentum and BatchNorm statistics every other step:
     # about as many bytes a step as DDP's gradients (which it does not overlap with backward).
     assert rows["aavg k=2"].comm_bytes_per_step == pytest.approx(97.3e6, rel=0.05)
+    # Two racks of two nodes joined by a trunk at a quarter of the links' rate: the ring crosses
+    # it once each way (ranks 0-1 on one rack, 2-3 on the other), so DDP's all-reduce, bound by
+    # the trunk, takes longer than on one switch, and the planner says by how much.
+    racked = {row.variant: row for row in result.rows if row.trunk == "250mbit"}
+    assert set(racked) == {"ddp", "aavg k=2"}
+    for row in racked.values():
+        assert row.nodes == 4 and row.trunk_hops == 1 and abs(row.error) < 0.3, row
+    assert racked["ddp"].step_s > rows["ddp"].step_s + 1.0, (racked["ddp"], rows["ddp"])
     # The clusters are named after the process that made them: the command's.
     assert not [ns for ns in namespaces() if ns.startswith(f"{PREFIX}{bench.pid}-")]
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout

@@ -46,8 +46,11 @@ class ClusterConfig:
     unshaped link's all-reduce bandwidth the planner's `cpu_s_per_byte`. The clip shape must
     be the baseline's. `straggler_*`: one more run at `straggler_nodes` and the first rate
     with node 1's link at `straggler_rate`, and one with its compute `straggler_factor` times
-    as long (DDP without a hook and AAVG at `aavg_k`, the first model). Every field is a flag
-    of `vidscale bench cluster` (`bench.options`, `cli.flags`)."""
+    as long (DDP without a hook and AAVG at `aavg_k`, the first model). `trunk_*`: the same
+    two variants at `trunk_nodes` and the first rate on two racks (the first half of the
+    nodes and the rest) joined by one trunk, once per `trunk_rates` (oversubscription, as a
+    cluster's racks have). Every field is a flag of `vidscale bench cluster` (`bench.options`,
+    `cli.flags`)."""
 
     nodes: tuple[int, ...] = option((2, 4, 8, 16), help=f"node counts, 2 to {MAX_NODES}", low=2)
     rates: tuple[str, ...] = option(("2gbit", "500mbit"), help="each node's link rate")
@@ -70,6 +73,12 @@ class ClusterConfig:
     )
     straggler_rate: str = option("100mbit", help="the straggler's link rate")
     straggler_factor: float = option(1.5, help="the straggler's compute, times a node's", low=1)
+    trunk_nodes: int = option(
+        0, help="node count of the two-rack runs (0: no two-rack runs)", low=0
+    )
+    trunk_rates: tuple[str, ...] = option(
+        ("1gbit",), help="the rates of the trunk joining the two racks, one run each"
+    )
     cores: int = option(
         2, help="cores the nodes' agents are pinned over (node K on K mod it)", low=1
     )
@@ -85,7 +94,12 @@ class ClusterConfig:
         """An `InputError` naming the flag of the first bad setting."""
         options.check_options(self)
         stragglers = (self.straggler_nodes,) if self.straggler_nodes else ()
-        for flag, counts in (("--nodes", self.nodes), ("--straggler-nodes", stragglers)):
+        racks = (self.trunk_nodes,) if self.trunk_nodes else ()
+        for flag, counts in (
+            ("--nodes", self.nodes),
+            ("--straggler-nodes", stragglers),
+            ("--trunk-nodes", racks),
+        ):
             for n in counts:
                 if not 2 <= n <= MAX_NODES:
                     raise InputError(f"{flag}: {n} is not 2 to {MAX_NODES}")
@@ -96,7 +110,13 @@ class ClusterConfig:
         ):
             if not named:
                 raise InputError(f"{flag}: name at least one")
-        for flag, rates in (("--rates", self.rates), ("--straggler-rate", (self.straggler_rate,))):
+        if self.trunk_nodes and not self.trunk_rates:
+            raise InputError("--trunk-rates: name at least one")
+        for flag, rates in (
+            ("--rates", self.rates),
+            ("--straggler-rate", (self.straggler_rate,)),
+            ("--trunk-rates", self.trunk_rates),
+        ):
             for rate in rates:
                 try:
                     Rate.parse(rate)

@@ -10,7 +10,9 @@ JSON measured on this machine; its step alone, or with a second process beside i
 `standin_compute`), split by `standin.ComputeProfile` and shortened by the
 stand-in's own work; both the optimizer's part and that work are measured first on one process
 (`calibrate`). The straggler runs repeat DDP and AAVG at one N with node 1's
-link slower, then with its compute slower. `report.build` joins the rows with the planner's
+link slower, then with its compute slower; the two-rack runs repeat them with the nodes on two
+switches joined by one trunk. A pass whose ranks fail is named in the result's
+`settings["failed"]` and the others still count. `report.build` joins the rows with the planner's
 predictions (`planner.cluster_model`), the table, the JSON and the plot. `vidscale bench
 cluster` runs it inside `netlab.link.ending_on_sigterm`, so a SIGTERM tears the clusters down.
 """
@@ -19,7 +21,9 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +45,7 @@ from vidscale.errors import InputError
 from vidscale.netlab import nodes
 from vidscale.netlab.cluster import Cluster
 from vidscale.netlab.link import Rate, unavailable
+from vidscale.planner.cluster_model import trunk_hops
 from vidscale.planner.link_model import BACKWARD_FRACTION
 
 PASS_TIMEOUT_S = 1800.0
@@ -123,17 +128,23 @@ def one_pass(
     work: Path,
     *,
     slow_link: Rate | None = None,
+    trunk: Rate | None = None,
 ) -> list[dict[str, Any]]:
-    """Every model and variant of `spec` on `n` nodes at `rate` (node 1's link `slow_link`)."""
+    """Every model and variant of `spec` on `n` nodes at `rate` (node 1's link `slow_link`; two
+    racks joined by a trunk at `trunk`)."""
     spec_path, out = work / f"spec_{n}_{rate.label}.json", work / f"out_{n}_{rate.label}.json"
     spec_path.write_text(json.dumps(spec.as_dict()))
-    with Cluster(n, rate=rate) as cluster:
+    racks = 1 if trunk is None else 2
+    with Cluster(n, rate=rate, racks=racks, trunk=trunk) as cluster:
         if slow_link is not None:
             cluster.shape(slow_link, node=1)
         _job(cluster, "vidscale.bench.cluster.rank", [str(spec_path), str(out)], work, cfg.cores)
-    rows: list[dict[str, Any]] = json.loads(out.read_text())["rows"]
+    found = json.loads(out.read_text())
+    racks = [cluster.rack_of(node) for node in found["nodes_by_rank"]]
+    rows: list[dict[str, Any]] = found["rows"]
     for row in rows:
         row.update(nodes=n, rate=rate.label, slow_link=slow_link.label if slow_link else None)
+        row.update(trunk=trunk.label if trunk else None, trunk_hops=trunk_hops(racks))
         row["slow_factor"] = spec.slow_factor if spec.slow_node >= 0 else 1.0
     return rows
 
@@ -155,20 +166,14 @@ def run(
     links: list[ProbedLink] = []
     failed: list[str] = []
     with tempfile.TemporaryDirectory(prefix="vidscale-cluster-") as tmp:
-        work = Path(tmp)
-        for text in cfg.rates:
-            rate = Rate.parse(text)
-            links.append(probe(rate, work, cfg.cores))
-            for n in cfg.nodes:
-                if progress:
-                    print(f"bench cluster: {n} nodes at {rate.label}", flush=True)
-                try:
-                    rows += one_pass(cfg, spec, n, rate, work)
-                except ClusterRunFailed as err:  # the other passes still count; this one is named
-                    failed.append(f"{pass_name(n, rate.label)}: {str(err).splitlines()[0]}")
-                    print(f"bench cluster: failed: {err}", flush=True)
-        if cfg.straggler_nodes:
-            rows += _stragglers(cfg, spec, work, links, progress=progress)
+        for name, measure in _passes(cfg, spec, Path(tmp), links):
+            if progress:
+                print(f"bench cluster: {name}", flush=True)
+            try:
+                rows += measure()
+            except ClusterRunFailed as err:  # the other passes still count; this one is named
+                failed.append(f"{name}: {str(err).splitlines()[0]}")
+                print(f"bench cluster: failed: {err}", flush=True)
     if not rows:
         raise ClusterRunFailed("every pass failed: " + "; ".join(failed))
     result = build(cfg, baseline, calibration, links, rows, failed=failed)
@@ -178,25 +183,40 @@ def run(
     return result
 
 
-def _stragglers(
-    cfg: ClusterConfig,
-    spec: RankSpec,
-    work: Path,
-    links: list[ProbedLink],
-    *,
-    progress: bool,
-) -> list[dict[str, Any]]:
-    """DDP and AAVG at `aavg_k` on the first model, node 1 slower: its link, then its compute."""
-    rate, slow = Rate.parse(cfg.rates[0]), Rate.parse(cfg.straggler_rate)
-    links.append(probe(slow, work, cfg.cores))
+def _passes(
+    cfg: ClusterConfig, spec: RankSpec, work: Path, links: list[ProbedLink]
+) -> Iterator[tuple[str, Callable[[], list[dict[str, Any]]]]]:
+    """Every pass in order, named as `settings["failed"]` names a failed one (`pass_name`),
+    each link rate probed (into `links`) as the passes reach it: the sweep, then the straggler
+    runs and the two-rack runs, both DDP and AAVG at `aavg_k` on the first model at the first
+    rate."""
+    for text in cfg.rates:
+        rate = Rate.parse(text)
+        links.append(probe(rate, work, cfg.cores))
+        for n in cfg.nodes:
+            yield pass_name(n, rate.label), partial(one_pass, cfg, spec, n, rate, work)
+    first = Rate.parse(cfg.rates[0])
     narrow = replace(
         spec,
         models=cfg.models[:1],
         variants=(("ddp", "none", 0), ("aavg", "none", cfg.aavg_k)),
     )
-    n = cfg.straggler_nodes
-    if progress:
-        print(f"bench cluster: stragglers on {n} nodes at {rate.label}", flush=True)
-    rows = one_pass(cfg, narrow, n, rate, work, slow_link=slow)
+    if cfg.straggler_nodes:
+        n = cfg.straggler_nodes
+        links.append(probe(Rate.parse(cfg.straggler_rate), work, cfg.cores))
+        name = pass_name(n, first.label, stragglers=True)
+        yield name, partial(_stragglers, cfg, narrow, n, first, work)
+    for text in cfg.trunk_rates if cfg.trunk_nodes else ():
+        trunk, n = Rate.parse(text), cfg.trunk_nodes
+        links.append(probe(trunk, work, cfg.cores))
+        name = pass_name(n, first.label, trunk=trunk.label)
+        yield name, partial(one_pass, cfg, narrow, n, first, work, trunk=trunk)
+
+
+def _stragglers(
+    cfg: ClusterConfig, narrow: RankSpec, n: int, rate: Rate, work: Path
+) -> list[dict[str, Any]]:
+    """`narrow` on `n` nodes at `rate`, node 1 slower: its link, then its compute."""
+    rows = one_pass(cfg, narrow, n, rate, work, slow_link=Rate.parse(cfg.straggler_rate))
     slow_compute = replace(narrow, slow_node=1, slow_factor=cfg.straggler_factor)
     return rows + one_pass(cfg, slow_compute, n, rate, work)

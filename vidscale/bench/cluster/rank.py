@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -33,6 +34,7 @@ from vidscale.distributed.strategy import build_strategy
 from vidscale.distributed.sync.comm_handle import CommConfig, HookName
 from vidscale.models.costs import model_costs
 from vidscale.models.registry import ModelConfig, build_model
+from vidscale.netlab.nodes import NODE_ENV
 from vidscale.step.fixed_batch import FixedBatchStep
 
 
@@ -174,8 +176,10 @@ def main(argv: list[str]) -> int:
             if env.is_main:
                 step = sorted(ranks[0]["step_s"])[len(ranks[0]["step_s"]) // 2]
                 print(f"cluster rank: {model} {strategy} {hook} k={k}: {step:.3f} s", flush=True)
+    # The ring's order over the nodes (gloo's ring is the ranks'): which hops cross a trunk.
+    nodes_by_rank = all_gather_object(int(os.environ.get(NODE_ENV, env.rank)))
     if env.is_main:
-        out = {"world_size": env.world_size, "rows": rows}
+        out = {"world_size": env.world_size, "rows": rows, "nodes_by_rank": nodes_by_rank}
         Path(argv[1]).write_text(json.dumps(out) + "\n")
     return 0
 

@@ -56,6 +56,29 @@ class ClusterRow:
     error: float
     run: int = 0  # which of the combined runs measured it: its links are that run's probes
     cpu_s: float = 0.0  # CPU seconds a rank's process used a step (0: not recorded)
+    trunk: str | None = None  # two racks joined by a trunk of this rate; None: one switch
+    trunk_hops: int = 0  # hops of the ring across the trunk in its busier direction
+
+    @property
+    def in_sweep(self) -> bool:
+        """A row of the sweep: one switch, no straggler."""
+        return not self.slow_link and self.slow_factor == 1 and not self.trunk
+
+    @property
+    def pass_name(self) -> str:
+        """The pass that measured this row, as `settings["failed"]` names a failed pass."""
+        if self.trunk:
+            return pass_name(self.nodes, self.rate, trunk=self.trunk)
+        return pass_name(self.nodes, self.rate, stragglers=not self.in_sweep)
+
+
+def pass_name(nodes: int, rate: str, *, trunk: str | None = None, stragglers: bool = False) -> str:
+    """A pass of `bench cluster`, as `settings["failed"]` names it before the colon that starts
+    its error."""
+    where = f"{nodes} nodes at {rate}"
+    if trunk:
+        return f"{where} on two racks, trunk {trunk}"
+    return f"stragglers on {where}" if stragglers else where
 
 
 @dataclass(frozen=True)
@@ -154,7 +177,12 @@ def predict_row(
     cpu = 1.0 / unshaped[0]["allreduce_bytes_per_s"] if unshaped else 0.0
     run = row.get("run", 0)
     probed = links[run, row["rate"]]
-    slow = links[run, row["slow_link"]].bytes_per_s if row["slow_link"] else None
+    # A straggler's link and a trunk alike bound the ring; the trunk's rate is shared by the
+    # ring's hops across it (`planner.cluster_model.trunk_hops`).
+    slower = [links[run, row["slow_link"]].bytes_per_s] if row["slow_link"] else []
+    if row.get("trunk"):
+        slower.append(links[run, row["trunk"]].bytes_per_s / max(1, row["trunk_hops"]))
+    slow = min(slower) if slower else None
     link = ClusterLink(
         procs=row["nodes"],
         link_bytes_per_s=probed.bytes_per_s,
@@ -208,6 +236,8 @@ def build(
                 k=found["k"],
                 slow_link=found["slow_link"],
                 slow_factor=found["slow_factor"],
+                trunk=found.get("trunk"),
+                trunk_hops=found.get("trunk_hops", 0),
                 step_s=step,
                 comm_exposed_s=exposed,
                 comm_bytes_per_step=sent,
@@ -258,6 +288,7 @@ def format_table(result: ClusterResult) -> str:
             if r.slow_link
             else (f"compute x{r.slow_factor:g}" if r.slow_factor != 1 else "")
         )
+        straggler = f"trunk {r.trunk}" if r.trunk else straggler
         lines.append(
             f"{r.rate:>8} {r.nodes:>3} {r.model:<20} {r.variant:<14} {straggler:<12} "
             f"{r.step_s:7.3f} {r.comm_exposed_s:6.3f} {r.efficiency:5.2f} "
@@ -269,13 +300,13 @@ def format_table(result: ClusterResult) -> str:
 
 def plot_cluster(result: ClusterResult, path: Path) -> None:
     """Efficiency against nodes, one panel per rate, a line per model and variant (the
-    planner's dashed); straggler rows left out."""
+    planner's dashed); straggler and two-rack rows left out."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for r in result.rows if not r.slow_link and r.slow_factor == 1]
+    rows = [r for r in result.rows if r.in_sweep]
     rates = list(dict.fromkeys(r.rate for r in rows))
     fig, axes = plt.subplots(1, len(rates), figsize=(6 * len(rates), 4.5), squeeze=False)
     for ax, rate in zip(axes[0], rates, strict=True):
@@ -334,7 +365,7 @@ def combine(results: list[ClusterResult]) -> ClusterResult:
     calibration = first.calibration
     for result in results[1:]:
         calibration = calibration.merged(result.calibration)
-    measured = {pass_name(row.nodes, row.rate) for row in rows}
+    measured = {row.pass_name for row in rows}
     failed = [
         entry
         for result in results
@@ -343,10 +374,6 @@ def combine(results: list[ClusterResult]) -> ClusterResult:
     ]
     return ClusterResult({**first.settings, "failed": failed}, host, calibration, links, rows)
 
-
-def pass_name(nodes: int, rate: str) -> str:
-    """How `settings["failed"]` names a pass, before the colon that starts its error."""
-    return f"{nodes} nodes at {rate}"
 
 
 def standin_check(result: ClusterResult, network: Path) -> list[tuple[str, str, str, float, float]]:
@@ -360,7 +387,7 @@ def standin_check(result: ClusterResult, network: Path) -> list[tuple[str, str, 
     out = []
     for row in result.rows:
         key = (row.rate, row.model, row.variant)
-        if row.nodes == 2 and not row.slow_link and row.slow_factor == 1 and key in real:
+        if row.nodes == 2 and row.in_sweep and key in real:
             out.append((*key, row.step_s, real[key]))
     return out
 
