@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -59,3 +60,27 @@ def test_a_baseline_without_the_co_running_step_is_refused_naming_the_flag(
     in_step = ClusterConfig(models=("tsm_resnet50",), baseline=baseline, standin_compute="lockstep")
     with pytest.raises(InputError, match="no lockstep step of tsm_resnet50 .* lockstep_step_s"):
         in_step.check()
+
+
+RECORDED = ROOT / "docs" / "results" / "network_scaling_lockstep_12steps.json"
+
+
+def test_in_pass_compute_is_each_rates_real_aavg_rows_that_average_once_an_epoch() -> None:
+    models = ("tsm_resnet50", "i3d_resnet50_3x3x3")
+    cfg = ClusterConfig(
+        models=models, rates=("500mbit", "2gbit"), baseline=RECORDED, standin_compute="in_pass"
+    )
+    cfg.check()
+    found = cfg.read_baseline()
+    assert found["settings"]["epoch_k"] == 16
+    for rate in ("500mbit", "2gbit"):
+        once = {
+            r["model"]: r["compute_s"]
+            for r in found["rows"]
+            if (r["rate"], r["variant"]) == (rate, "aavg k=16")
+        }
+        assert cfg.waited_steps(found, rate) == once and set(once) == set(models)
+    assert cfg.waited_steps(found) == cfg.waited_steps(found, "500mbit")  # the first rate's
+    elsewhere = ClusterConfig(models=models, rates=("1gbit",), baseline=RECORDED)
+    with pytest.raises(InputError, match="--standin-compute: .* at 1gbit"):
+        replace(elsewhere, standin_compute="in_pass").check()

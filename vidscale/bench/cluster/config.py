@@ -19,8 +19,10 @@ STANDIN_HOOKS = ("none", "bf16", "powersgd")  # the DDP hooks a stand-in rank re
 # Which of the baseline's one-node steps a stand-in waits: one process alone (a cluster's node,
 # which has memory of its own); one with a second computing beside it on this machine; or the
 # compute of two nodes in lockstep on it, which is what each node of `bench network`'s two-node
-# rows computed (for the check against those rows).
-STANDIN_COMPUTE = ("one_process", "co_running", "lockstep")
+# rows computed (for the check against those rows); or, per rate, the compute of that rate's
+# real two-node AAVG rows that average once in the baseline's epoch: what the real ranks
+# computed in that very pass, on a machine whose speed drifts from one minute to the next.
+STANDIN_COMPUTE = ("one_process", "co_running", "lockstep", "in_pass")
 
 
 @dataclass(frozen=True)
@@ -85,8 +87,10 @@ class ClusterConfig:
     standin_compute: str = option(
         "one_process",
         help="the baseline's step the stand-ins wait: one_process (a node alone, as on a "
-        "cluster), co_running (with a second process beside it) or lockstep (two nodes "
-        "computing in step, as bench network's two-node rows do: for --check-against)",
+        "cluster), co_running (with a second process beside it), lockstep (two nodes "
+        "computing in step, as bench network's two-node rows do: for --check-against) or "
+        "in_pass (per rate, the compute of that rate's real two-node AAVG rows that average "
+        "once an epoch: for --check-against)",
         choices=STANDIN_COMPUTE,
     )
 
@@ -132,7 +136,9 @@ class ClusterConfig:
         for model in self.models:
             if model not in baseline["one_process_step_s"]:
                 raise InputError(f"--models: {model} is not in {self.baseline}")
-            if model not in baseline.get(self.waited_key, {}):
+            if self.standin_compute == "in_pass":
+                self._check_in_pass(baseline, model)
+            elif model not in baseline.get(self.waited_key, {}):
                 raise InputError(
                     f"--standin-compute: {self.baseline} has no {self.standin_compute} step "
                     f"of {model} (bench network records it as {self.waited_key} since it "
@@ -150,13 +156,30 @@ class ClusterConfig:
             ) from None
         return found
 
+    def _check_in_pass(self, baseline: dict[str, Any], model: str) -> None:
+        found = {(r["rate"], r["model"]) for r in _once_an_epoch(baseline)}
+        for rate in self.rates:
+            if (Rate.parse(rate).label, model) not in found:
+                raise InputError(
+                    f"--standin-compute: {self.baseline} has no two-node AAVG row of {model} "
+                    f"at {rate} that averages once an epoch (in_pass needs one per rate)"
+                )
+
     @property
     def waited_key(self) -> str:
-        """The baseline's key of the steps the stand-ins wait (`standin_compute`)."""
+        """The baseline's key of the steps the stand-ins wait (`standin_compute`; not in_pass,
+        which reads the baseline's rows)."""
         return f"{self.standin_compute}_step_s"
 
-    def waited_steps(self, baseline: dict[str, Any]) -> dict[str, float]:
-        """Each model's one-node step the stand-ins wait (`standin_compute`)."""
+    def waited_steps(self, baseline: dict[str, Any], rate: str | None = None) -> dict[str, float]:
+        """Each model's one-node step the stand-ins wait (`standin_compute`): for in_pass, the
+        compute of `rate`'s (default: the first rate's) real AAVG rows averaging once an
+        epoch."""
+        if self.standin_compute == "in_pass":
+            label = Rate.parse(rate or self.rates[0]).label
+            rows = _once_an_epoch(baseline)
+            return {m: r["compute_s"] for m in self.models for r in rows if r["rate"] == label
+                    and r["model"] == m}
         steps: dict[str, float] = baseline[self.waited_key]
         return {model: steps[model] for model in self.models}
 
@@ -170,3 +193,10 @@ class ClusterConfig:
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "baseline": str(self.baseline)}
+
+
+def _once_an_epoch(baseline: dict[str, Any]) -> list[dict[str, Any]]:
+    """A bench network JSON's two-node AAVG rows that average once in its epoch (`epoch_k`
+    steps): almost nothing to send, so their compute is the ranks' own at that time."""
+    epoch = baseline["settings"].get("epoch_k")
+    return [r for r in baseline["rows"] if r["strategy"] == "aavg" and epoch and r["k"] == epoch]

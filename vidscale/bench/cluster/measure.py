@@ -6,8 +6,8 @@ small all-reduce's time, large ones' bandwidth: the planner's only knowledge of 
 for each node count N a cluster of N nodes (`netlab.cluster`), every link shaped to the rate,
 runs one stand-in rank per node (`rank`, node K's agent on core K mod `cores`) through every
 model and variant. The ranks' compute is the one-node step of `baseline` (a `bench network`
-JSON measured on this machine; its step alone, or with a second process beside it:
-`standin_compute`), split by `standin.ComputeProfile` and shortened by the
+JSON measured on this machine; its step alone, or with this machine's contention between two
+nodes: `standin_compute`), split by `standin.ComputeProfile` and shortened by the
 stand-in's own work; both the optimizer's part and that work are measured first on one process
 (`calibrate`). The straggler runs repeat DDP and AAVG at one N with node 1's
 link slower, then with its compute slower; the two-rack runs repeat them with the nodes on two
@@ -64,10 +64,15 @@ def profile_of(step_s: float, *, tail_s: float, own_s: float) -> ComputeProfile:
 
 
 def _spec(
-    cfg: ClusterConfig, baseline: dict[str, Any], tails: dict[str, float], own: dict[str, float]
+    cfg: ClusterConfig,
+    baseline: dict[str, Any],
+    tails: dict[str, float],
+    own: dict[str, float],
+    rate: str,
 ) -> RankSpec:
+    """What every rank of a pass at `rate` does (the waits `rate`'s for `in_pass` compute)."""
     shape = ClipShape.of(baseline["settings"])
-    waited = cfg.waited_steps(baseline)
+    waited = cfg.waited_steps(baseline, rate)
     profiles = {m: vars(profile_of(waited[m], tail_s=tails[m], own_s=own[m])) for m in cfg.models}
     return RankSpec(
         models=cfg.models,
@@ -161,12 +166,15 @@ def run(
     calibration = calibrate_standins(cfg, baseline)
     if progress:
         print(format_calibration(calibration, cfg.waited_steps(baseline)), flush=True)
-    spec = _spec(cfg, baseline, calibration.tail_s, calibration.own_s)
+    specs = {
+        rate: _spec(cfg, baseline, calibration.tail_s, calibration.own_s, rate)
+        for rate in cfg.rates
+    }
     rows: list[dict[str, Any]] = []
     links: list[ProbedLink] = []
     failed: list[str] = []
     with tempfile.TemporaryDirectory(prefix="vidscale-cluster-") as tmp:
-        for name, measure in _passes(cfg, spec, Path(tmp), links):
+        for name, measure in _passes(cfg, specs, Path(tmp), links):
             if progress:
                 print(f"bench cluster: {name}", flush=True)
             try:
@@ -184,20 +192,20 @@ def run(
 
 
 def _passes(
-    cfg: ClusterConfig, spec: RankSpec, work: Path, links: list[ProbedLink]
+    cfg: ClusterConfig, specs: dict[str, RankSpec], work: Path, links: list[ProbedLink]
 ) -> Iterator[tuple[str, Callable[[], list[dict[str, Any]]]]]:
     """Every pass in order, named as `settings["failed"]` names a failed one (`pass_name`),
-    each link rate probed (into `links`) as the passes reach it: the sweep, then the straggler
-    runs and the two-rack runs, both DDP and AAVG at `aavg_k` on the first model at the first
-    rate."""
+    each link rate probed (into `links`) as the passes reach it: the sweep (`specs`: each
+    rate's), then the straggler runs and the two-rack runs, both DDP and AAVG at `aavg_k` on
+    the first model at the first rate."""
     for text in cfg.rates:
         rate = Rate.parse(text)
         links.append(probe(rate, work, cfg.cores))
         for n in cfg.nodes:
-            yield pass_name(n, rate.label), partial(one_pass, cfg, spec, n, rate, work)
+            yield pass_name(n, rate.label), partial(one_pass, cfg, specs[text], n, rate, work)
     first = Rate.parse(cfg.rates[0])
     narrow = replace(
-        spec,
+        specs[cfg.rates[0]],
         models=cfg.models[:1],
         variants=(("ddp", "none", 0), ("aavg", "none", cfg.aavg_k)),
     )
