@@ -62,7 +62,10 @@ def test_no_flags_is_the_configs_defaults_and_each_flag_sets_its_field() -> None
         baseline=NETWORK,
         standin_compute="co_running",
     )
-    assert (args.out_json, plot_path(args)) == (Path("bench_cluster.json"), Path("bench_cluster.png"))
+    assert (args.out_json, plot_path(args)) == (
+        Path("bench_cluster.json"),
+        Path("bench_cluster.png"),
+    )
     elsewhere = parse("--out-json", "results/n4.json")
     assert plot_path(elsewhere) == Path("results/n4.png")  # a result and its plot together
     assert plot_path(parse("--out-json", "results/n4.json", "--plot", "p.png")) == Path("p.png")

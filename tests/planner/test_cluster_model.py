@@ -9,8 +9,8 @@ import pytest
 
 from vidscale.models.costs import model_costs
 from vidscale.planner.cluster_model import (
-    ClusterLink,
     GLOO_MAX_SEGMENT_BYTES,
+    ClusterLink,
     gloo_ring_seconds,
     gloo_segments,
     predict_cluster_step,

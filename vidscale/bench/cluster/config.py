@@ -178,8 +178,12 @@ class ClusterConfig:
         if self.standin_compute == "in_pass":
             label = Rate.parse(rate or self.rates[0]).label
             rows = _once_an_epoch(baseline)
-            return {m: r["compute_s"] for m in self.models for r in rows if r["rate"] == label
-                    and r["model"] == m}
+            return {
+                m: r["compute_s"]
+                for m in self.models
+                for r in rows
+                if r["rate"] == label and r["model"] == m
+            }
         steps: dict[str, float] = baseline[self.waited_key]
         return {model: steps[model] for model in self.models}
 

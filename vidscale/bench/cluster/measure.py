@@ -139,17 +139,16 @@ def one_pass(
     racks joined by a trunk at `trunk`)."""
     spec_path, out = work / f"spec_{n}_{rate.label}.json", work / f"out_{n}_{rate.label}.json"
     spec_path.write_text(json.dumps(spec.as_dict()))
-    racks = 1 if trunk is None else 2
-    with Cluster(n, rate=rate, racks=racks, trunk=trunk) as cluster:
+    with Cluster(n, rate=rate, racks=1 if trunk is None else 2, trunk=trunk) as cluster:
         if slow_link is not None:
             cluster.shape(slow_link, node=1)
         _job(cluster, "vidscale.bench.cluster.rank", [str(spec_path), str(out)], work, cfg.cores)
     found = json.loads(out.read_text())
-    racks = [cluster.rack_of(node) for node in found["nodes_by_rank"]]
+    racks_by_rank = [cluster.rack_of(node) for node in found["nodes_by_rank"]]
     rows: list[dict[str, Any]] = found["rows"]
     for row in rows:
         row.update(nodes=n, rate=rate.label, slow_link=slow_link.label if slow_link else None)
-        row.update(trunk=trunk.label if trunk else None, trunk_hops=trunk_hops(racks))
+        row.update(trunk=trunk.label if trunk else None, trunk_hops=trunk_hops(racks_by_rank))
         row["slow_factor"] = spec.slow_factor if spec.slow_node >= 0 else 1.0
     return rows
 

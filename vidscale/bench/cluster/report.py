@@ -375,7 +375,6 @@ def combine(results: list[ClusterResult]) -> ClusterResult:
     return ClusterResult({**first.settings, "failed": failed}, host, calibration, links, rows)
 
 
-
 def standin_check(result: ClusterResult, network: Path) -> list[tuple[str, str, str, float, float]]:
     """Each two-node stand-in row next to the real two-node step `bench network` measured for
     the same rate, model and variant (`network`, its JSON): (rate, model, variant, stand-in
