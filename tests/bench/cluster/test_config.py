@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from vidscale.bench.cluster.config import ClusterConfig
+from vidscale.bench.cluster.rank import RankSpec
 from vidscale.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -84,3 +85,24 @@ def test_in_pass_compute_is_each_rates_real_aavg_rows_that_average_once_an_epoch
     elsewhere = ClusterConfig(models=models, rates=("1gbit",), baseline=RECORDED)
     with pytest.raises(InputError, match="--standin-compute: .* at 1gbit"):
         replace(elsewhere, standin_compute="in_pass").check()
+
+
+def test_an_aavg_row_measures_whole_averaging_periods() -> None:
+    """A step's mean holds an averaging's share as often as training does: 1/k of the steps."""
+    spec = RankSpec(
+        models=("tsm_resnet50",),
+        profiles={},
+        variants=(),
+        steps=12,
+        warmup=2,
+        batch=2,
+        frames=4,
+        size=112,
+        num_classes=400,
+        bucket_cap_mb=25.0,
+    )
+    assert spec.measured_steps(("ddp", "none", 0)) == 12
+    assert spec.measured_steps(("aavg", "none", 4)) == 12
+    assert spec.measured_steps(("aavg", "none", 16)) == 16  # at least one averaging
+    assert replace(spec, steps=20).measured_steps(("aavg", "none", 16)) == 32
+    assert replace(spec, steps=6).measured_steps(("aavg", "none", 4)) == 8

@@ -126,6 +126,11 @@ class ClusterConfig:
                     Rate.parse(rate)
                 except InputError as err:
                     raise InputError(f"{flag}: {err}") from None
+        if self.steps % self.aavg_k:  # the planner spreads an averaging over its k steps
+            raise InputError(
+                f"--steps: a multiple of --aavg-k ({self.aavg_k}), so that every averaging "
+                f"period is measured whole, got {self.steps}"
+            )
         if self.epoch_k and self.epoch_k % self.aavg_k:
             raise InputError(
                 f"--epoch-k: a multiple of --aavg-k ({self.aavg_k}), got {self.epoch_k}"

@@ -58,7 +58,7 @@ class RankSpec:
     shared_core: bool = True
     slow_node: int = -1
     slow_factor: float = 1.0
-    epoch_k: int = 0  # informational: AAVG's "an epoch"; an AAVG variant measures max(steps, k)
+    epoch_k: int = 0  # informational: AAVG's "an epoch" (`measured_steps`)
 
     @classmethod
     def read(cls, path: Path) -> RankSpec:
@@ -71,8 +71,10 @@ class RankSpec:
         return asdict(self)
 
     def measured_steps(self, variant: tuple[str, str, int]) -> int:
-        """`steps`, or k for AAVG at a larger k: at least one averaging among them."""
-        return max(self.steps, variant[2]) if variant[0] == "aavg" else self.steps
+        """`steps`; for AAVG, rounded up to whole averaging periods of its k (at least one):
+        a step's mean then holds an averaging's share exactly as often as training does."""
+        strategy, _, k = variant
+        return -(-self.steps // k) * k if strategy == "aavg" else self.steps
 
 
 def _profile(spec: RankSpec, model: str, rank: int) -> ComputeProfile:
