@@ -123,8 +123,8 @@ IN_PASS_NETWORK = ROOT / "docs" / "results" / "network_scaling_lockstep_12steps.
 
 def test_the_check_with_the_pass_s_own_compute_is_as_the_docs_state() -> None:
     """The two-node stand-ins waiting, per rate, the compute of that rate's real AAVG rows that
-    average once an epoch (docs/benchmarks.md, "the lockstep control and the pass's own
-    compute"; issue 46: within 5%)."""
+    average once an epoch (docs/benchmarks.md, "The stand-in against real compute at two nodes,
+    12 steps a row"; issue 46: within 5%)."""
     result = ClusterResult.read(IN_PASS)
     assert result.settings["standin_compute"] == "in_pass"
     assert result.settings["steps"] == 12
