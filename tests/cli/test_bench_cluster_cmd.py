@@ -133,7 +133,7 @@ def test_sigterm_mid_sweep_takes_the_cluster_down(netns_ok: None, tmp_path: Path
     torchrun agents gone (`netlab.link.ending_on_sigterm`: the default action would leave them)."""
     cmd = [sys.executable, "-m", "vidscale", "bench", "cluster", "--nodes", "2"]
     cmd += ["--rates", "1gbit", "--models", "tsm_resnet50", "--hooks", "none", "--epoch-k", "0"]
-    cmd += ["--steps", "50"]  # a pass that lasts until the signal
+    cmd += ["--steps", "52"]  # a pass that lasts until the signal
     cmd += ["--out-json", str(tmp_path / "c.json"), "--plot", str(tmp_path / "c.png")]
     bench = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
