@@ -24,6 +24,7 @@ def test_four_stand_in_nodes_scale_as_the_planner_says(netns_ok: None, tmp_path:
         "--nodes", "4", "--rates", "1gbit", "--models", "tsm_resnet50", "--hooks", "none",
         "--aavg-k", "2", "--epoch-k", "0", "--steps", "2", "--warmup", "2",
         "--trunk-nodes", "4", "--trunk-rates", "250mbit",
+        "--straggler-nodes", "2", "--straggler-rate", "250mbit", "--straggler-factor", "2",
         "--baseline", str(ROOT / "docs" / "results" / "network_scaling.json"),
         "--out-json", str(out),
     ]  # fmt: skip
@@ -38,7 +39,7 @@ def test_four_stand_in_nodes_scale_as_the_planner_says(netns_ok: None, tmp_path:
     result = ClusterResult.read(out)
     assert result.settings["failed"] == []
     assert 0 < result.calibration.own_s["tsm_resnet50"] < result.rows[0].one_process_step_s
-    rows = {row.variant: row for row in result.rows if row.in_sweep}
+    rows = {row.variant: row for row in result.rows if row.in_sweep and row.nodes == 4}
     assert set(rows) == {"ddp", "aavg k=2"}
     for row in rows.values():
         assert row.nodes == 4 and row.rate == "1gbit"
@@ -62,6 +63,18 @@ def test_four_stand_in_nodes_scale_as_the_planner_says(netns_ok: None, tmp_path:
     for row in racked.values():
         assert row.nodes == 4 and row.trunk_hops == 1 and abs(row.error) < 0.3, row
     assert racked["ddp"].step_s > rows["ddp"].step_s + 1.0, (racked["ddp"], rows["ddp"])
+    # One straggler among two nodes: its link at a quarter of the rate bounds both strategies'
+    # steps, its compute at half speed holds up every synchronous step; the planner says by
+    # how much.
+    slow_link = {row.variant: row for row in result.rows if row.slow_link == "250mbit"}
+    slow_node = {row.variant: row for row in result.rows if row.slow_factor == 2}
+    assert set(slow_link) == set(slow_node) == {"ddp", "aavg k=2"}
+    for row in (*slow_link.values(), *slow_node.values()):
+        assert row.nodes == 2 and abs(row.error) < 0.3, row
+    # A two-node ring sends each rank's whole gradient once a step, over the slow link here.
+    quarter_rate = 250e6 / 8
+    assert slow_link["ddp"].step_s > 0.9 * slow_link["ddp"].comm_bytes_per_step / quarter_rate
+    assert slow_node["ddp"].step_s > 1.5 * rows["ddp"].one_process_step_s, slow_node["ddp"]
     # The clusters are named after the process that made them: the command's.
     assert not [ns for ns in namespaces() if ns.startswith(f"{PREFIX}{bench.pid}-")]
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout

@@ -182,12 +182,10 @@ class ClusterConfig:
         epoch."""
         if self.standin_compute == "in_pass":
             label = Rate.parse(rate or self.rates[0]).label
-            rows = _once_an_epoch(baseline)
             return {
-                m: r["compute_s"]
-                for m in self.models
-                for r in rows
-                if r["rate"] == label and r["model"] == m
+                r["model"]: r["compute_s"]
+                for r in _once_an_epoch(baseline)
+                if r["rate"] == label and r["model"] in self.models
             }
         steps: dict[str, float] = baseline[self.waited_key]
         return {model: steps[model] for model in self.models}

@@ -209,10 +209,10 @@ def _passes(
         variants=(("ddp", "none", 0), ("aavg", "none", cfg.aavg_k)),
     )
     if cfg.straggler_nodes:
-        n = cfg.straggler_nodes
-        links.append(probe(Rate.parse(cfg.straggler_rate), work, cfg.cores))
+        n, slow_link = cfg.straggler_nodes, Rate.parse(cfg.straggler_rate)
+        links.append(probe(slow_link, work, cfg.cores))
         name = pass_name(n, first.label, stragglers=True)
-        yield name, partial(_stragglers, cfg, narrow, n, first, work)
+        yield name, partial(_stragglers, cfg, narrow, n, first, slow_link, work)
     for text in cfg.trunk_rates if cfg.trunk_nodes else ():
         trunk, n = Rate.parse(text), cfg.trunk_nodes
         links.append(probe(trunk, work, cfg.cores))
@@ -221,9 +221,10 @@ def _passes(
 
 
 def _stragglers(
-    cfg: ClusterConfig, narrow: RankSpec, n: int, rate: Rate, work: Path
+    cfg: ClusterConfig, narrow: RankSpec, n: int, rate: Rate, slow_link: Rate, work: Path
 ) -> list[dict[str, Any]]:
-    """`narrow` on `n` nodes at `rate`, node 1 slower: its link, then its compute."""
-    rows = one_pass(cfg, narrow, n, rate, work, slow_link=Rate.parse(cfg.straggler_rate))
+    """`narrow` on `n` nodes at `rate`, node 1 slower: its link (`slow_link`), then its
+    compute (`straggler_factor`)."""
+    rows = one_pass(cfg, narrow, n, rate, work, slow_link=slow_link)
     slow_compute = replace(narrow, slow_node=1, slow_factor=cfg.straggler_factor)
     return rows + one_pass(cfg, slow_compute, n, rate, work)
