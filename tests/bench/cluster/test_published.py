@@ -145,6 +145,43 @@ def test_the_check_with_the_pass_s_own_compute_is_as_the_docs_state() -> None:
     ]
 
 
+IN_PASS_RUNS = [
+    ("cluster_two_nodes_in_pass.json", "network_scaling_lockstep_12steps.json"),
+    ("cluster_two_nodes_in_pass_2.json", "network_scaling_lockstep_12steps_2.json"),
+    ("cluster_two_nodes_in_pass_24steps.json", "network_scaling_lockstep_24steps.json"),
+]
+
+
+@pytest.mark.parametrize(("cluster", "network"), IN_PASS_RUNS)
+def test_each_in_pass_run_is_as_the_docs_table_of_the_three_states(
+    cluster: str, network: str
+) -> None:
+    """docs/benchmarks.md, "The in-pass check three times": each run's row of the table (steps
+    a row, rows within 5% in all and among those checked, the largest checked difference)."""
+    results = ROOT / "docs" / "results"
+    result = ClusterResult.read(results / cluster)
+    assert result.settings["standin_compute"] == "in_pass"
+    diffs = {
+        (rate, model, variant): s / r - 1
+        for rate, model, variant, s, r in standin_check(result, results / network)
+    }
+    checked = {key: d for key, d in diffs.items() if key[2] != "aavg k=16"}  # k=16: the source
+    found = re.search(
+        rf"\|\s*{re.escape(cluster)}\s*\|\s*(\d+)\s*\|\s*(\d+) of (\d+)\s*\|"
+        rf"\s*(\d+) of (\d+)\s*\|\s*([+-][0-9.]+)%\s*\|",
+        BENCHMARKS.read_text(),
+    )
+    assert found is not None, f"docs/benchmarks.md's table of the in-pass runs lacks {cluster}"
+    assert [int(g) for g in found.groups()[:5]] == [
+        result.settings["steps"],
+        sum(abs(d) <= 0.05 for d in diffs.values()),
+        len(diffs),
+        sum(abs(d) <= 0.05 for d in checked.values()),
+        len(checked),
+    ]
+    assert f"{100 * max(checked.values(), key=abs):+.1f}" == found.group(6)
+
+
 def test_the_two_rack_rows_are_predicted_as_published_with_the_ring_s_trunk_hops(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
