@@ -1,6 +1,6 @@
-"""`vidscale bench cluster` as CI runs it: four stand-in nodes at one rate, as root, through the
-real command (fails rather than skips where VIDSCALE_REQUIRE_NETNS=1 says it must run), and
-nothing left behind."""
+"""`vidscale bench cluster` as CI runs it: four stand-in nodes at one rate, on one switch and on
+two racks, and a straggler among two, as root, through the real command (fails rather than
+skips where VIDSCALE_REQUIRE_NETNS=1 says it must run), and nothing left behind."""
 
 from __future__ import annotations
 

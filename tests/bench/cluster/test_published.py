@@ -153,9 +153,7 @@ IN_PASS_RUNS = [
 
 
 @pytest.mark.parametrize(("cluster", "network"), IN_PASS_RUNS)
-def test_each_in_pass_run_is_as_the_docs_table_of_the_three_states(
-    cluster: str, network: str
-) -> None:
+def test_each_in_pass_run_is_as_the_docs_table_states(cluster: str, network: str) -> None:
     """docs/benchmarks.md, "The in-pass check three times": each run's row of the table (steps
     a row, rows within 5% in all and among those checked, the largest checked difference)."""
     results = ROOT / "docs" / "results"
