@@ -4,6 +4,7 @@ wait costing (almost) no CPU."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -96,3 +97,22 @@ def test_the_own_work_is_the_cpu_of_a_step_without_waits_and_comes_off_the_waits
     assert 0.0 < own < 0.5, own
     profile = ComputeProfile.from_step(0.6, tail_s=0.06, backward_fraction=2 / 3).less(own)
     assert profile.step_s + own == pytest.approx(0.6)
+
+
+def test_a_shared_core_wait_is_stretched_by_what_the_other_threads_took() -> None:
+    """One core per node: gloo's CPU time delays the computation, so a wait owes it back."""
+
+    def burn(seconds: float) -> None:
+        end = time.thread_time() + seconds
+        while time.thread_time() < end:
+            pass
+
+    clock = Clock(shared_core=True)
+    other = threading.Thread(target=burn, args=(0.1,))
+    other.start()
+    clock.wait(0.05)  # the burner's 0.1 s of CPU falls (mostly) within the wait and its stretch
+    other.join()
+    assert 0.05 < clock.stretched_s < 0.15, clock.stretched_s
+    alone = Clock(shared_core=False)
+    alone.wait(0.02)
+    assert alone.stretched_s == 0.0
