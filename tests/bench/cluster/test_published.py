@@ -117,34 +117,7 @@ def test_the_lockstep_check_against_real_compute_is_as_the_docs_state() -> None:
     assert f"{100 * max(diffs, key=abs):+.1f}" == found.group(3)
 
 
-IN_PASS = ROOT / "docs" / "results" / "cluster_two_nodes_in_pass.json"
-IN_PASS_NETWORK = ROOT / "docs" / "results" / "network_scaling_lockstep_12steps.json"
-
-
-def test_the_check_with_the_pass_s_own_compute_is_as_the_docs_state() -> None:
-    """The two-node stand-ins waiting, per rate, the compute of that rate's real AAVG rows that
-    average once an epoch (docs/benchmarks.md, "The stand-in against real compute at two nodes,
-    12 steps a row"; issue 46: within 5%)."""
-    result = ClusterResult.read(IN_PASS)
-    assert result.settings["standin_compute"] == "in_pass"
-    assert result.settings["steps"] == 12
-    checked = standin_check(result, IN_PASS_NETWORK)
-    assert len(checked) == 20
-    diffs = {(rate, model, variant): s / r - 1 for rate, model, variant, s, r in checked}
-    control = {key: d for key, d in diffs.items() if key[2] == "aavg k=16"}  # the waits' source
-    found = re.search(
-        r"stand-ins\s+waiting\s+the\s+pass's\s+own\s+compute:\s+within\s+5%\s+of\s+the\s+real\s+"
-        r"two-node\s+step\s+on\s+(\d+)\s+of\s+(\d+)\s+rows,\s+(\d+)\s+of\s+the\s+(\d+)\s+checked",
-        BENCHMARKS.read_text(),
-    )
-    assert found is not None, "docs/benchmarks.md no longer states the in-pass check"
-    within = sum(abs(d) <= 0.05 for d in diffs.values())
-    checked_within = sum(abs(d) <= 0.05 for k, d in diffs.items() if k not in control)
-    assert [within, len(diffs), checked_within, len(diffs) - len(control)] == [
-        int(g) for g in found.groups()
-    ]
-
-
+RESULTS = ROOT / "docs" / "results"
 IN_PASS_RUNS = [
     ("cluster_two_nodes_in_pass.json", "network_scaling_lockstep_12steps.json"),
     ("cluster_two_nodes_in_pass_2.json", "network_scaling_lockstep_12steps_2.json"),
@@ -152,18 +125,50 @@ IN_PASS_RUNS = [
 ]
 
 
+Diffs = dict[tuple[str, str, str], float]  # (rate, model, variant) -> stand-in / real - 1
+
+
+def in_pass_check(cluster: str, network: str) -> tuple[ClusterResult, Diffs, Diffs]:
+    """An in-pass run (`cluster`) against its real rows (`network`): the result, every row's
+    stand-in/real - 1, and those of the checked rows (the AAVG K = 16 rows are the waits'
+    source, not a check)."""
+    result = ClusterResult.read(RESULTS / cluster)
+    assert result.settings["standin_compute"] == "in_pass"
+    diffs = {
+        (rate, model, variant): s / r - 1
+        for rate, model, variant, s, r in standin_check(result, RESULTS / network)
+    }
+    checked = {key: d for key, d in diffs.items() if key[2] != "aavg k=16"}
+    return result, diffs, checked
+
+
+def within_5(diffs: Diffs) -> int:
+    return sum(abs(d) <= 0.05 for d in diffs.values())
+
+
+def test_the_check_with_the_pass_s_own_compute_is_as_the_docs_state() -> None:
+    """The two-node stand-ins waiting, per rate, the compute of that rate's real AAVG rows that
+    average once an epoch (docs/benchmarks.md, "The stand-in against real compute at two nodes,
+    12 steps a row"; issue 46: within 5%)."""
+    result, diffs, checked = in_pass_check(*IN_PASS_RUNS[0])
+    assert result.settings["steps"] == 12
+    assert len(diffs) == 20
+    found = re.search(
+        r"stand-ins\s+waiting\s+the\s+pass's\s+own\s+compute:\s+within\s+5%\s+of\s+the\s+real\s+"
+        r"two-node\s+step\s+on\s+(\d+)\s+of\s+(\d+)\s+rows,\s+(\d+)\s+of\s+the\s+(\d+)\s+checked",
+        BENCHMARKS.read_text(),
+    )
+    assert found is not None, "docs/benchmarks.md no longer states the in-pass check"
+    assert [within_5(diffs), len(diffs), within_5(checked), len(checked)] == [
+        int(g) for g in found.groups()
+    ]
+
+
 @pytest.mark.parametrize(("cluster", "network"), IN_PASS_RUNS)
 def test_each_in_pass_run_is_as_the_docs_table_states(cluster: str, network: str) -> None:
     """docs/benchmarks.md, "The in-pass check three times": each run's row of the table (steps
     a row, rows within 5% in all and among those checked, the largest checked difference)."""
-    results = ROOT / "docs" / "results"
-    result = ClusterResult.read(results / cluster)
-    assert result.settings["standin_compute"] == "in_pass"
-    diffs = {
-        (rate, model, variant): s / r - 1
-        for rate, model, variant, s, r in standin_check(result, results / network)
-    }
-    checked = {key: d for key, d in diffs.items() if key[2] != "aavg k=16"}  # k=16: the source
+    result, diffs, checked = in_pass_check(cluster, network)
     found = re.search(
         rf"\|\s*{re.escape(cluster)}\s*\|\s*(\d+)\s*\|\s*(\d+) of (\d+)\s*\|"
         rf"\s*(\d+) of (\d+)\s*\|\s*([+-][0-9.]+)%\s*\|",
@@ -172,9 +177,9 @@ def test_each_in_pass_run_is_as_the_docs_table_states(cluster: str, network: str
     assert found is not None, f"docs/benchmarks.md's table of the in-pass runs lacks {cluster}"
     assert [int(g) for g in found.groups()[:5]] == [
         result.settings["steps"],
-        sum(abs(d) <= 0.05 for d in diffs.values()),
+        within_5(diffs),
         len(diffs),
-        sum(abs(d) <= 0.05 for d in checked.values()),
+        within_5(checked),
         len(checked),
     ]
     assert f"{100 * max(checked.values(), key=abs):+.1f}" == found.group(6)
