@@ -184,15 +184,16 @@ def test_the_time_limit_notice_checkpoints_and_requeues(
         tiny_demo,
         run,
         "--time=10",
-        "--signal=B:USR1@90",
+        "--signal=B:USR1@180",
         tag="time-limit",
         epochs=LONG_EPOCHS,
     )
     wait_for_steps(run, 3)
-    # A limit 120-180 s away: the notice (90 s before it) falls due within 30-90 s and comes
-    # at one of SLURM's checks (every 30-60 s), still well before the limit, while this long run
-    # trains. (60-120 s away, a late check could meet the limit itself: TIMEOUT, no requeue.)
-    minutes = (slurm.job(job).run_time_s + 120) // 60 + 1
+    # A limit 180-240 s away (limits are whole minutes): the notice (180 s before it) falls due
+    # within 60 s and comes at one of SLURM's checks (every 30-60 s), still 60 s or more before
+    # the limit, while this long run trains. Every second waited here is trained twice: by
+    # this job and by its uninterrupted reference below.
+    minutes = (slurm.job(job).run_time_s + 180) // 60 + 1
     slurm.scontrol("update", f"JobId={job}", f"TimeLimit={minutes}")
     slurm.wait_until(job, {"PENDING"}, timeout=300)  # requeued by the script itself
     stopped_at = train_steps(run)
