@@ -39,6 +39,10 @@ def test_four_stand_in_nodes_scale_as_the_planner_says(netns_ok: None, tmp_path:
     result = ClusterResult.read(out)
     assert result.settings["failed"] == []
     assert 0 < result.calibration.own_s["tsm_resnet50"] < result.rows[0].one_process_step_s
+    # And its backward timed layer by layer on one process: the shares the ranks waited.
+    assert "stand-in backward: tsm_resnet50" in stdout
+    backward = result.calibration.backward["tsm_resnet50"]
+    assert 0.4 < backward.fraction < 0.95 and sum(backward.shares) == pytest.approx(1.0)
     rows = {row.variant: row for row in result.rows if row.in_sweep}
     assert set(rows) == {"ddp", "aavg k=2"}
     for row in rows.values():

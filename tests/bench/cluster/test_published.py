@@ -122,6 +122,9 @@ IN_PASS_RUNS = [
     ("cluster_two_nodes_in_pass.json", "network_scaling_lockstep_12steps.json"),
     ("cluster_two_nodes_in_pass_2.json", "network_scaling_lockstep_12steps_2.json"),
     ("cluster_two_nodes_in_pass_24steps.json", "network_scaling_lockstep_24steps.json"),
+    # The stand-ins waiting the backward timed layer by layer (`layer_times`), against run 3's
+    # real rows.
+    ("cluster_two_nodes_in_pass_24steps_layers.json", "network_scaling_lockstep_24steps.json"),
 ]
 
 

@@ -22,13 +22,14 @@ from __future__ import annotations
 import json
 import tempfile
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import asdict, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from vidscale.bench.cluster.calibrate import alone_step_s, optimizer_tail_s, own_work_s
 from vidscale.bench.cluster.config import ClipShape, ClusterConfig
+from vidscale.bench.cluster.layer_times import BackwardTiming, measure_backward
 from vidscale.bench.cluster.rank import RankSpec
 from vidscale.bench.cluster.report import (
     Calibration,
@@ -46,7 +47,6 @@ from vidscale.netlab import nodes
 from vidscale.netlab.cluster import Cluster
 from vidscale.netlab.link import Rate, unavailable
 from vidscale.planner.cluster_model import trunk_hops
-from vidscale.planner.link_model import BACKWARD_FRACTION
 
 PASS_TIMEOUT_S = 1800.0
 
@@ -55,28 +55,46 @@ class ClusterRunFailed(RuntimeError):
     """A pass's ranks failed; the message has rank 0's last lines."""
 
 
-def profile_of(step_s: float, *, tail_s: float, own_s: float) -> ComputeProfile:
-    """What a rank waits for a one-node step of `step_s`: it split by `tail_s` and the
-    planner's backward fraction, less the stand-in's own work `own_s` (`calibrate`)."""
+def profile_of(
+    step_s: float, *, tail_s: float, own_s: float, backward: BackwardTiming
+) -> ComputeProfile:
+    """What a rank waits for a one-node step of `step_s`: it split by `tail_s`, then forward
+    and backward, layer by layer, as `backward` measured them (`layer_times`), less the
+    stand-in's own work `own_s` (`calibrate`)."""
     return ComputeProfile.from_step(
-        step_s, tail_s=tail_s, backward_fraction=BACKWARD_FRACTION
+        step_s,
+        tail_s=tail_s,
+        backward_fraction=backward.fraction,
+        backward_shares=backward.shares,
     ).less(own_s)
+
+
+def _profiles(
+    models: tuple[str, ...], waited: dict[str, float], calibration: Calibration
+) -> dict[str, ComputeProfile]:
+    return {
+        m: profile_of(
+            waited[m],
+            tail_s=calibration.tail_s[m],
+            own_s=calibration.own_s[m],
+            backward=calibration.backward[m],
+        )
+        for m in models
+    }
 
 
 def _spec(
     cfg: ClusterConfig,
     baseline: dict[str, Any],
-    tails: dict[str, float],
-    own: dict[str, float],
+    calibration: Calibration,
     rate: str,
 ) -> RankSpec:
     """What every rank of a pass at `rate` does (the waits `rate`'s for `in_pass` compute)."""
     shape = ClipShape.of(baseline["settings"])
-    waited = cfg.waited_steps(baseline, rate)
-    profiles = {m: vars(profile_of(waited[m], tail_s=tails[m], own_s=own[m])) for m in cfg.models}
+    profiles = _profiles(cfg.models, cfg.waited_steps(baseline, rate), calibration)
     return RankSpec(
         models=cfg.models,
-        profiles=profiles,
+        profiles={m: asdict(profile) for m, profile in profiles.items()},
         variants=tuple(cfg.variants()),
         steps=cfg.steps,
         warmup=cfg.warmup,
@@ -90,17 +108,17 @@ def _spec(
 
 
 def calibrate_standins(cfg: ClusterConfig, baseline: dict[str, Any]) -> Calibration:
-    """Each model's optimizer tail and stand-in own work on this process, and the calibrated
-    stand-in's step alone (`calibrate`)."""
+    """Each model's optimizer tail, stand-in own work and backward layer by layer on this
+    process, and the calibrated stand-in's step alone (`calibrate`, `layer_times`)."""
     shape = ClipShape.of(baseline["settings"])
-    tails = {m: optimizer_tail_s(m, shape) for m in cfg.models}
-    own = {m: own_work_s(m, shape) for m in cfg.models}
-    waited = cfg.waited_steps(baseline)
-    alone = {
-        m: alone_step_s(m, shape, profile_of(waited[m], tail_s=tails[m], own_s=own[m]))
-        for m in cfg.models
-    }
-    return Calibration(tail_s=tails, own_s=own, alone_s=alone)
+    measured = Calibration(
+        tail_s={m: optimizer_tail_s(m, shape) for m in cfg.models},
+        own_s={m: own_work_s(m, shape) for m in cfg.models},
+        backward={m: measure_backward(m, shape) for m in cfg.models},
+    )
+    profiles = _profiles(cfg.models, cfg.waited_steps(baseline), measured)
+    alone = {m: alone_step_s(m, shape, profiles[m]) for m in cfg.models}
+    return replace(measured, alone_s=alone)
 
 
 def _job(cluster: Cluster, module: str, args: list[str], work: Path, cores: int) -> None:
@@ -165,10 +183,7 @@ def run(
     calibration = calibrate_standins(cfg, baseline)
     if progress:
         print(format_calibration(calibration, cfg.waited_steps(baseline)), flush=True)
-    specs = {
-        rate: _spec(cfg, baseline, calibration.tail_s, calibration.own_s, rate)
-        for rate in cfg.rates
-    }
+    specs = {rate: _spec(cfg, baseline, calibration, rate) for rate in cfg.rates}
     rows: list[dict[str, Any]] = []
     links: list[ProbedLink] = []
     failed: list[str] = []

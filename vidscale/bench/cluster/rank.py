@@ -45,7 +45,7 @@ class RankSpec:
     computes `slow_factor` times as long (a straggler's compute)."""
 
     models: tuple[str, ...]
-    profiles: dict[str, dict[str, float]]
+    profiles: dict[str, dict[str, Any]]
     variants: tuple[tuple[str, str, int], ...]
     steps: int
     warmup: int
@@ -79,10 +79,13 @@ class RankSpec:
 
 def _profile(spec: RankSpec, model: str, rank: int) -> ComputeProfile:
     found = spec.profiles[model]
-    scale = spec.slow_factor if rank == spec.slow_node else 1.0
-    return ComputeProfile(
-        found["forward_s"] * scale, found["backward_s"] * scale, found["tail_s"] * scale
+    profile = ComputeProfile(
+        found["forward_s"],
+        found["backward_s"],
+        found["tail_s"],
+        tuple(found.get("backward_shares", ())),
     )
+    return profile.scaled(spec.slow_factor) if rank == spec.slow_node else profile
 
 
 def _stand_in_step(

@@ -14,11 +14,12 @@ from typing import Any
 import torch
 
 from vidscale.bench.cluster.config import ClipShape, ClusterConfig
+from vidscale.bench.cluster.layer_times import BackwardTiming
 from vidscale.bench.network.report import _model_facts
 from vidscale.errors import InputError
 from vidscale.fastpath.hardware import describe, load_average
 from vidscale.planner.cluster_model import ClusterLink, predict_cluster_step
-from vidscale.planner.link_model import LinkVariant
+from vidscale.planner.link_model import BACKWARD_FRACTION, LinkVariant
 
 
 @dataclass(frozen=True)
@@ -83,19 +84,23 @@ def pass_name(nodes: int, rate: str, *, trunk: str | None = None, stragglers: bo
 
 @dataclass(frozen=True)
 class Calibration:
-    """Per model, measured on one process before the passes (`calibrate`): the optimizer's
-    tail of a one-node step, the stand-in's own work (taken off its waits) and the calibrated
-    stand-in's step alone. Results written before the calibration existed have only tails."""
+    """Per model, measured on one process before the passes (`calibrate`, `layer_times`): the
+    optimizer's tail of a one-node step, the stand-in's own work (taken off its waits), its
+    backward layer by layer (`BackwardTiming`) and the calibrated stand-in's step alone.
+    Results written before the calibration existed have only tails; before the backward was
+    measured, no `backward` (their stand-ins waited the layers' MAC shares)."""
 
     tail_s: dict[str, float]
     own_s: dict[str, float] = field(default_factory=dict)
     alone_s: dict[str, float] = field(default_factory=dict)
+    backward: dict[str, BackwardTiming] = field(default_factory=dict)
 
     def merged(self, other: Calibration) -> Calibration:
         return Calibration(
             {**self.tail_s, **other.tail_s},
             {**self.own_s, **other.own_s},
             {**self.alone_s, **other.alone_s},
+            {**self.backward, **other.backward},
         )
 
 
@@ -115,6 +120,7 @@ class ClusterResult:
             "optimizer_tail_s": self.calibration.tail_s,
             "standin_own_s": self.calibration.own_s,
             "standin_alone_s": self.calibration.alone_s,
+            "standin_backward": {m: asdict(b) for m, b in self.calibration.backward.items()},
             "links": [asdict(link) for link in self.links],
             "rows": [asdict(row) for row in self.rows],
         }
@@ -131,6 +137,15 @@ class ClusterResult:
                     raw["optimizer_tail_s"],
                     raw.get("standin_own_s", {}),
                     raw.get("standin_alone_s", {}),
+                    {
+                        model: BackwardTiming(
+                            found["fraction"],
+                            tuple(found["shares"]),
+                            tuple(found["ready"]),
+                            tuple(found["sizes"]),
+                        )
+                        for model, found in raw.get("standin_backward", {}).items()
+                    },
                 ),
                 links=[ProbedLink(**link) for link in raw["links"]],
                 rows=[ClusterRow(**row) for row in raw["rows"]],
@@ -264,6 +279,12 @@ def format_calibration(calibration: Calibration, waited: dict[str, float]) -> st
             f"stand-in alone: {model} {alone:.3f} s against the one-node {one:.3f} s "
             f"({alone / one - 1:+.1%}; its own work {calibration.own_s[model]:.3f} s, "
             "taken off its waits)"
+        )
+    for model, backward in calibration.backward.items():
+        lines.append(
+            f"stand-in backward: {model} {backward.fraction:.1%} of forward and backward "
+            f"(the planner assumes {BACKWARD_FRACTION:.1%}); half its parameters' gradients "
+            f"ready at {backward.half_ready:.0%} of it, measured layer by layer"
         )
     return "\n".join(lines)
 

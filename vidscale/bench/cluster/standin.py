@@ -7,9 +7,11 @@ Its forward runs a chain of one autograd node per parameter-owning layer, in the
 real forward runs them (`models.costs`); each node waits its layer's share of the forward time
 going forward, and its share of the backward time going backward, then hands its parameters
 their gradients. Backward therefore releases the gradients layer by layer, last layer first,
-each when the real backward would have (the shares are the layers' MACs, as the planner's
-`overlap.gradient_arrivals` assumes), and DDP's buckets fill and all-reduce as they would.
-The gradients are a small constant: their values do not change what is sent.
+each when the real backward would have, and DDP's buckets fill and all-reduce as they would.
+The layers' shares of backward are measured on one process where given (`layer_times`: when
+each layer's gradients are ready in a real backward), else their MACs, as the planner's
+`overlap.gradient_arrivals` assumes; the forward's shares are the MACs. The gradients are a
+small constant: their values do not change what is sent.
 
 `StandInSGD` is torch's SGD whose first step is real (so its momentum buffers exist, and AAVG
 averages them with the parameters) and whose later steps wait the measured time instead.
@@ -24,8 +26,8 @@ time from its computation (the planner's `cpu_s_per_byte`; bench network, "the s
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -44,19 +46,35 @@ GRADIENT = 1e-3
 
 @dataclass(frozen=True)
 class ComputeProfile:
-    """A one-node step split as the stand-in waits it: `forward_s`, `backward_s` (spread over
-    the layers by MACs) and `tail_s` (the gradient norm and the optimizer's update)."""
+    """A one-node step split as the stand-in waits it: `forward_s`, `backward_s` and `tail_s`
+    (the gradient norm and the optimizer's update). `backward_shares`: each stand-in layer's
+    share of `backward_s`, in forward order (`owned_layers`), summing to 1; empty: the layers'
+    MACs."""
 
     forward_s: float
     backward_s: float
     tail_s: float
+    backward_shares: tuple[float, ...] = ()
 
     @classmethod
-    def from_step(cls, step_s: float, *, tail_s: float, backward_fraction: float) -> ComputeProfile:
+    def from_step(
+        cls,
+        step_s: float,
+        *,
+        tail_s: float,
+        backward_fraction: float,
+        backward_shares: Sequence[float] = (),
+    ) -> ComputeProfile:
         """`step_s` measured on one node, `tail_s` of it after backward; the rest split with
-        `backward_fraction` for backward (the planner's `BACKWARD_FRACTION`)."""
+        `backward_fraction` for backward (measured, `layer_times`, or the planner's
+        `BACKWARD_FRACTION`)."""
         body = max(0.0, step_s - tail_s)
-        return cls(body * (1 - backward_fraction), body * backward_fraction, tail_s)
+        return cls(
+            body * (1 - backward_fraction),
+            body * backward_fraction,
+            tail_s,
+            tuple(backward_shares),
+        )
 
     @property
     def step_s(self) -> float:
@@ -71,7 +89,16 @@ class ComputeProfile:
         if self.step_s <= 0:
             return self
         scale = max(0.0, self.step_s - own_s) / self.step_s
-        return ComputeProfile(self.forward_s * scale, self.backward_s * scale, self.tail_s * scale)
+        return self.scaled(scale)
+
+    def scaled(self, factor: float) -> ComputeProfile:
+        """Every wait `factor` times as long; the layers' shares kept."""
+        return replace(
+            self,
+            forward_s=self.forward_s * factor,
+            backward_s=self.backward_s * factor,
+            tail_s=self.tail_s * factor,
+        )
 
 
 class Clock:
@@ -149,30 +176,45 @@ class StandInModel(nn.Module):
         self.model = model
         self.num_classes = num_classes
         self.clock = clock
-        modules = dict(model.named_modules())
+        owners = owned_layers(model, costs)
         total = sum(layer.macs for layer in costs.layers) or 1
-        self.layers: list[tuple[nn.Module, tuple[float, float]]] = []
-        seen: set[int] = set()
-        for layer in costs.layers:
-            module = modules[layer.name]
-            if id(module) in seen:  # a module run twice in forward owns its parameters once
-                continue
-            seen.add(id(module))
-            share = layer.macs / total
-            self.layers.append((module, (profile.forward_s * share, profile.backward_s * share)))
-        owned = {id(p) for module, _ in self.layers for p in module.parameters(recurse=False)}
-        missing = [n for n, p in model.named_parameters() if id(p) not in owned]
-        if missing:
-            raise ValueError(f"stand-in: parameters no layer of the cost table owns: {missing}")
+        macs = [layer_macs / total for _, layer_macs in owners]
+        backward = profile.backward_shares or tuple(macs)
+        if len(backward) != len(owners):
+            raise ValueError(f"stand-in: {len(backward)} backward shares for {len(owners)} layers")
+        self.layers: list[tuple[nn.Module, tuple[float, float]]] = [
+            (module, (profile.forward_s * fwd, profile.backward_s * bwd))
+            for (module, _), fwd, bwd in zip(owners, macs, backward, strict=True)
+        ]
 
     def forward(self, clips: torch.Tensor) -> torch.Tensor:
         x = torch.zeros(clips.shape[0], 1)
         for module, timing in self.layers:
-            x = _Layer.apply(x, timing, self.clock, *_params(module))
+            x = _Layer.apply(x, timing, self.clock, *layer_params(module))
         return x.expand(clips.shape[0], self.num_classes)
 
 
-def _params(module: nn.Module) -> Iterable[torch.Tensor]:
+def owned_layers(model: nn.Module, costs: ModelCosts) -> list[tuple[nn.Module, int]]:
+    """The modules of `costs`'s layers in forward order, each once (a module run twice in
+    forward owns its parameters once), with its MACs (its first run's): the stand-in's chain.
+    A `ValueError` if some parameter of `model` is owned by none of them."""
+    modules = dict(model.named_modules())
+    owners: list[tuple[nn.Module, int]] = []
+    seen: set[int] = set()
+    for layer in costs.layers:
+        module = modules[layer.name]
+        if id(module) not in seen:
+            seen.add(id(module))
+            owners.append((module, layer.macs))
+    owned = {id(p) for module, _ in owners for p in module.parameters(recurse=False)}
+    missing = [n for n, p in model.named_parameters() if id(p) not in owned]
+    if missing:
+        raise ValueError(f"stand-in: parameters no layer of the cost table owns: {missing}")
+    return owners
+
+
+def layer_params(module: nn.Module) -> list[torch.Tensor]:
+    """The trainable parameters `module` owns itself (not its children's)."""
     return [p for p in module.parameters(recurse=False) if p.requires_grad]
 
 
