@@ -10,10 +10,11 @@ and MAC shares would have DDP's big buckets ready, and all-reduced, earlier than
 has them. The forward's share of a step is measured here too, not assumed.
 
 `measure_backward` runs the real model's training step, one thread, hooks on every parameter
-noting when its gradient is accumulated, and keeps each stand-in layer's median ready time. In the stand-in's chain (`standin.owned_layers`, backward releasing the layers in
-reverse forward order) a layer can release its gradients no earlier than the one before it,
-so each layer's share is how much later than every layer after it in forward order its
-gradients were ready; what backward takes after the last layer's gradients goes to that layer.
+noting when its gradient is accumulated, and keeps each stand-in layer's median ready time.
+In the stand-in's chain (`standin.owned_layers`, backward releasing the layers in reverse
+forward order) a layer can release its gradients no earlier than the one before it, so each
+layer's share is how much later than every layer after it in forward order its gradients
+were ready; what backward takes after the last layer's gradients goes to that layer.
 """
 
 from __future__ import annotations
@@ -44,8 +45,7 @@ class BackwardTiming:
     fraction: float
     shares: tuple[float, ...]
     ready: tuple[float, ...]
-
-    sizes: tuple[int, ...]  # each layer's parameter count, in the same order
+    sizes: tuple[int, ...]
 
     @property
     def half_ready(self) -> float:
