@@ -32,8 +32,8 @@ SHAPE = ClipShape(batch=2, frames=2, size=64, num_classes=10)
 
 
 def test_each_layer_waits_what_its_gradients_came_later_than_every_layer_after_it() -> None:
-    # Forward order; backward goes from the last. The third layer's gradients came before
-    # the second's, but the chain releases the second first: the third waits nothing more.
+    # Forward order; backward goes from the last. The second layer's gradients came before
+    # the third's, but the chain releases the third first: the second waits nothing more.
     assert chain_shares((0.9, 0.4, 0.5, 0.1)) == pytest.approx((0.5, 0.0, 0.4, 0.1))
     # Backward's time after the first layer's gradients (the input's gradient, freeing) is
     # that layer's: the shares always sum to 1.
