@@ -187,6 +187,11 @@ class LocalSlurm:
         """Let a requeued job start at once. SLURM holds a requeued job for about two minutes
         (its begin time); an operator, like this test, may move that time to now."""
         self.wait_until(job_id, {"PENDING", *TERMINAL_STATES}, timeout=120)
+        # slurmd revokes a requeued job's credential as of the requeue, in whole seconds, and
+        # refuses that job's credentials made in the same second ("Job credential revoked":
+        # the restart dies at once, exit 1). The requeue came before the job showed PENDING,
+        # so the restart is let go in the next second.
+        time.sleep(1.05 - time.time() % 1.0)
         self.scontrol("update", f"JobId={job_id}", "StartTime=now")
 
     def _run_daemon(
