@@ -90,7 +90,7 @@ def test_a_stand_in_releases_each_layer_s_gradients_after_its_measured_share() -
 
 
 def test_a_result_keeps_the_measured_backward_and_says_it(tmp_path: Path) -> None:
-    timing = BackwardTiming(0.7, (0.6, 0.4), (1.0, 0.4), (10, 30))
+    timing = BackwardTiming(0.7, (1.0, 0.4), (10, 30))
     assert timing.half_ready == 0.4  # the second layer holds most parameters, ready first
     recorded = ClusterResult.read(RECORDED)
     assert recorded.calibration.backward == {}  # written before the backward was measured

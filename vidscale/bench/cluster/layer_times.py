@@ -37,15 +37,19 @@ _WARMUP = 2  # the allocator's first fills and the kernels' first choices
 
 @dataclass(frozen=True)
 class BackwardTiming:
-    """`fraction`: backward's share of a step's forward and backward; `shares`: each stand-in
-    layer's share of backward, in forward order (`standin.owned_layers`), summing to 1;
-    `ready`: when each layer's gradients were ready, as a fraction of backward (the median
-    over the measured steps), in the same order; `sizes`: each layer's parameter count."""
+    """`fraction`: backward's share of a step's forward and backward; `ready`: when each
+    stand-in layer's gradients were ready, as a fraction of backward (the median over the
+    measured steps), in forward order (`standin.owned_layers`); `sizes`: each layer's
+    parameter count, in the same order."""
 
     fraction: float
-    shares: tuple[float, ...]
     ready: tuple[float, ...]
     sizes: tuple[int, ...]
+
+    @property
+    def shares(self) -> tuple[float, ...]:
+        """Each layer's share of backward, in forward order, summing to 1 (`chain_shares`)."""
+        return chain_shares(self.ready)
 
     @property
     def half_ready(self) -> float:
@@ -112,7 +116,7 @@ def measure_backward(model: str, shape: ClipShape, *, reps: int = 4) -> Backward
             handle.remove()
     ready = tuple(statistics.median(column) for column in zip(*readies, strict=True))
     sizes = tuple(sum(p.numel() for p in layer_params(module)) for module in layers)
-    return BackwardTiming(statistics.median(fractions), chain_shares(ready), ready, sizes)
+    return BackwardTiming(statistics.median(fractions), ready, sizes)
 
 
 def chain_shares(ready: tuple[float, ...]) -> tuple[float, ...]:

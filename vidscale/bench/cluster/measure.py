@@ -29,7 +29,7 @@ from typing import Any
 
 from vidscale.bench.cluster.calibrate import alone_step_s, optimizer_tail_s, own_work_s
 from vidscale.bench.cluster.config import ClipShape, ClusterConfig
-from vidscale.bench.cluster.layer_times import BackwardTiming, measure_backward
+from vidscale.bench.cluster.layer_times import measure_backward
 from vidscale.bench.cluster.rank import RankSpec
 from vidscale.bench.cluster.report import (
     Calibration,
@@ -55,30 +55,19 @@ class ClusterRunFailed(RuntimeError):
     """A pass's ranks failed; the message has rank 0's last lines."""
 
 
-def profile_of(
-    step_s: float, *, tail_s: float, own_s: float, backward: BackwardTiming
-) -> ComputeProfile:
-    """What a rank waits for a one-node step of `step_s`: it split by `tail_s`, then forward
-    and backward, layer by layer, as `backward` measured them (`layer_times`), less the
-    stand-in's own work `own_s` (`calibrate`)."""
-    return ComputeProfile.from_step(
-        step_s,
-        tail_s=tail_s,
-        backward_fraction=backward.fraction,
-        backward_shares=backward.shares,
-    ).less(own_s)
-
-
 def _profiles(
     models: tuple[str, ...], waited: dict[str, float], calibration: Calibration
 ) -> dict[str, ComputeProfile]:
+    """What a rank waits, per model, for a one-node step of `waited[model]`: it split by the
+    optimizer's tail, then forward and backward, layer by layer, as `calibration.backward`
+    measured them (`layer_times`), less the stand-in's own work (`calibrate`)."""
     return {
-        m: profile_of(
+        m: ComputeProfile.from_step(
             waited[m],
             tail_s=calibration.tail_s[m],
-            own_s=calibration.own_s[m],
-            backward=calibration.backward[m],
-        )
+            backward_fraction=calibration.backward[m].fraction,
+            backward_shares=calibration.backward[m].shares,
+        ).less(calibration.own_s[m])
         for m in models
     }
 

@@ -83,7 +83,7 @@ def _profile(spec: RankSpec, model: str, rank: int) -> ComputeProfile:
         found["forward_s"],
         found["backward_s"],
         found["tail_s"],
-        tuple(found.get("backward_shares", ())),
+        tuple(found["backward_shares"]),
     )
     return profile.scaled(spec.slow_factor) if rank == spec.slow_node else profile
 

@@ -139,10 +139,7 @@ class ClusterResult:
                     raw.get("standin_alone_s", {}),
                     {
                         model: BackwardTiming(
-                            found["fraction"],
-                            tuple(found["shares"]),
-                            tuple(found["ready"]),
-                            tuple(found["sizes"]),
+                            found["fraction"], tuple(found["ready"]), tuple(found["sizes"])
                         )
                         for model, found in raw.get("standin_backward", {}).items()
                     },
