@@ -103,6 +103,8 @@ def test_the_committed_scaling_json_is_a_typed_report_written_back_byte_for_byte
     assert single.efficiency == 1.0 and ddp.speedup is not None
     assert [r.rank for r in ddp.ranks] == [0, 1]
     assert len(ddp.ranks[1].step_s) == report.settings.steps
+    # Measured before the process's CPU time was recorded: none, and none written back.
+    assert ddp.process_cpu_s is None and ddp.ranks[0].process_cpu_s == ()
     text = COMMITTED_SCALING.read_text()
     assert json.dumps(report.to_dict(), indent=2) + "\n" == text
 

@@ -66,7 +66,12 @@ def test_two_nodes_across_a_shaped_link_are_measured_and_predicted(
         assert row["predicted_step_s"] > 0 and row["error"] == pytest.approx(
             row["predicted_step_s"] / row["step_s"] - 1
         )
+        # The CPU time a step: the training thread's within the process's (gloo's threads
+        # too), and the process's within the step's wall time (a node's rank has one core).
+        assert 0 < row["thread_cpu_s"] <= row["process_cpu_s"], row
+        assert row["process_cpu_s"] < 1.02 * row["step_s"], row
     assert "largest planner error" in done.stdout
+    assert " thread  others " in done.stdout
     # Two processes computing at once, one a core: each model's step with a neighbour (on a
     # machine of two cores or more), which the replanned file keeps.
     if len(os.sched_getaffinity(0)) >= 2:
@@ -99,6 +104,7 @@ def test_two_nodes_across_a_shaped_link_are_measured_and_predicted(
         [r["predicted_step_s"] for r in rows]
     )
     assert [r["step_s"] for r in replanned["rows"]] == [r["step_s"] for r in rows]
+    assert [r["process_cpu_s"] for r in replanned["rows"]] == [r["process_cpu_s"] for r in rows]
     assert replanned["co_running_steps_s"] == result["co_running_steps_s"]
     assert replanned["lockstep_step_s"] == result["lockstep_step_s"]
 

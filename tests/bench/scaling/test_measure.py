@@ -63,6 +63,7 @@ ROW_KEYS = {
     "thread_cpu_s",
     "load_average",
     "ranks",
+    "process_cpu_s",
 }
 SERIES = {
     "step_s",
@@ -74,6 +75,7 @@ SERIES = {
     "comm_rounds",
     "thread_cpu_s",
     "compute_s",
+    "process_cpu_s",
 }
 
 
@@ -175,17 +177,19 @@ def test_each_part_of_a_step_is_measured_on_its_own_clock_and_fits_inside_the_st
     """`compute_s` is the step less the other parts, so their sum is the step by construction;
     what can fail is each separately timed part: none negative, the data wait and the exposed
     communication together shorter than the step, exposed communication no longer than the
-    communication in flight, and the training thread's CPU time no longer than the step's wall
-    time (one thread cannot run longer than the clock)."""
+    communication in flight, the training thread's CPU time no longer than the step's wall
+    time (one thread cannot run longer than the clock), and the whole process's CPU time no
+    shorter than its training thread's (which it holds)."""
     report, _, _ = measured
     for row in report["runs"]:
         for rank in row["ranks"]:
-            for step, data, comm, flight, cpu in zip(
+            for step, data, comm, flight, cpu, process in zip(
                 rank["step_s"],
                 rank["data_wait_s"],
                 rank["comm_exposed_s"],
                 rank["comm_in_flight_s"],
                 rank["thread_cpu_s"],
+                rank["process_cpu_s"],
                 strict=True,
             ):
                 assert step > 0 and data >= 0 and comm >= 0 and cpu > 0
@@ -193,6 +197,7 @@ def test_each_part_of_a_step_is_measured_on_its_own_clock_and_fits_inside_the_st
                 assert comm <= flight + 1e-9
                 # The CPU clock is read a few microseconds after the wall clock, at both ends.
                 assert cpu <= step + 1e-3
+                assert process >= cpu - 1e-3
         assert row["step_spread_s"]["min"] <= row["step_s"] <= row["step_spread_s"]["max"]
 
 

@@ -73,6 +73,12 @@ class NetworkRow:
     comm_bytes_per_step: float
     predicted_step_s: float
     predicted_bytes_per_step: float
+    # Of `compute_s`, the CPU time a step of the training thread and of the whole rank process
+    # (its gloo threads too); None in results measured before they were recorded. A rank has
+    # its node's one core: what `compute_s` holds beyond `process_cpu_s`, that core spent
+    # outside the process (the kernel's packet work, the node's agent) or idle.
+    thread_cpu_s: float | None = None
+    process_cpu_s: float | None = None
 
     @property
     def error(self) -> float:
@@ -230,6 +236,8 @@ def build(
                     comm_bytes_per_step=run.comm_bytes_per_step,
                     predicted_step_s=predicted.step_s,
                     predicted_bytes_per_step=predicted.bytes_per_step,
+                    thread_cpu_s=run.thread_cpu_s,
+                    process_cpu_s=run.process_cpu_s,
                 )
             )
     links = [link for link, _ in measured]
@@ -311,19 +319,27 @@ def read_result(path: Path) -> NetworkResult:
 
 
 def format_table(result: NetworkResult) -> str:
-    """One line per row: rate, model, variant, measured step and its split, efficiency,
-    predicted step and the error."""
+    """One line per row: rate, model, variant, measured step and its split (compute, of it the
+    training thread's CPU time and the process's other threads', exposed communication),
+    efficiency, predicted step and the error."""
     head = (
         f"{'link':>9} {'model':<20} {'variant':<14} {'step s':>7} {'compute':>7} "
-        f"{'comm':>7} {'eff':>5} {'MB/step':>8} {'pred s':>7} {'error':>7}"
+        f"{'thread':>7} {'others':>7} {'comm':>7} {'eff':>5} {'MB/step':>8} {'pred s':>7} "
+        f"{'error':>7}"
     )
     lines = [head, "-" * len(head)]
     for r in result.rows:
         eff = "-" if r.efficiency is None else f"{r.efficiency:.2f}"
+        thread = "-" if r.thread_cpu_s is None else f"{r.thread_cpu_s:.3f}"
+        others = (
+            "-"
+            if r.thread_cpu_s is None or r.process_cpu_s is None
+            else f"{r.process_cpu_s - r.thread_cpu_s:.3f}"
+        )
         lines.append(
             f"{r.rate:>9} {r.model:<20} {r.variant:<14} {r.step_s:7.3f} {r.compute_s:7.3f} "
-            f"{r.comm_exposed_s:7.3f} {eff:>5} {r.comm_bytes_per_step / 1e6:8.1f} "
-            f"{r.predicted_step_s:7.3f} {r.error:+7.1%}"
+            f"{thread:>7} {others:>7} {r.comm_exposed_s:7.3f} {eff:>5} "
+            f"{r.comm_bytes_per_step / 1e6:8.1f} {r.predicted_step_s:7.3f} {r.error:+7.1%}"
         )
     worst = max((abs(r.error) for r in result.rows), default=0.0)
     lines.append(f"largest planner error: {worst:.1%} over {len(result.rows)} rows")

@@ -32,6 +32,8 @@ SERIES = (
     "comm_rounds",
     "thread_cpu_s",
 )
+# Series that ranks measured before they were recorded lack.
+OPTIONAL_SERIES = ("process_cpu_s",)
 
 
 def _spread(values: list[float]) -> dict[str, float]:
@@ -56,7 +58,8 @@ def _with_compute(rank: dict[str, Any]) -> dict[str, Any]:
             rank["step_s"], rank["data_wait_s"], rank["comm_exposed_s"], strict=True
         )
     ]
-    return {"rank": rank["rank"], **{k: rank[k] for k in SERIES}, "compute_s": compute}
+    optional = {k: rank[k] for k in OPTIONAL_SERIES if rank.get(k)}
+    return {"rank": rank["rank"], **{k: rank[k] for k in SERIES}, **optional, "compute_s": compute}
 
 
 def summarise(measurement: dict[str, Any], *, batch: int, single: float | None) -> ScalingRun:
@@ -66,6 +69,9 @@ def summarise(measurement: dict[str, Any], *, batch: int, single: float | None) 
 
     def mean(key: str) -> float:
         return statistics.fmean(x for r in ranks for x in r[key])
+
+    def optional_mean(key: str) -> float | None:
+        return mean(key) if all(key in r for r in ranks) else None
 
     procs = int(measurement["procs"])
     step = mean("step_s")
@@ -94,6 +100,7 @@ def summarise(measurement: dict[str, Any], *, batch: int, single: float | None) 
         comm_bytes_per_step=mean("comm_bytes"),
         comm_rounds_per_step=mean("comm_rounds"),
         thread_cpu_s=mean("thread_cpu_s"),
+        process_cpu_s=optional_mean("process_cpu_s"),
         load_average=tuple(load),  # rank 0's host, before and after: above the cores = contention
         ranks=tuple(_rank_steps(r) for r in ranks),
         applied_steps=measurement.get("applied_steps"),
@@ -101,7 +108,8 @@ def summarise(measurement: dict[str, Any], *, batch: int, single: float | None) 
 
 
 def _rank_steps(rank: dict[str, Any]) -> RankSteps:
-    return RankSteps(rank=rank["rank"], **{k: tuple(rank[k]) for k in RankSteps.SERIES})
+    optional = {k: tuple(rank[k]) for k in RankSteps.OPTIONAL if k in rank}
+    return RankSteps(rank=rank["rank"], **{k: tuple(rank[k]) for k in RankSteps.SERIES}, **optional)
 
 
 DEFINITIONS = {
@@ -120,6 +128,8 @@ DEFINITIONS = {
     "row with none is refused, not recorded",
     "thread_cpu_s": "CPU time of the training thread; cpu% in the table is it over "
     "compute_s: well below 100, the compute waited for a core or the slowest rank",
+    "process_cpu_s": "CPU time of the whole rank process (its training thread and gloo's "
+    "threads); null in rows measured before it was recorded",
 }
 
 

@@ -75,7 +75,8 @@ class RankSteps:
     """One rank's measured steps (one value per step): the step, its exposed data wait and
     communication (DDP's forward buffer broadcast `forward_sync_s` included), the time with a
     collective in flight, bytes and collectives, the training thread's CPU time, and
-    `compute_s` (the step less the exposed parts)."""
+    `compute_s` (the step less the exposed parts); `process_cpu_s`, the whole process's CPU
+    time (every thread's), is empty in files measured before it was recorded."""
 
     SERIES: ClassVar[tuple[str, ...]] = (
         "step_s",
@@ -88,6 +89,7 @@ class RankSteps:
         "thread_cpu_s",
         "compute_s",
     )
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("process_cpu_s",)
 
     rank: int
     step_s: tuple[float, ...]
@@ -99,14 +101,17 @@ class RankSteps:
     comm_rounds: tuple[float, ...]
     thread_cpu_s: tuple[float, ...]
     compute_s: tuple[float, ...]
+    process_cpu_s: tuple[float, ...] = ()
 
     @classmethod
     def from_fields(cls, f: Fields) -> RankSteps:
         series = {k: f.numbers(k) for k in cls.SERIES}
+        series |= {k: f.numbers(k) for k in cls.OPTIONAL if k in f.data}
         return cls(rank=f.integer("rank"), **series)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"rank": self.rank, **{k: list(getattr(self, k)) for k in self.SERIES}}
+        recorded = [k for k in self.OPTIONAL if getattr(self, k)]
+        return {"rank": self.rank, **{k: list(getattr(self, k)) for k in (*self.SERIES, *recorded)}}
 
 
 # The per-run means, in the JSON's order between `step_spread_s` and `load_average`.
@@ -163,6 +168,9 @@ class ScalingRun:
     # Measured steps that applied their update (`step.applied`; None: measured before it was
     # counted). A row with none is refused when measured, so it is between 1 and `steps`.
     applied_steps: int | None = None
+    # The rank processes' CPU time a step, every thread's (None: measured before it was
+    # recorded); what `compute_s` has beyond it, a core pinned to the rank gave elsewhere.
+    process_cpu_s: float | None = None
 
     @property
     def label(self) -> str:
@@ -186,13 +194,15 @@ class ScalingRun:
         values["ranks"] = tuple(RankSteps.from_fields(r) for r in f.objs("ranks"))
         counted = "applied_steps" in f.data  # not in files measured before it was counted
         values["applied_steps"] = f.opt_integer("applied_steps") if counted else None
+        recorded = "process_cpu_s" in f.data
+        values["process_cpu_s"] = f.opt_number("process_cpu_s") if recorded else None
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for spec in dataclasses.fields(self):
             value = getattr(self, spec.name)
-            if spec.name == "applied_steps" and value is None:
+            if spec.name in ("applied_steps", "process_cpu_s") and value is None:
                 continue  # a file measured before it was counted is written back as it was
             if spec.name == "step_spread_s":
                 value = value.to_dict()

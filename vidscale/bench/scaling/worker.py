@@ -21,7 +21,10 @@ records, on its own clock:
   bytes put into collectives;
 - `thread_cpu_s`: CPU time of the training thread (which runs every operator with one thread):
   well below `compute_s`, the process waited for a core (other processes on the machine) or
-  for the slowest rank at the step's agreement.
+  for the slowest rank at the step's agreement;
+- `process_cpu_s`: CPU time of the whole rank process (the training thread's, and its other
+  threads': gloo's sending, receiving and adding): on a rank pinned to one core, the part of
+  `compute_s` that is neither is time that core gave to something outside the process.
 
 `compute_s = step_s - data_wait_s - comm_exposed_s` is what remains: forward, backward,
 optimizer and the loop's per-step agreement (one all-reduce of five numbers, which also waits
@@ -37,7 +40,7 @@ import functools
 import gc
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
@@ -146,10 +149,12 @@ class StepSamples:
     comm_bytes: list[int]
     comm_rounds: list[int]
     thread_cpu_s: list[float]  # CPU time of the training thread during the step
+    # CPU time of every thread of the process during the step (gloo's included)
+    process_cpu_s: list[float] = field(default_factory=list)
 
     @classmethod
     def empty(cls, rank: int) -> StepSamples:
-        return cls(rank, [], [], [], [], [], [], [], [])
+        return cls(rank, [], [], [], [], [], [], [], [], [])
 
 
 @dataclass
@@ -262,7 +267,11 @@ def measure(
     applied = AppliedSteps()  # the measured steps' (the subject's own count has the warm-up's)
     for step in range(cfg.warmup + cfg.steps):
         synchronize(env.device)
-        start, start_cpu = time.perf_counter(), time.thread_time()
+        start, start_cpu, start_process = (
+            time.perf_counter(),
+            time.thread_time(),
+            time.process_time(),
+        )
         result = run.subject.loaded(run.batches, prepare=prepare, clips=cfg.batch)
         # The warm-up is an epoch of its own: AAVG averages at its end (as at every epoch end),
         # so the first averaging's one-time costs stay out, and every k-th measured step.
@@ -276,6 +285,7 @@ def measure(
         applied.add(result)
         samples.step_s.append(time.perf_counter() - start)
         samples.thread_cpu_s.append(time.thread_time() - start_cpu)
+        samples.process_cpu_s.append(time.process_time() - start_process)
         samples.data_wait_s.append(result.wait_s)
         samples.comm_exposed_s.append(traffic.exposed_seconds + forward_sync)
         samples.forward_sync_s.append(forward_sync)
