@@ -227,3 +227,4 @@ def test_combine_joins_two_recorded_results_without_root(tmp_path: Path) -> None
     assert sum(" tsm_resnet50 " in line for line in done.stdout.splitlines()) == 8
     assert sum(" i3d_resnet50_3x3x3 " in line for line in done.stdout.splitlines()) == 8
     assert "stand-in" in done.stdout and f"wrote {out}, {plot}" in done.stdout
+    assert "compute/control" in done.stdout  # each difference split: communication, compute

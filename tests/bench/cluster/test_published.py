@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -104,7 +105,7 @@ def test_the_lockstep_check_against_real_compute_is_as_the_docs_state() -> None:
         assert compute > network["one_process_step_s"][model]
     checked = standin_check(result, LOCKSTEP_NETWORK)
     assert len(checked) == 20
-    diffs = [standin / real - 1 for *_, standin, real in checked]
+    diffs = [c.diff for c in checked]
     found = re.search(
         r"stand-ins\s+waiting\s+the\s+lockstep\s+compute:\s+within\s+5%\s+of\s+the\s+real\s+"
         r"two-node\s+step\s+on\s+(\d+)\s+of\s+(\d+)\s+rows,\s+the\s+largest\s+difference\s+"
@@ -125,6 +126,11 @@ IN_PASS_RUNS = [
     # The stand-ins waiting the backward timed layer by layer (`layer_times`), against run 3's
     # real rows.
     ("cluster_two_nodes_in_pass_24steps_layers.json", "network_scaling_lockstep_24steps.json"),
+    # Each step's process CPU time recorded beside the training thread's (bench network's
+    # `process_cpu_s`), and each difference split into communication and compute.
+    ("cluster_two_nodes_in_pass_cpu_2gbit.json", "network_scaling_cpu_2gbit.json"),
+    ("cluster_two_nodes_in_pass_cpu.json", "network_scaling_cpu.json"),
+    ("cluster_two_nodes_in_pass_cpu_2.json", "network_scaling_cpu_2.json"),
 ]
 
 
@@ -137,10 +143,7 @@ def in_pass_check(cluster: str, network: str) -> tuple[ClusterResult, Diffs, Dif
     source, not a check)."""
     result = ClusterResult.read(RESULTS / cluster)
     assert result.settings["standin_compute"] == "in_pass"
-    diffs = {
-        (rate, model, variant): s / r - 1
-        for rate, model, variant, s, r in standin_check(result, RESULTS / network)
-    }
+    diffs = {(c.rate, c.model, c.variant): c.diff for c in standin_check(result, RESULTS / network)}
     checked = {key: d for key, d in diffs.items() if key[2] != "aavg k=16"}
     return result, diffs, checked
 
@@ -209,3 +212,30 @@ def test_the_two_rack_rows_are_predicted_as_published_with_the_ring_s_trunk_hops
                 f"| {row.step_s:.3f} | {row.predicted_step_s:.3f} | {100 * row.error:+.1f}% |"
                 in text
             )
+
+
+def compute_cells(row: dict[str, Any], control: dict[str, Any] | None = None) -> str:
+    """A real row's cells in docs/benchmarks.md's table of where the compute went: compute,
+    the training thread's CPU time (each over `control`'s where given), gloo's threads' CPU
+    time (the process's less the training thread's) and the exposed communication."""
+    compute, thread = row["compute_s"], row["thread_cpu_s"]
+    if control is None:
+        shown = f"{compute:.3f} | {thread:.3f}"
+    else:
+        more = compute / control["compute_s"] - 1, thread / control["thread_cpu_s"] - 1
+        shown = f"{compute:.3f} ({more[0]:+.1%}) | {thread:.3f} ({more[1]:+.1%})"
+    gloo = row["process_cpu_s"] - thread
+    return f"| {shown} | {gloo:.3f} | {row['comm_exposed_s']:.3f} |"
+
+
+def test_where_the_real_ranks_compute_went_is_as_the_docs_table_states() -> None:
+    """docs/benchmarks.md, "The stand-in against real compute at two nodes, each difference
+    split": run B's real rows at 2 Gbit/s, DDP against
+    the control (AAVG once an epoch)."""
+    rows = json.loads((RESULTS / "network_scaling_cpu.json").read_text())["rows"]
+    text = BENCHMARKS.read_text()
+    for model, name in (("tsm_resnet50", "TSM-R50"), ("i3d_resnet50_3x3x3", "I3D-R50")):
+        found = {r["variant"]: r for r in rows if r["rate"] == "2gbit" and r["model"] == model}
+        control = found["aavg k=16"]
+        assert f"| {name} AAVG K = 16 (control) {compute_cells(control)}" in text
+        assert f"| {name} DDP {compute_cells(found['ddp'], control)}" in text

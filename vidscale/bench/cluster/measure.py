@@ -200,10 +200,18 @@ def _passes(
     """Every pass in order, named as `settings["failed"]` names a failed one (`pass_name`),
     each link rate probed (into `links`) as the passes reach it: the sweep (`specs`: each
     rate's), then the straggler runs and the two-rack runs, both DDP and AAVG at `aavg_k` on
-    the first model at the first rate."""
+    the first model at the first rate. A rate probed once is not probed again (a straggler's
+    link at a trunk's rate, say): the same two-node link, the same figures."""
+    probed: set[str] = set()
+
+    def probe_once(rate: Rate) -> None:
+        if rate.label not in probed:
+            probed.add(rate.label)
+            links.append(probe(rate, work, cfg.cores))
+
     for text in cfg.rates:
         rate = Rate.parse(text)
-        links.append(probe(rate, work, cfg.cores))
+        probe_once(rate)
         for n in cfg.nodes:
             yield pass_name(n, rate.label), partial(one_pass, cfg, specs[text], n, rate, work)
     first = Rate.parse(cfg.rates[0])
@@ -214,12 +222,12 @@ def _passes(
     )
     if cfg.straggler_nodes:
         n, slow_link = cfg.straggler_nodes, Rate.parse(cfg.straggler_rate)
-        links.append(probe(slow_link, work, cfg.cores))
+        probe_once(slow_link)
         name = pass_name(n, first.label, stragglers=True)
         yield name, partial(_stragglers, cfg, narrow, n, first, slow_link, work)
     for text in cfg.trunk_rates if cfg.trunk_nodes else ():
         trunk, n = Rate.parse(text), cfg.trunk_nodes
-        links.append(probe(trunk, work, cfg.cores))
+        probe_once(trunk)
         name = pass_name(n, first.label, trunk=trunk.label)
         yield name, partial(one_pass, cfg, narrow, n, first, work, trunk=trunk)
 

@@ -393,30 +393,91 @@ def combine(results: list[ClusterResult]) -> ClusterResult:
     return ClusterResult({**first.settings, "failed": failed}, host, calibration, links, rows)
 
 
-def standin_check(result: ClusterResult, network: Path) -> list[tuple[str, str, str, float, float]]:
-    """Each two-node stand-in row next to the real two-node step `bench network` measured for
-    the same rate, model and variant (`network`, its JSON): (rate, model, variant, stand-in
-    step, real step)."""
-    real = {
-        (r["rate"], r["model"], r["variant"]): r["step_s"]
-        for r in json.loads(network.read_text())["rows"]
+@dataclass(frozen=True)
+class StandInCheck:
+    """A two-node stand-in row beside the real two-node row of the same rate, model and
+    variant (`bench network`): both steps, the communication each waited, and each one's
+    compute (the step less that wait) over the control's, the real compute of that rate's and
+    model's AAVG row averaging once an epoch (what `in_pass` stand-ins wait; None where the
+    real run has no such row). A step's difference is then split into the part that is the
+    communication's and the part that is the compute's, each measured."""
+
+    rate: str
+    model: str
+    variant: str
+    standin_s: float
+    real_s: float
+    standin_comm_s: float
+    real_comm_s: float
+    real_compute_s: float
+    control_s: float | None
+
+    @property
+    def diff(self) -> float:
+        """stand-in / real - 1 (issue 46: within 5%)."""
+        return self.standin_s / self.real_s - 1
+
+    def over_control(self, compute_s: float) -> float | None:
+        return None if not self.control_s else compute_s / self.control_s - 1
+
+    @property
+    def standin_compute_over_control(self) -> float | None:
+        return self.over_control(self.standin_s - self.standin_comm_s)
+
+    @property
+    def real_compute_over_control(self) -> float | None:
+        return self.over_control(self.real_compute_s)
+
+
+def standin_check(result: ClusterResult, network: Path) -> list[StandInCheck]:
+    """Each two-node stand-in row of the sweep next to the real two-node row `bench network`
+    measured for the same rate, model and variant (`network`, its JSON)."""
+    measured = json.loads(network.read_text())
+    real = {(r["rate"], r["model"], r["variant"]): r for r in measured["rows"]}
+    epoch_k = measured["settings"].get("epoch_k")
+    control = {
+        (r["rate"], r["model"]): r["compute_s"]
+        for r in measured["rows"]
+        if epoch_k and r["strategy"] == "aavg" and r["k"] == epoch_k
     }
     out = []
     for row in result.rows:
         key = (row.rate, row.model, row.variant)
         if row.nodes == 2 and row.in_sweep and key in real:
-            out.append((*key, row.step_s, real[key]))
+            found = real[key]
+            out.append(
+                StandInCheck(
+                    *key,
+                    standin_s=row.step_s,
+                    real_s=found["step_s"],
+                    standin_comm_s=row.comm_exposed_s,
+                    real_comm_s=found["comm_exposed_s"],
+                    real_compute_s=found["compute_s"],
+                    control_s=control.get((row.rate, row.model)),
+                )
+            )
     return out
 
 
 def format_standin_check(result: ClusterResult, network: Path) -> str:
     """`standin_check` as a table: each two-node stand-in step, the real one, their difference
-    (issue 46: the stand-in within 5% of the real two-node step at each rate)."""
-    head = f"{'link':>8} {'model':<20} {'variant':<14} {'stand-in':>8} {'real':>7} {'diff':>7}"
-    lines = [head, "-" * len(head)]
-    for rate, model, variant, standin, real in standin_check(result, network):
+    (issue 46: the stand-in within 5% of the real two-node step at each rate), then where it
+    lies: the communication each waited a step, and each one's compute over the control."""
+    head = (
+        f"{'link':>8} {'model':<20} {'variant':<14} {'stand-in':>8} {'real':>7} {'diff':>7}   "
+        f"{'comm s':>15}   {'compute/control':>15}"
+    )
+    pair = f"{'stand-in':>8} {'real':>6}"
+    under = f"{'':>72}{pair}   {pair}"
+    lines = [head, under, "-" * len(under)]
+
+    def share(value: float | None) -> str:
+        return "-" if value is None else f"{value:+.1%}"
+
+    for c in standin_check(result, network):
         lines.append(
-            f"{rate:>8} {model:<20} {variant:<14} {standin:8.3f} {real:7.3f} "
-            f"{standin / real - 1:+7.1%}"
+            f"{c.rate:>8} {c.model:<20} {c.variant:<14} {c.standin_s:8.3f} {c.real_s:7.3f} "
+            f"{c.diff:+7.1%}   {c.standin_comm_s:8.3f} {c.real_comm_s:6.3f}   "
+            f"{share(c.standin_compute_over_control):>8} {share(c.real_compute_over_control):>6}"
         )
     return "\n".join(lines)
