@@ -22,9 +22,9 @@ def test_four_stand_in_nodes_scale_as_the_planner_says(netns_ok: None, tmp_path:
     cmd = [
         sys.executable, "-m", "vidscale", "bench", "cluster",
         "--nodes", "4", "--rates", "1gbit", "--models", "tsm_resnet50", "--hooks", "none",
-        "--aavg-k", "2", "--epoch-k", "0", "--steps", "2", "--warmup", "2",
-        "--trunk-nodes", "4", "--trunk-rates", "250mbit",
-        "--straggler-nodes", "2", "--straggler-rate", "250mbit", "--straggler-factor", "2",
+        "--aavg-k", "2", "--epoch-k", "0", "--steps", "2", "--warmup", "1",
+        "--trunk-nodes", "4", "--trunk-rates", "500mbit",
+        "--straggler-nodes", "2", "--straggler-rate", "500mbit", "--straggler-factor", "2",
         "--baseline", str(ROOT / "docs" / "results" / "network_scaling.json"),
         "--out-json", str(out),
     ]  # fmt: skip
@@ -33,11 +33,13 @@ def test_four_stand_in_nodes_scale_as_the_planner_says(netns_ok: None, tmp_path:
     assert bench.returncode == 0, stderr[-3000:]
     assert out.is_file() and (tmp_path / "cluster.png").is_file()  # the plot beside the JSON
     assert "bench cluster: 4 nodes at 1gbit" in stdout and f"wrote {out}" in stdout
-    assert "bench cluster: 4 nodes at 1gbit on two racks, trunk 250mbit" in stdout
+    assert "bench cluster: 4 nodes at 1gbit on two racks, trunk 500mbit" in stdout
     # The stand-in calibrated on one process first: its own work measured and taken off.
     assert "stand-in alone: tsm_resnet50" in stdout, stdout[-3000:]
     result = ClusterResult.read(out)
     assert result.settings["failed"] == []
+    # Each rate probed once: the straggler's link and the trunk share theirs.
+    assert [link.rate for link in result.links] == ["1gbit", "500mbit"]
     assert 0 < result.calibration.own_s["tsm_resnet50"] < result.rows[0].one_process_step_s
     # And its backward timed layer by layer on one process: the shares the ranks waited.
     assert "stand-in backward: tsm_resnet50" in stdout
@@ -59,24 +61,24 @@ def test_four_stand_in_nodes_scale_as_the_planner_says(netns_ok: None, tmp_path:
     # AAVG at K = 2 sends its parameters, momentum and BatchNorm statistics every other step:
     # about as many bytes a step as DDP's gradients (which it does not overlap with backward).
     assert rows["aavg k=2"].comm_bytes_per_step == pytest.approx(97.3e6, rel=0.05)
-    # Two racks of two nodes joined by a trunk at a quarter of the links' rate: the ring crosses
+    # Two racks of two nodes joined by a trunk at half the links' rate: the ring crosses
     # it once each way (ranks 0-1 on one rack, 2-3 on the other), so DDP's all-reduce, bound by
     # the trunk, takes longer than on one switch, and the planner says by how much.
-    racked = {row.variant: row for row in result.rows if row.trunk == "250mbit"}
+    racked = {row.variant: row for row in result.rows if row.trunk == "500mbit"}
     assert set(racked) == {"ddp", "aavg k=2"}
     for row in racked.values():
         assert row.nodes == 4 and row.trunk_hops == 1 and abs(row.error) < 0.3, row
     assert racked["ddp"].step_s > rows["ddp"].step_s + 1.0, (racked["ddp"], rows["ddp"])
-    # One straggler among two nodes: its link at a quarter of the rate bounds both strategies'
+    # One straggler among two nodes: its link at half the rate bounds both strategies'
     # steps, its compute at half speed holds up every synchronous step; the planner says by
     # how much.
-    slow_link = {row.variant: row for row in result.rows if row.slow_link == "250mbit"}
+    slow_link = {row.variant: row for row in result.rows if row.slow_link == "500mbit"}
     slow_node = {row.variant: row for row in result.rows if row.slow_factor == 2}
     assert set(slow_link) == set(slow_node) == {"ddp", "aavg k=2"}
     for row in (*slow_link.values(), *slow_node.values()):
         assert row.nodes == 2 and abs(row.error) < 0.3, row
     # A two-node ring sends each rank's whole gradient once a step, over the slow link here.
-    slow_bytes_per_s = Rate.parse("250mbit").bytes_per_s
+    slow_bytes_per_s = Rate.parse("500mbit").bytes_per_s
     assert slow_link["ddp"].step_s > 0.9 * slow_link["ddp"].comm_bytes_per_step / slow_bytes_per_s
     assert slow_node["ddp"].step_s > 1.5 * rows["ddp"].one_process_step_s, slow_node["ddp"]
     # The clusters are named after the process that made them: the command's.
