@@ -73,10 +73,11 @@ class NetworkRow:
     comm_bytes_per_step: float
     predicted_step_s: float
     predicted_bytes_per_step: float
-    # Of `compute_s`, the CPU time a step of the training thread and of the whole rank process
-    # (its gloo threads too); None in results measured before they were recorded. A rank has
-    # its node's one core: what `compute_s` holds beyond `process_cpu_s`, that core spent
-    # outside the process (the kernel's packet work, the node's agent) or idle.
+    # The CPU time a step of the training thread and of the whole rank process (its gloo
+    # threads too, during the exposed communication as well); None in results measured before
+    # they were recorded. A rank has its node's one core: what the step holds beyond
+    # `process_cpu_s`, that core spent outside the process (the kernel's packet work, the
+    # node's agent) or idle.
     thread_cpu_s: float | None = None
     process_cpu_s: float | None = None
 

@@ -32,8 +32,6 @@ SERIES = (
     "comm_rounds",
     "thread_cpu_s",
 )
-# Series that ranks measured before they were recorded lack.
-OPTIONAL_SERIES = ("process_cpu_s",)
 
 
 def _spread(values: list[float]) -> dict[str, float]:
@@ -58,7 +56,7 @@ def _with_compute(rank: dict[str, Any]) -> dict[str, Any]:
             rank["step_s"], rank["data_wait_s"], rank["comm_exposed_s"], strict=True
         )
     ]
-    optional = {k: rank[k] for k in OPTIONAL_SERIES if rank.get(k)}
+    optional = {k: rank[k] for k in RankSteps.OPTIONAL if rank.get(k)}  # absent in older runs
     return {"rank": rank["rank"], **{k: rank[k] for k in SERIES}, **optional, "compute_s": compute}
 
 

@@ -24,7 +24,7 @@ records, on its own clock:
   for the slowest rank at the step's agreement;
 - `process_cpu_s`: CPU time of the whole rank process (the training thread's, and its other
   threads': gloo's sending, receiving and adding): on a rank pinned to one core, the part of
-  `compute_s` that is neither is time that core gave to something outside the process.
+  the step that is neither is time that core gave to something outside the process, or idled.
 
 `compute_s = step_s - data_wait_s - comm_exposed_s` is what remains: forward, backward,
 optimizer and the loop's per-step agreement (one all-reduce of five numbers, which also waits
