@@ -109,7 +109,9 @@ def add_parser(bench_sub: argparse._SubParsersAction) -> None:
         type=Path,
         default=None,
         metavar="FILE",
-        help="a bench network JSON: each two-node stand-in step beside its real two-node step",
+        help="a bench network JSON: each two-node stand-in step beside its real two-node step, the "
+        "difference split into the communication each waited and each one's compute over the "
+        "control (the real AAVG rows averaging once an epoch)",
     )
     add_output_flags(p, out_json="bench_cluster.json", device=False)
     add_plot_flag(p)
