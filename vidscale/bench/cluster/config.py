@@ -162,7 +162,7 @@ class ClusterConfig:
         return found
 
     def _check_in_pass(self, baseline: dict[str, Any], model: str) -> None:
-        found = {(r["rate"], r["model"]) for r in _once_an_epoch(baseline)}
+        found = {(r["rate"], r["model"]) for r in once_an_epoch(baseline)}
         for rate in self.rates:
             if (Rate.parse(rate).label, model) not in found:
                 raise InputError(
@@ -184,7 +184,7 @@ class ClusterConfig:
             label = Rate.parse(rate or self.rates[0]).label
             return {
                 r["model"]: r["compute_s"]
-                for r in _once_an_epoch(baseline)
+                for r in once_an_epoch(baseline)
                 if r["rate"] == label and r["model"] in self.models
             }
         steps: dict[str, float] = baseline[self.waited_key]
@@ -202,7 +202,7 @@ class ClusterConfig:
         return {**asdict(self), "baseline": str(self.baseline)}
 
 
-def _once_an_epoch(baseline: dict[str, Any]) -> list[dict[str, Any]]:
+def once_an_epoch(baseline: dict[str, Any]) -> list[dict[str, Any]]:
     """A bench network JSON's two-node AAVG rows that average once in its epoch (`epoch_k`
     steps): almost nothing to send, so their compute is the ranks' own at that time."""
     epoch = baseline["settings"].get("epoch_k")

@@ -202,11 +202,9 @@ def _passes(
     rate's), then the straggler runs and the two-rack runs, both DDP and AAVG at `aavg_k` on
     the first model at the first rate. A rate probed once is not probed again (a straggler's
     link at a trunk's rate, say): the same two-node link, the same figures."""
-    probed: set[str] = set()
 
     def probe_once(rate: Rate) -> None:
-        if rate.label not in probed:
-            probed.add(rate.label)
+        if all(link.rate != rate.label for link in links):
             links.append(probe(rate, work, cfg.cores))
 
     for text in cfg.rates:

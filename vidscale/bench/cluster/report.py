@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from vidscale.bench.cluster.config import ClipShape, ClusterConfig
+from vidscale.bench.cluster.config import ClipShape, ClusterConfig, once_an_epoch
 from vidscale.bench.cluster.layer_times import BackwardTiming
 from vidscale.bench.network.report import _model_facts
 from vidscale.errors import InputError
@@ -434,12 +434,7 @@ def standin_check(result: ClusterResult, network: Path) -> list[StandInCheck]:
     measured for the same rate, model and variant (`network`, its JSON)."""
     measured = json.loads(network.read_text())
     real = {(r["rate"], r["model"], r["variant"]): r for r in measured["rows"]}
-    epoch_k = measured["settings"].get("epoch_k")
-    control = {
-        (r["rate"], r["model"]): r["compute_s"]
-        for r in measured["rows"]
-        if epoch_k and r["strategy"] == "aavg" and r["k"] == epoch_k
-    }
+    control = {(r["rate"], r["model"]): r["compute_s"] for r in once_an_epoch(measured)}
     out = []
     for row in result.rows:
         key = (row.rate, row.model, row.variant)
